@@ -1,0 +1,143 @@
+"""Balance stages: profile every layer, then split contiguously minimising the slowest stage.
+
+A PARTIME step lasts as long as its slowest stage, so the split that matters minimises the
+*maximum* stage cost, where a stage's cost is its layers' forward + backward + update time plus
+the cost of shipping its output forward and its input gradient backward. The split is solved
+exactly by dynamic programming (torchgpipe's greedy solver can miss the optimum: costs
+[1, 1, 1, 1, 10] into 2 stages is [4, 1], not [2, 3]).
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor, nn
+
+from .partition import check_sequential, resolve_devices
+from .stage import LossFn
+
+#: Bytes per second assumed for a transfer between two stages on the same CPU (a memcpy).
+CPU_COPY_BANDWIDTH = 5e9
+
+
+def solve(costs: Sequence[float], stages: int, transfer: Sequence[float] | None = None) -> list[int]:
+    """Exact min-max contiguous split of ``costs`` into ``stages`` groups (layer counts).
+
+    ``transfer[i]`` is the cost of crossing the boundary after layer i (paid by both stages it
+    separates: activation forward, gradient backward). Ties prefer earlier, larger stages.
+    """
+    n = len(costs)
+    if stages < 1:
+        raise ValueError(f"stages must be >= 1, got {stages}")
+    if stages > n:
+        raise ValueError(f"{stages} stages requested, but the model has only {n} layers")
+    transfer = list(transfer) if transfer is not None else [0.0] * n
+    prefix = [0.0]
+    for c in costs:
+        prefix.append(prefix[-1] + float(c))
+
+    def stage_cost(i: int, j: int) -> float:  # layers i..j-1
+        cost = prefix[j] - prefix[i]
+        if i > 0:
+            cost += transfer[i - 1]
+        if j < n:
+            cost += transfer[j - 1]
+        return cost
+
+    inf = float("inf")
+    # best[k][j]: minimal max-cost of splitting the first j layers into k stages.
+    best = [[inf] * (n + 1) for _ in range(stages + 1)]
+    cut = [[0] * (n + 1) for _ in range(stages + 1)]
+    best[0][0] = 0.0
+    for k in range(1, stages + 1):
+        for j in range(k, n - (stages - k) + 1):
+            for i in range(k - 1, j):
+                value = max(best[k - 1][i], stage_cost(i, j))
+                if value < best[k][j]:
+                    best[k][j], cut[k][j] = value, i
+    counts, j = [], n
+    for k in range(stages, 0, -1):
+        i = cut[k][j]
+        counts.append(j - i)
+        j = i
+    return counts[::-1]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _time(fn, device: torch.device, repeats: int) -> float:
+    fn()  # warm-up (allocations, kernel selection)
+    samples = []
+    for _ in range(repeats):
+        _sync(device)
+        start = time.perf_counter()
+        fn()
+        _sync(device)
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def profile(
+    model: nn.Sequential, sample_input: Tensor, device: torch.device, loss_fn: LossFn | None, repeats: int = 3
+) -> tuple[list[float], list[int]]:
+    """Per layer: seconds of forward + backward (+ an update-sized write), and output bytes."""
+    layers = [copy.deepcopy(m).to(device) for m in model]
+    x = sample_input.to(device)
+    costs, sizes = [], []
+    for i, layer in enumerate(layers):
+        inp = x.detach().requires_grad_(i > 0)
+        params = [p for p in layer.parameters() if p.requires_grad]
+        learn = loss_fn is not None
+
+        def step(layer=layer, inp=inp, params=params, learn=learn) -> Tensor:
+            out = layer(inp)
+            if learn and out.requires_grad:
+                torch.autograd.backward(out, torch.ones_like(out))
+                with torch.no_grad():
+                    for p in params:  # an update touches every weight once more
+                        if p.grad is not None:
+                            p.grad.mul_(0.0)
+                    if inp.grad is not None:
+                        inp.grad = None
+            return out
+
+        costs.append(_time(step, device, repeats))
+        with torch.no_grad():
+            x = layer(x)
+        sizes.append(x.numel() * x.element_size())
+    return costs, sizes
+
+
+def balance(
+    model: nn.Sequential,
+    sample_input: Tensor,
+    stages: int,
+    devices: list[str | torch.device] | None = None,
+    loss_fn: LossFn | None = None,
+) -> list[int]:
+    """Layer counts per stage that minimise the slowest stage's time, transfers included."""
+    model = check_sequential(model)
+    if stages > len(model):
+        raise ValueError(f"{stages} stages requested, but the model has only {len(model)} layers")
+    device = resolve_devices(devices)[0]
+    costs, sizes = profile(model, sample_input, device, loss_fn)
+    bandwidth = _bandwidth(device)
+    transfer = [size / bandwidth for size in sizes]
+    return solve(costs, stages, transfer)
+
+
+def _bandwidth(device: torch.device) -> float:
+    """Measured device-to-device copy bandwidth (bytes/s), so transfers are priced honestly."""
+    if device.type != "cuda":
+        return CPU_COPY_BANDWIDTH
+    buf = torch.empty(64 << 20, dtype=torch.uint8, device=device)
+    other = torch.empty_like(buf)
+    seconds = _time(lambda: other.copy_(buf), device, 3)
+    return buf.numel() / max(seconds, 1e-9)

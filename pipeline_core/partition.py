@@ -1,0 +1,87 @@
+"""Split an ``nn.Sequential`` into contiguous stages and place them on devices."""
+
+from __future__ import annotations
+
+import copy
+from collections import OrderedDict
+
+import torch
+from torch import nn
+
+
+def check_sequential(model: object) -> nn.Sequential:
+    if not isinstance(model, nn.Sequential):
+        raise TypeError(
+            f"Pipeline needs an nn.Sequential, got {type(model).__name__}: wrap your layers in "
+            "nn.Sequential(...) so they can be split into stages (skip connections must pass "
+            "through the layers as tensors)."
+        )
+    if len(model) == 0:
+        raise ValueError("the model has no layers")
+    return model
+
+
+def check_balance(balance: list[int], layers: int) -> list[int]:
+    balance = [int(b) for b in balance]
+    if not balance or any(b < 1 for b in balance):
+        raise ValueError(f"balance must be positive layer counts, got {balance}")
+    if sum(balance) != layers:
+        raise ValueError(f"balance {balance} sums to {sum(balance)}, but the model has {layers} layers")
+    return balance
+
+
+def equal_balance(layers: int, stages: int) -> list[int]:
+    """Layer counts as equal as possible (used when nothing better is known)."""
+    if stages > layers:
+        raise ValueError(f"{stages} stages requested, but the model has only {layers} layers")
+    base, extra = divmod(layers, stages)
+    return [base + (1 if i < extra else 0) for i in range(stages)]
+
+
+def resolve_devices(devices: list[str | torch.device] | None) -> list[torch.device]:
+    """Default: every CUDA GPU, else the CPU. Unknown devices are refused up front."""
+    if devices is None:
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        return [torch.device("cuda", i) for i in range(count)] or [torch.device("cpu")]
+    if not devices:
+        raise ValueError("devices is empty")
+    resolved = []
+    for d in devices:
+        try:
+            dev = torch.device(d)
+        except (RuntimeError, TypeError) as exc:
+            raise ValueError(f"invalid device {d!r}: {exc}") from None
+        if dev.type == "cuda":
+            count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+            index = 0 if dev.index is None else dev.index
+            if index >= count:
+                raise ValueError(f"device {d!r} does not exist: this machine has {count} CUDA device(s)")
+            dev = torch.device("cuda", index)
+        elif dev.type != "cpu":
+            raise ValueError(f"device {d!r} is not supported: use 'cpu' or 'cuda:N'")
+        resolved.append(dev)
+    return resolved
+
+
+def stage_devices(devices: list[torch.device], stages: int) -> list[torch.device]:
+    """Neighbouring stages share a device when there are fewer devices than stages."""
+    return [devices[(i * len(devices)) // stages] for i in range(stages)]
+
+
+def split(model: nn.Sequential, balance: list[int]) -> list[nn.Sequential]:
+    """Deep copies of consecutive layer groups: the user's model is never mutated."""
+    named = list(model.named_children())
+    parts, start = [], 0
+    for count in balance:
+        parts.append(nn.Sequential(OrderedDict((n, copy.deepcopy(m)) for n, m in named[start : start + count])))
+        start += count
+    return parts
+
+
+def join(parts: list[nn.Module]) -> nn.Sequential:
+    """The inverse of :func:`split`, on CPU, with the layer names of the original model."""
+    layers: OrderedDict[str, nn.Module] = OrderedDict()
+    for part in parts:
+        for name, module in part.named_children():
+            layers[name] = copy.deepcopy(module).cpu()
+    return nn.Sequential(layers)

@@ -1,0 +1,220 @@
+"""``Pipeline``: the public face of the engine. One call to :meth:`Pipeline.step` per frame."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from . import balance as balancing
+from .cuda_graph import StepGraphs
+from .partition import check_balance, check_sequential, equal_balance, join, resolve_devices, split, stage_devices
+from .runtime import LocalRuntime, StepRecord
+from .schedules import Schedule, make_schedule
+from .stage import LossFn, Stage
+
+
+@dataclass
+class StepResult:
+    """What came out of the pipeline at one step.
+
+    ``frame`` is the true index of the frame whose ``output`` and ``loss`` these are (PARTIME
+    delays outputs by D-1 steps); all three are None while the pipeline fills.
+    """
+
+    output: Tensor | None
+    loss: float | None
+    frame: int | None
+    step_seconds: float = 0.0
+    stage_seconds: list[float | None] = field(default_factory=list)
+
+
+def _default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=1e-3)
+
+
+class Pipeline:
+    def __init__(
+        self,
+        model: nn.Sequential,
+        sample_input: Tensor,
+        *,
+        stages: int | None = None,
+        balance: list[int] | None = None,
+        devices: list[str | torch.device] | None = None,
+        loss_fn: LossFn | None = None,
+        sample_target: Tensor | None = None,
+        optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None,
+        schedule: str | Schedule = "partime",
+        cuda_graph: bool | None = None,
+        timeout: float = 120.0,
+    ) -> None:
+        model = check_sequential(model)
+        resolved = resolve_devices(devices)
+        if balance is not None:
+            balance = check_balance(balance, len(model))
+            if stages is not None and stages != len(balance):
+                raise ValueError(f"stages={stages} but balance {balance} has {len(balance)} stages")
+        else:
+            stages = stages if stages is not None else len(resolved)
+            if stages < 1 or stages > len(model):
+                raise ValueError(f"stages must be between 1 and the model's {len(model)} layers, got {stages}")
+            balance = (
+                balancing.balance(model, sample_input, stages, resolved, loss_fn)
+                if stages > 1
+                else equal_balance(len(model), 1)
+            )
+        self.balance = balance
+        self.sample_input = sample_input.detach()
+        self.sample_target = sample_target
+        self.loss_fn = loss_fn
+        placed = stage_devices(resolved, len(balance))
+        parts = split(model, balance)
+        self.stages = [Stage(i, part, dev, optimizer or _default_optimizer) for i, (part, dev) in
+                       enumerate(zip(parts, placed, strict=True))]
+        self.schedule = make_schedule(schedule, len(self.stages))
+        self.runtime = LocalRuntime(self.stages, loss_fn, slots=2, timeout=timeout)
+        self._check_runs(sample_input)
+        self._graphs = self._make_graphs(cuda_graph)
+        self._step = 0  # step within the current epoch (numbering restarts after a flush)
+        self._fed = 0  # frames fed in the current epoch
+        self._frame_base = 0  # global index of the current epoch's frame 0
+
+    # -- construction helpers ------------------------------------------------------------------
+    def _check_runs(self, sample_input: Tensor) -> None:
+        """One forward of the sample through every stage: shape errors surface now, clearly."""
+        x = sample_input
+        with torch.no_grad():
+            for stage in self.stages:
+                try:
+                    x = stage.module(x.to(stage.device))
+                except Exception as exc:
+                    raise ValueError(f"stage {stage.index} cannot run on sample_input: {exc}") from exc
+
+    def _make_graphs(self, cuda_graph: bool | None) -> StepGraphs | None:
+        wanted = self.runtime.cuda if cuda_graph is None else cuda_graph
+        if not wanted:
+            return None
+        if not StepGraphs.supported(self.runtime):
+            reason = "devices are not all CUDA" if not self.runtime.cuda else "stages span several CUDA devices"
+            if cuda_graph:
+                warnings.warn(f"cuda_graph disabled: {reason}; running eagerly on streams", stacklevel=3)
+            return None
+        for stage in self.stages:
+            opt = stage.optimizer
+            if opt is not None and any(g.get("capturable") is False for g in opt.param_groups):
+                if cuda_graph:
+                    warnings.warn(
+                        f"cuda_graph disabled: {type(opt).__name__} is not capturable; pass capturable=True",
+                        stacklevel=3,
+                    )
+                return None
+        return StepGraphs(self.runtime)
+
+    # -- running -------------------------------------------------------------------------------
+    @property
+    def depth(self) -> int:
+        return len(self.stages)
+
+    def step(self, x: Tensor, target: Tensor | None = None) -> StepResult:
+        """Feed frame x (and its target); return what leaves the pipeline at this step."""
+        if tuple(x.shape) != tuple(self.sample_input.shape):
+            raise ValueError(
+                f"frame shape {tuple(x.shape)} differs from sample_input shape {tuple(self.sample_input.shape)}"
+            )
+        transport = self.runtime.transport
+        transport.send("input", 0, self._fed, x, outside_step=True)
+        if target is not None:
+            transport.send("target", self.depth - 1, self._fed, target, outside_step=True)
+        self._fed += 1
+        return self._run(last_frame=None)
+
+    def flush(self) -> list[StepResult]:
+        """Drain: run until every frame inside the pipeline has come out; then start afresh."""
+        results = [self._run(last_frame=self._fed - 1) for _ in range(self.schedule.drain_steps())]
+        self._new_epoch()
+        return [r for r in results if r.frame is not None]
+
+    def _run(self, last_frame: int | None) -> StepResult:
+        start = time.perf_counter()
+        plan = self.schedule.actions(self._step, last_frame, learn=self.loss_fn is not None)
+        key = self.schedule.steady_key(self._step) if last_frame is None else None
+        if self._graphs is not None:
+            record = self._graphs.run_step(self._step, plan, key)
+        else:
+            record = self.runtime.run_step(self._step, plan)
+        result = self._result(record, self.schedule.output_frame(self._step))
+        if self.runtime.cuda:
+            torch.cuda.synchronize(self.stages[-1].device)
+            if any(s is None for s in result.stage_seconds):
+                result.stage_seconds = self.runtime.stage_seconds_cuda() if self._graphs is None else []
+        result.step_seconds = time.perf_counter() - start
+        self._step += 1
+        return result
+
+    def _result(self, record: StepRecord, frame: int) -> StepResult:
+        output = record.outputs.get(frame)
+        loss = record.losses.get(frame)
+        if output is not None and self._graphs is not None:
+            output = output.clone()  # graph outputs live in static memory the next replay reuses
+        return StepResult(
+            output=output,
+            loss=None if loss is None else float(loss),
+            frame=None if output is None and loss is None else self._frame_base + frame,
+            stage_seconds=record.stage_seconds,
+        )
+
+    def _new_epoch(self) -> None:
+        self._frame_base += self._fed
+        self._step = 0
+        self._fed = 0
+        self.runtime.transport.clear()
+        for stage in self.stages:
+            stage.reset()
+
+    # -- weights -------------------------------------------------------------------------------
+    def state_dict(self) -> dict:
+        return {
+            "balance": list(self.balance),
+            "schedule": self.schedule.name,
+            "frames": self._frame_base + self._fed,
+            "stages": [stage.state_dict() for stage in self.stages],
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Load weights and optimizer states; frames in flight are dropped (a fresh fill)."""
+        if list(state["balance"]) != list(self.balance):
+            raise ValueError(f"checkpoint balance {state['balance']} differs from this pipeline's {self.balance}")
+        for stage, stage_state in zip(self.stages, state["stages"], strict=True):
+            stage.load_state_dict(stage_state)
+        self._new_epoch()
+        self._frame_base = int(state.get("frames", self._frame_base))
+        if self._graphs is not None:
+            self._graphs.clear()  # optimizer state tensors were replaced
+
+    def set_lr(self, lr: float) -> None:
+        """Change every stage's learning rate (graphs bake it in, so they are re-captured)."""
+        for stage in self.stages:
+            if stage.optimizer is not None:
+                for group in stage.optimizer.param_groups:
+                    group["lr"] = lr
+        if self._graphs is not None:
+            self._graphs.clear()
+
+    def module(self) -> nn.Sequential:
+        """The whole model with its current weights, on CPU."""
+        return join([stage.module for stage in self.stages])
+
+    # -- lifetime ------------------------------------------------------------------------------
+    def close(self) -> None:
+        self.runtime.close()
+
+    def __enter__(self) -> Pipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,203 @@
+"""The single-process runtime: executes any schedule's actions on the stages of this process.
+
+Two executors share one action interpreter (:meth:`LocalRuntime.run_action`):
+
+* **threads** (CPU): one thread per stage, each with its own intra-op thread budget; torch ops
+  release the GIL, so stages really compute at the same time. A receive blocks until the message
+  is there (or a timeout names the stage).
+* **streams** (CUDA): one host thread enqueues every stage's actions on that stage's stream in a
+  dependency-respecting round robin; the GPU runs the streams concurrently. The same enqueueing
+  is what a CUDA graph captures (see ``cuda_graph.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from .schedules import Action, Op, StepActions
+from .stage import LossFn, Stage
+from .transport import LocalTransport, PipelineError, Streams
+
+
+@dataclass
+class StepRecord:
+    """What one step produced, keyed by frame, plus how long each stage took."""
+
+    outputs: dict[int, Tensor] = field(default_factory=dict)
+    losses: dict[int, Tensor] = field(default_factory=dict)
+    stage_seconds: list[float | None] = field(default_factory=list)
+
+
+class LocalRuntime:
+    def __init__(self, stages: list[Stage], loss_fn: LossFn | None, slots: int, timeout: float) -> None:
+        self.stages = stages
+        self.loss_fn = loss_fn
+        self.cuda = all(s.device.type == "cuda" for s in stages)
+        if any(s.device.type == "cuda" for s in stages) and not self.cuda:
+            raise ValueError("mixing CPU and CUDA stages is not supported: use all 'cpu' or all 'cuda:N'")
+        self.streams = [Streams(s.device) for s in stages] if self.cuda else None
+        self.transport = LocalTransport([s.device for s in stages], self.streams, slots, timeout)
+        self.record = StepRecord()
+        self._pool: ThreadPoolExecutor | None = None
+        if not self.cuda and len(stages) > 1:
+            threads = max(1, (os.cpu_count() or 1) // len(stages))
+            self._pool = ThreadPoolExecutor(
+                len(stages), thread_name_prefix="stage", initializer=torch.set_num_threads, initargs=(threads,)
+            )
+
+    # -- the action interpreter ----------------------------------------------------------------
+    def run_action(self, h: int, action: Action) -> None:
+        stage, op, frame, t = self.stages[h], action.op, action.frame, self.transport
+        if op is Op.INPUT:
+            stage.inputs[frame] = t.recv("input", h, frame)
+        elif op is Op.RECV_ACT:
+            stage.inputs[frame] = t.recv("act", h, frame)
+        elif op is Op.FORWARD:
+            stage.forward(frame, stage.inputs.pop(frame), action.grad)
+        elif op is Op.SEND_ACT:
+            t.send("act", h + 1, frame, stage.output(frame))
+        elif op is Op.OUTPUT:
+            self.record.outputs[frame] = stage.output(frame)
+        elif op is Op.LOSS:
+            target = t.recv("target", h, frame) if t.ready("target", h, frame) else None
+            assert self.loss_fn is not None
+            self.record.losses[frame] = stage.loss(frame, self.loss_fn, target)
+        elif op is Op.RECV_GRAD:
+            assert action.grad_frame is not None
+            stage.received_grads[action.grad_frame] = t.recv("grad", h, action.grad_frame)
+        elif op is Op.BACKWARD:
+            assert action.grad_frame is not None
+            grad = None if h == len(self.stages) - 1 else stage.received_grads.pop(action.grad_frame)
+            stage.backward(frame, action.grad_frame, grad)
+        elif op is Op.SEND_GRAD:
+            t.send("grad", h - 1, frame, stage.input_grads.pop(frame))
+        elif op is Op.UPDATE:
+            stage.update()
+        else:  # pragma: no cover - exhaustive over Op
+            raise AssertionError(op)
+
+    def is_ready(self, h: int, action: Action) -> bool:
+        """Whether ``action`` can run now without waiting for another stage."""
+        if action.op is Op.RECV_ACT:
+            return self.transport.ready("act", h, action.frame)
+        if action.op is Op.RECV_GRAD:
+            return self.transport.ready("grad", h, action.grad_frame)
+        return True
+
+    # -- executors -----------------------------------------------------------------------------
+    def run_step(self, step: int, plan: StepActions) -> StepRecord:
+        self.record = StepRecord(stage_seconds=[None] * len(self.stages))
+        self.transport.step = step
+        try:
+            if self.cuda:
+                with self.cuda_step():
+                    self.enqueue(plan)
+            elif self._pool is not None:
+                self._run_threads(plan)
+            else:
+                self._run_stage_timed(0, plan[0])
+        finally:
+            for stage in self.stages:
+                stage.end_step()
+        return self.record
+
+    def _run_stage_timed(self, h: int, actions: list[Action]) -> None:
+        start = time.perf_counter()
+        for action in actions:
+            self.run_action(h, action)
+        if actions:
+            self.record.stage_seconds[h] = time.perf_counter() - start
+
+    def _run_stage_guarded(self, h: int, actions: list[Action]) -> None:
+        try:
+            self._run_stage_timed(h, actions)
+        except BaseException as exc:
+            self.transport.abort(exc)
+            raise
+
+    def _run_threads(self, plan: StepActions) -> None:
+        assert self._pool is not None
+        futures = [self._pool.submit(self._run_stage_guarded, h, acts) for h, acts in enumerate(plan)]
+        errors = []
+        for h, fut in enumerate(futures):
+            try:
+                fut.result()
+            except PipelineError as exc:
+                errors.append((h, exc))
+            except Exception as exc:  # the root cause: report it, naming the stage
+                errors.insert(0, (h, exc))
+        if errors:
+            self.transport.clear()
+            h, exc = errors[0]
+            raise PipelineError(f"stage {h} failed: {exc}") from exc
+
+    def enqueue(self, plan: StepActions) -> None:
+        """Round robin over stages, running each stage's next action once its input is there."""
+        pending = [deque(acts) for acts in plan]
+        while any(pending):
+            progressed = False
+            for h, queue in enumerate(pending):
+                with self.on_stage(h):
+                    while queue and self.is_ready(h, queue[0]):
+                        self.run_action(h, queue.popleft())
+                        progressed = True
+            if not progressed:
+                stuck = {h: str(q[0]) for h, q in enumerate(pending) if q}
+                raise PipelineError(f"schedule cannot progress: stages wait on messages never sent: {stuck}")
+
+    @contextmanager
+    def on_stage(self, h: int):
+        assert self.streams is not None
+        with torch.cuda.device(self.stages[h].device), torch.cuda.stream(self.streams[h].compute):
+            yield
+
+    @contextmanager
+    def cuda_step(self):
+        """Fork every stage stream from the current one, and join them back at the end.
+
+        Steps are thus totally ordered (what a step sends is safe to read in the next one), and a
+        graph capture of the step sees one connected piece of work. Outside a capture, events
+        time each stage's compute stream."""
+        assert self.streams is not None
+        main = torch.cuda.current_stream(self.stages[0].device)
+        timed = not torch.cuda.is_current_stream_capturing()
+        starts = []
+        for s in self.streams:
+            for stream in s.all():
+                stream.wait_stream(main)
+            starts.append(torch.cuda.Event(enable_timing=True) if timed else None)
+            if timed:
+                starts[-1].record(s.compute)
+        yield
+        ends = []
+        for s in self.streams:
+            ends.append(torch.cuda.Event(enable_timing=True) if timed else None)
+            if timed:
+                ends[-1].record(s.compute)
+            for stream in s.all():
+                main.wait_stream(stream)
+        self._timers = list(zip(starts, ends, strict=True))
+
+    def stage_seconds_cuda(self) -> list[float | None]:
+        """Per-stage GPU time (stream busy span) of the last eager step; None inside graphs."""
+        out: list[float | None] = []
+        for start, end in getattr(self, "_timers", []):
+            if start is None:
+                out.append(None)
+            else:
+                end.synchronize()
+                out.append(start.elapsed_time(end) / 1000.0)
+        return out
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
