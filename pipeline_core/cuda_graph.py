@@ -15,7 +15,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .runtime import LocalRuntime, StepRecord
+from .interpreter import StepRecord
+from .runtime import LocalRuntime
 from .schedules import Op, StepActions
 
 _SENDS = {Op.SEND_ACT: ("act", +1), Op.SEND_GRAD: ("grad", -1)}

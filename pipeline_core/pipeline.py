@@ -12,8 +12,9 @@ from torch import Tensor, nn
 
 from . import balance as balancing
 from .cuda_graph import StepGraphs
+from .interpreter import StepRecord
 from .partition import check_balance, check_sequential, equal_balance, join, resolve_devices, split, stage_devices
-from .runtime import LocalRuntime, StepRecord
+from .runtime import LocalRuntime
 from .schedules import Schedule, make_schedule
 from .stage import LossFn, Stage
 
@@ -74,8 +75,10 @@ class Pipeline:
         self.loss_fn = loss_fn
         placed = stage_devices(resolved, len(balance))
         parts = split(model, balance)
-        self.stages = [Stage(i, part, dev, optimizer or _default_optimizer) for i, (part, dev) in
-                       enumerate(zip(parts, placed, strict=True))]
+        self.stages = [
+            Stage(i, part, dev, optimizer or _default_optimizer)
+            for i, (part, dev) in enumerate(zip(parts, placed, strict=True))
+        ]
         self.schedule = make_schedule(schedule, len(self.stages))
         self.runtime = LocalRuntime(self.stages, loss_fn, slots=2, timeout=timeout)
         self._check_runs(sample_input)

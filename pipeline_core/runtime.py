@@ -1,6 +1,6 @@
 """The single-process runtime: executes any schedule's actions on the stages of this process.
 
-Two executors share one action interpreter (:meth:`LocalRuntime.run_action`):
+Two executors share the action interpreter (``interpreter.py``):
 
 * **threads** (CPU): one thread per stage, each with its own intra-op thread budget; torch ops
   release the GIL, so stages really compute at the same time. A receive blocks until the message
@@ -17,35 +17,24 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 
 import torch
-from torch import Tensor
 
-from .schedules import Action, Op, StepActions
+from .interpreter import Interpreter, StepRecord
+from .schedules import Action, StepActions
 from .stage import LossFn, Stage
 from .transport import LocalTransport, PipelineError, Streams
-
-
-@dataclass
-class StepRecord:
-    """What one step produced, keyed by frame, plus how long each stage took."""
-
-    outputs: dict[int, Tensor] = field(default_factory=dict)
-    losses: dict[int, Tensor] = field(default_factory=dict)
-    stage_seconds: list[float | None] = field(default_factory=list)
 
 
 class LocalRuntime:
     def __init__(self, stages: list[Stage], loss_fn: LossFn | None, slots: int, timeout: float) -> None:
         self.stages = stages
-        self.loss_fn = loss_fn
         self.cuda = all(s.device.type == "cuda" for s in stages)
         if any(s.device.type == "cuda" for s in stages) and not self.cuda:
             raise ValueError("mixing CPU and CUDA stages is not supported: use all 'cpu' or all 'cuda:N'")
         self.streams = [Streams(s.device) for s in stages] if self.cuda else None
         self.transport = LocalTransport([s.device for s in stages], self.streams, slots, timeout)
-        self.record = StepRecord()
+        self.interpreter = Interpreter(dict(enumerate(stages)), self.transport, loss_fn, len(stages) - 1)
         self._pool: ThreadPoolExecutor | None = None
         if not self.cuda and len(stages) > 1:
             threads = max(1, (os.cpu_count() or 1) // len(stages))
@@ -53,48 +42,9 @@ class LocalRuntime:
                 len(stages), thread_name_prefix="stage", initializer=torch.set_num_threads, initargs=(threads,)
             )
 
-    # -- the action interpreter ----------------------------------------------------------------
-    def run_action(self, h: int, action: Action) -> None:
-        stage, op, frame, t = self.stages[h], action.op, action.frame, self.transport
-        if op is Op.INPUT:
-            stage.inputs[frame] = t.recv("input", h, frame)
-        elif op is Op.RECV_ACT:
-            stage.inputs[frame] = t.recv("act", h, frame)
-        elif op is Op.FORWARD:
-            stage.forward(frame, stage.inputs.pop(frame), action.grad)
-        elif op is Op.SEND_ACT:
-            t.send("act", h + 1, frame, stage.output(frame))
-        elif op is Op.OUTPUT:
-            self.record.outputs[frame] = stage.output(frame)
-        elif op is Op.LOSS:
-            target = t.recv("target", h, frame) if t.ready("target", h, frame) else None
-            assert self.loss_fn is not None
-            self.record.losses[frame] = stage.loss(frame, self.loss_fn, target)
-        elif op is Op.RECV_GRAD:
-            assert action.grad_frame is not None
-            stage.received_grads[action.grad_frame] = t.recv("grad", h, action.grad_frame)
-        elif op is Op.BACKWARD:
-            assert action.grad_frame is not None
-            grad = None if h == len(self.stages) - 1 else stage.received_grads.pop(action.grad_frame)
-            stage.backward(frame, action.grad_frame, grad)
-        elif op is Op.SEND_GRAD:
-            t.send("grad", h - 1, frame, stage.input_grads.pop(frame))
-        elif op is Op.UPDATE:
-            stage.update()
-        else:  # pragma: no cover - exhaustive over Op
-            raise AssertionError(op)
-
-    def is_ready(self, h: int, action: Action) -> bool:
-        """Whether ``action`` can run now without waiting for another stage."""
-        if action.op is Op.RECV_ACT:
-            return self.transport.ready("act", h, action.frame)
-        if action.op is Op.RECV_GRAD:
-            return self.transport.ready("grad", h, action.grad_frame)
-        return True
-
     # -- executors -----------------------------------------------------------------------------
     def run_step(self, step: int, plan: StepActions) -> StepRecord:
-        self.record = StepRecord(stage_seconds=[None] * len(self.stages))
+        record = self.interpreter.record = StepRecord(stage_seconds=[None] * len(self.stages))
         self.transport.step = step
         try:
             if self.cuda:
@@ -107,14 +57,14 @@ class LocalRuntime:
         finally:
             for stage in self.stages:
                 stage.end_step()
-        return self.record
+        return record
 
     def _run_stage_timed(self, h: int, actions: list[Action]) -> None:
         start = time.perf_counter()
         for action in actions:
-            self.run_action(h, action)
+            self.interpreter.run(h, action)
         if actions:
-            self.record.stage_seconds[h] = time.perf_counter() - start
+            self.interpreter.record.stage_seconds[h] = time.perf_counter() - start
 
     def _run_stage_guarded(self, h: int, actions: list[Action]) -> None:
         try:
@@ -146,8 +96,8 @@ class LocalRuntime:
             progressed = False
             for h, queue in enumerate(pending):
                 with self.on_stage(h):
-                    while queue and self.is_ready(h, queue[0]):
-                        self.run_action(h, queue.popleft())
+                    while queue and self.interpreter.is_ready(h, queue[0]):
+                        self.interpreter.run(h, queue.popleft())
                         progressed = True
             if not progressed:
                 stuck = {h: str(q[0]) for h, q in enumerate(pending) if q}

@@ -1,0 +1,84 @@
+"""The one action interpreter: what each schedule action does to a stage.
+
+Every runtime (threads, CUDA streams, CUDA graphs, one process per stage) executes schedules
+through this class; runtimes differ only in how they order actions and in their ``Transport``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from torch import Tensor
+
+from .schedules import Action, Op
+from .stage import LossFn, Stage
+
+
+class Transport(Protocol):
+    """Moves tensors between stages, addressed by (kind, receiving stage, frame)."""
+
+    def send(self, kind: str, stage: int, frame: int, tensor: Tensor) -> None: ...
+
+    def recv(self, kind: str, stage: int, frame: int) -> Tensor: ...
+
+    def ready(self, kind: str, stage: int, frame: int) -> bool: ...
+
+
+@dataclass
+class StepRecord:
+    """What one step produced, keyed by frame, plus how long each stage took."""
+
+    outputs: dict[int, Tensor] = field(default_factory=dict)
+    losses: dict[int, Tensor] = field(default_factory=dict)
+    stage_seconds: list[float | None] = field(default_factory=list)
+
+
+class Interpreter:
+    def __init__(self, stages: Mapping[int, Stage], transport: Transport, loss_fn: LossFn | None, last: int):
+        self.stages = stages  # the stages this runtime holds, by index
+        self.transport = transport
+        self.loss_fn = loss_fn
+        self.last = last  # index of the pipeline's last stage
+        self.record = StepRecord()
+
+    def run(self, h: int, action: Action) -> None:
+        stage, op, frame, t = self.stages[h], action.op, action.frame, self.transport
+        if op is Op.INPUT:
+            stage.inputs[frame] = t.recv("input", h, frame)
+        elif op is Op.RECV_ACT:
+            stage.inputs[frame] = t.recv("act", h, frame)
+        elif op is Op.FORWARD:
+            stage.forward(frame, stage.inputs.pop(frame), action.grad)
+        elif op is Op.SEND_ACT:
+            t.send("act", h + 1, frame, stage.output(frame))
+        elif op is Op.OUTPUT:
+            self.record.outputs[frame] = stage.output(frame)
+        elif op is Op.LOSS:
+            if self.loss_fn is None:
+                raise ValueError("the schedule asks for a loss, but the pipeline has no loss_fn")
+            target = t.recv("target", h, frame) if t.ready("target", h, frame) else None
+            self.record.losses[frame] = stage.loss(frame, self.loss_fn, target)
+        elif op is Op.RECV_GRAD:
+            assert action.grad_frame is not None
+            stage.received_grads[action.grad_frame] = t.recv("grad", h, action.grad_frame)
+        elif op is Op.BACKWARD:
+            assert action.grad_frame is not None
+            grad = None if h == self.last else stage.received_grads.pop(action.grad_frame)
+            stage.backward(frame, action.grad_frame, grad)
+        elif op is Op.SEND_GRAD:
+            t.send("grad", h - 1, frame, stage.input_grads.pop(frame))
+        elif op is Op.UPDATE:
+            stage.update()
+        else:  # pragma: no cover - exhaustive over Op
+            raise AssertionError(op)
+
+    def is_ready(self, h: int, action: Action) -> bool:
+        """Whether ``action`` can run now without waiting for another stage."""
+        if action.op is Op.RECV_ACT:
+            return self.transport.ready("act", h, action.frame)
+        if action.op is Op.RECV_GRAD:
+            assert action.grad_frame is not None
+            return self.transport.ready("grad", h, action.grad_frame)
+        return True
