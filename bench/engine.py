@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     suffix = "-quick" if args.quick else ""
     (RESULTS / f"engine-{args.device}{suffix}.json").write_text(json.dumps(report, indent=2))
-    md = f"# Engine benchmark on {device_name}\n\n{args.layers}-layer pixel-wise network.\n\n{table(rows, args.stages)}\n"
+    title = f"# Engine benchmark on {device_name}\n\n{args.layers}-layer pixel-wise network.\n\n"
+    md = title + table(rows, args.stages) + "\n"
     (RESULTS / f"engine-{args.device}{suffix}.md").write_text(md)
 
 
