@@ -11,8 +11,16 @@ import numpy as np
 
 def _color_wheel() -> np.ndarray:
     """The 55 reference colours (RY, YG, GC, CB, BM, MR segments) of Baker et al., float [0, 255]."""
-    segments = [(15, (255, 0, 0), (255, 255, 0)), (6, (255, 255, 0), (0, 255, 0)), (4, (0, 255, 0), (0, 255, 255)),
-                (11, (0, 255, 255), (0, 0, 255)), (13, (0, 0, 255), (255, 0, 255)), (6, (255, 0, 255), (255, 0, 0))]  # fmt: skip
+    red, yellow, green = (255, 0, 0), (255, 255, 0), (0, 255, 0)
+    cyan, blue, magenta = (0, 255, 255), (0, 0, 255), (255, 0, 255)
+    segments = [
+        (15, red, yellow),
+        (6, yellow, green),
+        (4, green, cyan),
+        (11, cyan, blue),
+        (13, blue, magenta),
+        (6, magenta, red),
+    ]
     rows = []
     for n, start, end in segments:
         t = np.arange(n, dtype=np.float64)[:, None] / n
