@@ -206,3 +206,36 @@ def test_bad_options_and_inputs_are_refused_clearly():
         Hybrid(2, hybrid_after=-1)
     with pytest.raises(ValueError, match="built for 3 stages"):
         make_schedule(Stash(3), 2)
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("name", ["stash", "hybrid", "gpipe", "cdp-v1", "cdp-v2"])
+def test_cuda_schedules_match_their_references(name):
+    """The same equivalences on CUDA streams (message slots, stashed copies of received buffers)."""
+    depth, opt = 3, OPTIMIZERS["sgd"]
+    xs, ys = stream(BATCH)
+    schedule = {
+        "stash": Stash(depth),
+        "hybrid": Hybrid(depth, hybrid_after=9),
+        "gpipe": GPipe(depth, chunks=4, checkpoint="except_last"),
+        "cdp-v1": CDPv1(depth),
+        "cdp-v2": CDPv2(depth),
+    }[name]
+    balance = BALANCES[depth]
+    want = {
+        "stash": lambda: sref.stash_reference(make_model(), balance, opt, mse, xs, ys),
+        "hybrid": lambda: sref.hybrid(make_model(), balance, opt, mse, xs, ys, 9),
+        "gpipe": lambda: sref.gpipe(make_model(), opt, mse, xs, ys),
+        "cdp-v1": lambda: sref.cdp(make_model(), balance, opt, mse, xs, ys, 1),
+        "cdp-v2": lambda: sref.cdp(make_model(), balance, opt, mse, xs, ys, 2),
+    }[name]()
+    xs_c, ys_c = [x.cuda() for x in xs], [y.cuda() for y in ys]
+    with Pipeline(
+        make_model(), xs_c[0], balance=balance, devices=["cuda:0"], loss_fn=mse, optimizer=opt, schedule=schedule
+    ) as pipe:
+        outputs, losses = run(pipe, xs_c, ys_c)
+        assert_matches(pipe, ({k: v.cpu() for k, v in outputs.items()}, losses), want, tol=1e-5)
