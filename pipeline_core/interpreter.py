@@ -62,11 +62,13 @@ class Interpreter:
             stage.forward(frame, stage.stash.pop(frame), True, action.stale)
         elif op is Op.SEND_ACT:
             t.send("act", h + 1, frame, stage.output(frame))
+            stage.passed_on(frame)
         elif op is Op.OUTPUT:
             if action.chunks == 1:
                 self.record.outputs[frame] = stage.output(frame)
             elif (whole := stage.gathered_outputs.add(frame, action.chunks, stage.output(frame))) is not None:
                 self.record.outputs[whole[0]] = whole[1]
+            stage.passed_on(frame)
         elif op is Op.LOSS:
             if self.loss_fn is None:
                 raise ValueError("the schedule asks for a loss, but the pipeline has no loss_fn")

@@ -78,6 +78,12 @@ class Stage:
     def output(self, frame: int) -> Tensor:
         return self.forwarded[frame].output.detach()
 
+    def passed_on(self, frame: int) -> None:
+        """The output of ``frame`` was sent or published: a forward-only result is no longer needed
+        (frees checkpointed activations at once rather than at the end of the step)."""
+        if not self.forwarded[frame].keep:
+            del self.forwarded[frame]
+
     def loss(self, frame: int, loss_fn: LossFn, target: Tensor | None, scale: float = 1.0) -> Tensor:
         """The loss of ``frame``, times ``scale`` (1/chunks for a micro-batch of a batch)."""
         loss = loss_fn(self.forwarded[frame].output, target)
