@@ -1,0 +1,287 @@
+"""The monitoring stack against the real thing: a live Overtime server learning on the bundled demo, scraped by a
+real Prometheus server (Debian's package) running the repository's scrape config and alert rules.
+
+- every series and label that a dashboard panel or an alert reads is on the live server's /metrics (dashboards
+  cannot silently rot when a metric is renamed);
+- Prometheus scrapes ΔP (whole step and per stage) and ΔS with sane values, loads and evaluates every alert rule,
+  and runs every dashboard query."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import httpx
+import pytest
+import yaml
+
+from tests.ops_support import (
+    PROMETHEUS_CONFIG,
+    PROMETHEUS_DIR,
+    ROOT,
+    Query,
+    alert_queries,
+    alert_rules,
+    dashboard_queries,
+    dashboard_variable_queries,
+    exposition_labels,
+    find_tool,
+    load_yaml,
+    missing_from_exposition,
+)
+
+pytestmark = pytest.mark.slow
+
+DEMO_FPS = 10.0
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float, process: subprocess.Popen | None = None) -> T:
+    """Poll `probe` until it returns something truthy; fail after `timeout` seconds, or as soon as `process` (the
+    server being waited on) has exited."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            pytest.fail(f"{what}: {process.args[0]} exited with {process.returncode}")
+        try:
+            result = probe()
+        except httpx.HTTPError:
+            result = None
+        if result:
+            return result
+        time.sleep(0.25)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def stop(process: subprocess.Popen) -> None:
+    """SIGTERM (graceful: the server stops its streams), SIGKILL if that takes too long."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+
+@dataclass(frozen=True)
+class LiveServer:
+    url: str
+    stream: str
+    address: str  # host:port, as a scrape target
+
+
+@pytest.fixture(scope="module")
+def overtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """`overtime serve` on a free loopback port with one demo stream learning at DEMO_FPS."""
+    tmp = tmp_path_factory.mktemp("overtime")
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OVERTIME_")}
+    env |= {"OVERTIME_CHECKPOINT_DIR": str(tmp / "checkpoints"), "OVERTIME_MEDIA_DIR": str(tmp / "media")}
+    log = tmp / "server.log"
+    serve = [sys.executable, "-c", "import sys; from server.cli import main; sys.exit(main())"]
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [*serve, "serve", "--host", "127.0.0.1", "--port", str(port)], cwd=ROOT, env=env, stdout=out, stderr=out
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(base_url=url, timeout=10) as client:
+            wait_for("/readyz", lambda: client.get("/readyz").status_code == 200, 60, process)
+            created = client.post("/api/streams", json={"source": "demo", "name": "ops-demo", "fps": DEMO_FPS})
+            assert created.status_code == 201, created.text
+            stream = created.json()["id"]
+
+            def steps_done() -> bool:
+                exposed = client.get("/metrics").text
+                return any(
+                    line.startswith("overtime_step_seconds_count{")
+                    and f'stream="{stream}"' in line
+                    and float(line.rsplit(" ", 1)[1]) >= 3
+                    for line in exposed.splitlines()
+                )
+
+            wait_for("three learning steps of the demo stream", steps_done, 120, process)
+        yield LiveServer(url, stream, f"127.0.0.1:{port}")
+    except BaseException:
+        print(log_tail(log), file=sys.stderr)
+        raise
+    finally:
+        stop(process)
+
+
+@pytest.fixture(scope="module")
+def prometheus(overtime: LiveServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Prometheus running the repository's config, retargeted from the compose service to the live server
+    and sped up (1 s scrapes and evaluations) so a test sees several samples within seconds."""
+    binary = find_tool("prometheus", "apt-get install -y prometheus (Debian's package; run here without systemd)")
+    tmp = tmp_path_factory.mktemp("prometheus")
+    config = load_yaml(PROMETHEUS_CONFIG)
+    config["global"] |= {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    config["rule_files"] = [str(PROMETHEUS_DIR / name) for name in config["rule_files"]]
+    (job,) = [job for job in config["scrape_configs"] if job["job_name"] == "overtime"]
+    assert job["static_configs"] == [{"targets": ["overtime:8000"]}], "the repo's scrape config changed shape"
+    job["static_configs"] = [{"targets": [overtime.address]}]
+    (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
+
+    port = free_port()
+    log = tmp / "prometheus.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={tmp / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp / 'data'}",
+                "--storage.tsdb.retention.time=1h",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=out,
+            stderr=out,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for("Prometheus ready", lambda: httpx.get(f"{url}/-/ready", timeout=5).status_code == 200, 30, process)
+        yield url
+    except BaseException:
+        print(log_tail(log), file=sys.stderr)
+        raise
+    finally:
+        stop(process)
+        shutil.rmtree(tmp / "data", ignore_errors=True)
+
+
+def query(prometheus: str, expr: str) -> list[dict]:
+    """Instant query; a malformed expression is a test failure with Prometheus's own message."""
+    response = httpx.get(f"{prometheus}/api/v1/query", params={"query": expr}, timeout=10)
+    body = response.json()
+    assert response.status_code == 200 and body["status"] == "success", f"{expr}: {body.get('error', body)}"
+    return body["data"]["result"]
+
+
+def values(prometheus: str, expr: str) -> dict[str, float]:
+    """{label set as text: value} of an instant vector."""
+    return {str(sorted(r["metric"].items())): float(r["value"][1]) for r in query(prometheus, expr)}
+
+
+# --- the live server's exposition --------------------------------------------------------------------------------
+
+
+def test_every_series_a_dashboard_or_alert_reads_is_exposed(overtime: LiveServer):
+    text = httpx.get(f"{overtime.url}/metrics", timeout=10).text
+    exposed = exposition_labels(text)
+    reads = dashboard_queries() + dashboard_variable_queries() + alert_queries()
+    assert len(reads) >= 15
+    problems = [problem for q in reads for problem in missing_from_exposition(q, exposed)]
+    assert not problems, "dashboards/alerts read what the server does not expose:\n" + "\n".join(problems)
+
+
+def test_the_exposition_check_catches_a_renamed_metric(overtime: LiveServer):
+    """The check above is not vacuous: a panel reading a renamed series or a missing label is reported."""
+    exposed = exposition_labels(httpx.get(f"{overtime.url}/metrics", timeout=10).text)
+    renamed = Query("test", 'rate(overtime_step_second_count{stream=~"$stream"}[5m])')
+    unlabelled = Query("test", "sum by (camera) (overtime_loss)")
+    assert missing_from_exposition(renamed, exposed) == ["test: series overtime_step_second_count is not exposed"]
+    assert missing_from_exposition(unlabelled, exposed) == ["test: no series it reads has label 'camera'"]
+
+
+# --- a real Prometheus scraping it -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def scraped(prometheus: str, overtime: LiveServer) -> str:
+    """Prometheus once it holds a few samples of the stream's ΔP and has evaluated every alert rule."""
+    step_count = f'overtime_step_seconds_count{{stream="{overtime.stream}"}}'
+    wait_for("4 scrapes of ΔP", lambda: values(prometheus, f"count_over_time({step_count}[1m]) >= 4"), 30)
+
+    def rules_evaluated() -> bool:
+        groups = httpx.get(f"{prometheus}/api/v1/rules", timeout=5).json()["data"]["groups"]
+        rules = [rule for group in groups for rule in group["rules"]]
+        return len(rules) == len(alert_rules()) and all(rule["health"] == "ok" for rule in rules)
+
+    wait_for("every alert rule evaluated", rules_evaluated, 20)
+    return prometheus
+
+
+def test_prometheus_scrapes_the_live_server(scraped: str, overtime: LiveServer):
+    (target,) = httpx.get(f"{scraped}/api/v1/targets", timeout=5).json()["data"]["activeTargets"]
+    assert target["health"] == "up", target.get("lastError")
+    assert target["labels"]["job"] == "overtime" and target["scrapeUrl"] == f"http://{overtime.address}/metrics"
+
+
+def test_delta_s_is_the_stream_frame_interval(scraped: str, overtime: LiveServer):
+    (delta_s,) = values(scraped, f'overtime_frame_interval_seconds{{stream="{overtime.stream}"}}').values()
+    assert delta_s == pytest.approx(1 / DEMO_FPS)
+
+
+def test_delta_p_of_the_step_and_of_each_stage_are_sane(scraped: str, overtime: LiveServer):
+    selector = f'stream="{overtime.stream}"'
+    (steps,) = values(scraped, f"overtime_step_seconds_count{{{selector}}}").values()
+    assert steps >= 3
+    (mean_step,) = values(
+        scraped, f"overtime_step_seconds_sum{{{selector}}} / overtime_step_seconds_count{{{selector}}}"
+    ).values()
+    assert 0 < mean_step < 10, f"mean ΔP {mean_step} s"
+    stages = {
+        r["metric"]["stage"]: float(r["value"][1])
+        for r in query(
+            scraped,
+            f"overtime_stage_step_seconds_sum{{{selector}}} / overtime_stage_step_seconds_count{{{selector}}}",
+        )
+    }
+    assert stages, "no per-stage ΔP series"
+    for stage, mean_stage in stages.items():
+        # Every stage works inside the step, so none takes longer on average than the whole step.
+        assert 0 < mean_stage <= mean_step * 1.05 + 1e-3, f"stage {stage}: {mean_stage} s vs step {mean_step} s"
+    (ratio,) = values(scraped, f"overtime_budget_ratio{{{selector}}}").values()
+    assert math.isfinite(ratio) and 0 < ratio < 100, f"ΔP/ΔS = {ratio}"
+
+
+def test_every_alert_rule_is_loaded_and_the_healthy_stream_fires_none(scraped: str, overtime: LiveServer):
+    groups = httpx.get(f"{scraped}/api/v1/rules", timeout=5).json()["data"]["groups"]
+    loaded = {rule["name"]: rule for group in groups for rule in group["rules"]}
+    assert set(loaded) == {rule["alert"] for rule in alert_rules()}
+    firing = [
+        a
+        for a in httpx.get(f"{scraped}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
+        if a["labels"].get("stream") == overtime.stream and a["labels"]["alertname"] != "OvertimeOverBudget"
+    ]
+    assert not firing, f"alerts on a healthy stream: {firing}"
+
+
+def test_every_dashboard_query_runs_and_the_core_panels_have_data(scraped: str):
+    empty = []
+    for q in dashboard_queries():
+        result = query(scraped, q.for_prometheus())  # fails on any PromQL Prometheus rejects
+        if not result:
+            empty.append(q)
+    # Panels about drops, reconnects and viewers may legitimately be empty on a healthy demo with no viewer.
+    core = (
+        "overtime_step_seconds",
+        "overtime_stage_step_seconds",
+        "overtime_frame_interval_seconds",
+        "overtime_budget_ratio",
+        "overtime_loss",
+        'outcome=~"decoded|processed"',
+    )
+    missing = [q.origin for q in empty if any(name in q.expr for name in core)]
+    assert not missing, f"core panels show no data: {missing}"
