@@ -274,3 +274,15 @@ def test_cpu_image_takes_the_cpu_build_of_torch_and_cuda_image_a_cuda_build():
     assert cuda["CUDA_IMAGE"].startswith("CUDA_IMAGE=nvidia/cuda:")
     cuda_major = re.search(r"nvidia/cuda:(\d+)\.", cuda["CUDA_IMAGE"]).group(1)
     assert re.search(rf"/whl/cu{cuda_major}\d$", cuda["TORCH_INDEX"]), "CUDA image and torch build disagree"
+
+
+def test_build_context_keeps_what_the_package_installs():
+    """`pip install -e .` in the image needs pyproject.toml, README.md and every package pyproject names; the
+    .dockerignore must not drop any of them (nor the browser client the service serves)."""
+    import tomllib
+
+    lines = (line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines())
+    ignored = {line for line in lines if line and not line.startswith("#")}
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    needed = {"pyproject.toml", "README.md", "clients", *(name.rstrip("*") for name in packages["include"])}
+    assert not needed & ignored, f".dockerignore drops {sorted(needed & ignored)}"
