@@ -132,6 +132,9 @@ class StreamSession:
         self._acks: dict[int, tuple[threading.Event, list]] = {}
         self._last_frame_at = time.monotonic()
         metrics.frame_interval.labels(sid).set(1.0 / cfg.fps)
+        # Exported at 0 from the start: increase() then sees the first event, and dashboards show 0, not "no data".
+        for series in (metrics.reconnects, metrics.worker_restarts, metrics.nonfinite, metrics.ws_clients):
+            series.labels(sid)
         self._thread = threading.Thread(target=self._supervise, name=f"stream-{sid}", daemon=True)
 
     # -- public (API side) ---------------------------------------------------------------------
