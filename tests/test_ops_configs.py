@@ -99,7 +99,7 @@ def test_alert_rules_cover_the_required_conditions():
     rules = {rule["alert"]: rule for rule in alert_rules()}
     assert re.search(r"overtime_budget_ratio\)\s*>\s*1\b", rules["OvertimeOverBudget"]["expr"])
     assert rules["OvertimeOverBudget"]["for"] == "1m"
-    assert 'outcome="dropped"' in rules["OvertimeFramesDropped"]["expr"]
+    assert 'outcome="dropped", reason!="resample"' in rules["OvertimeFramesDropped"]["expr"]
     assert 'state="error"' in rules["OvertimeStreamError"]["expr"]
     assert "[30s]" in rules["OvertimeNoFrames"]["expr"]
     for rule in rules.values():

@@ -8,6 +8,7 @@ real Prometheus server (Debian's package) running the repository's scrape config
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -15,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -43,6 +45,8 @@ from tests.ops_support import (
 pytestmark = pytest.mark.slow
 
 DEMO_FPS = 10.0
+# Small frames: the test needs ΔP and ΔS series, not a good flow, and shares 2 cores with the rest of the suite.
+DEMO_STREAM = {"source": "demo", "name": "ops-demo", "fps": DEMO_FPS, "width": 64, "height": 64}
 T = TypeVar("T")
 
 
@@ -84,6 +88,37 @@ def log_tail(path: Path, lines: int = 40) -> str:
     return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
 
+class Viewer:
+    """One WebSocket viewer of a stream, reading in a thread (bounded in time) so that the viewer-side series
+    (latency capture -> overlay sent, clients) exist as they do in production."""
+
+    def __init__(self, url: str, limit_s: float = 300.0) -> None:
+        self.frames = 0
+        self.error: BaseException | None = None
+        self._url = url
+        self._stop = threading.Event()
+        self._deadline = time.monotonic() + limit_s
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        from websockets.sync.client import connect
+
+        try:
+            with connect(self._url, open_timeout=30) as socket_:
+                while not self._stop.is_set() and time.monotonic() < self._deadline:
+                    try:
+                        self.frames += isinstance(socket_.recv(timeout=0.5), bytes)
+                    except TimeoutError:
+                        continue
+        except Exception as exc:  # reported by the fixture that waits on this viewer
+            self.error = exc
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+
 @dataclass(frozen=True)
 class LiveServer:
     url: str
@@ -93,7 +128,7 @@ class LiveServer:
 
 @pytest.fixture(scope="module")
 def overtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """`overtime serve` on a free loopback port with one demo stream learning at DEMO_FPS."""
+    """`overtime serve` on a free loopback port with one demo stream learning at DEMO_FPS and one viewer."""
     tmp = tmp_path_factory.mktemp("overtime")
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("OVERTIME_")}
@@ -105,12 +140,14 @@ def overtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
             [*serve, "serve", "--host", "127.0.0.1", "--port", str(port)], cwd=ROOT, env=env, stdout=out, stderr=out
         )
     url = f"http://127.0.0.1:{port}"
+    viewer = None
     try:
         with httpx.Client(base_url=url, timeout=10) as client:
             wait_for("/readyz", lambda: client.get("/readyz").status_code == 200, 60, process)
-            created = client.post("/api/streams", json={"source": "demo", "name": "ops-demo", "fps": DEMO_FPS})
+            created = client.post("/api/streams", json=DEMO_STREAM)
             assert created.status_code == 201, created.text
             stream = created.json()["id"]
+            viewer = Viewer(f"ws://127.0.0.1:{port}/ws/streams/{stream}")
 
             def steps_done() -> bool:
                 exposed = client.get("/metrics").text
@@ -122,11 +159,17 @@ def overtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
                 )
 
             wait_for("three learning steps of the demo stream", steps_done, 120, process)
+            wait_for("three overlays at the viewer", lambda: viewer.frames >= 3 or viewer.error, 30, process)
+            assert viewer.error is None, f"viewer: {viewer.error!r}"
         yield LiveServer(url, stream, f"127.0.0.1:{port}")
     except BaseException:
         print(log_tail(log), file=sys.stderr)
+        with contextlib.suppress(httpx.HTTPError):
+            print(httpx.get(f"{url}/api/streams", timeout=5).text, file=sys.stderr)
         raise
     finally:
+        if viewer is not None:
+            viewer.close()
         stop(process)
 
 
