@@ -8,29 +8,23 @@ real Prometheus server (Debian's package) running the repository's scrape config
 
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TypeVar
 
 import httpx
 import pytest
 import yaml
 
+from server.launch import ServerProcess, free_port
 from tests.ops_support import (
     PROMETHEUS_CONFIG,
     PROMETHEUS_DIR,
-    ROOT,
     Query,
     alert_queries,
     alert_rules,
@@ -50,18 +44,12 @@ DEMO_STREAM = {"source": "demo", "name": "ops-demo", "fps": DEMO_FPS, "width": 6
 T = TypeVar("T")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for(what: str, probe: Callable[[], T | None], timeout: float, process: subprocess.Popen | None = None) -> T:
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float, process: subprocess.Popen) -> T:
     """Poll `probe` until it returns something truthy; fail after `timeout` seconds, or as soon as `process` (the
     server being waited on) has exited."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
+        if process.poll() is not None:
             pytest.fail(f"{what}: {process.args[0]} exited with {process.returncode}")
         try:
             result = probe()
@@ -71,21 +59,6 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float, process: 
             return result
         time.sleep(0.25)
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
-def stop(process: subprocess.Popen) -> None:
-    """SIGTERM (graceful: the server stops its streams), SIGKILL if that takes too long."""
-    if process.poll() is None:
-        process.send_signal(signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-
-
-def log_tail(path: Path, lines: int = 40) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
 
 
 class Viewer:
@@ -128,49 +101,23 @@ class LiveServer:
 
 @pytest.fixture(scope="module")
 def overtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """`overtime serve` on a free loopback port with one demo stream learning at DEMO_FPS and one viewer."""
-    tmp = tmp_path_factory.mktemp("overtime")
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OVERTIME_")}
-    env |= {"OVERTIME_CHECKPOINT_DIR": str(tmp / "checkpoints"), "OVERTIME_MEDIA_DIR": str(tmp / "media")}
-    log = tmp / "server.log"
-    serve = [sys.executable, "-c", "import sys; from server.cli import main; sys.exit(main())"]
-    with log.open("w") as out:
-        process = subprocess.Popen(
-            [*serve, "serve", "--host", "127.0.0.1", "--port", str(port)], cwd=ROOT, env=env, stdout=out, stderr=out
-        )
-    url = f"http://127.0.0.1:{port}"
-    viewer = None
-    try:
-        with httpx.Client(base_url=url, timeout=10) as client:
-            wait_for("/readyz", lambda: client.get("/readyz").status_code == 200, 60, process)
-            created = client.post("/api/streams", json=DEMO_STREAM)
-            assert created.status_code == 201, created.text
-            stream = created.json()["id"]
-            viewer = Viewer(f"ws://127.0.0.1:{port}/ws/streams/{stream}")
-
-            def steps_done() -> bool:
-                exposed = client.get("/metrics").text
-                return any(
-                    line.startswith("overtime_step_seconds_count{")
-                    and f'stream="{stream}"' in line
-                    and float(line.rsplit(" ", 1)[1]) >= 3
-                    for line in exposed.splitlines()
-                )
-
-            wait_for("three learning steps of the demo stream", steps_done, 120, process)
-            wait_for("three overlays at the viewer", lambda: viewer.frames >= 3 or viewer.error, 30, process)
-            assert viewer.error is None, f"viewer: {viewer.error!r}"
-        yield LiveServer(url, stream, f"127.0.0.1:{port}")
-    except BaseException:
-        print(log_tail(log), file=sys.stderr)
-        with contextlib.suppress(httpx.HTTPError):
-            print(httpx.get(f"{url}/api/streams", timeout=5).text, file=sys.stderr)
-        raise
-    finally:
-        if viewer is not None:
+    """`overtime serve` on a free loopback port with one demo stream learning at DEMO_FPS, and one viewer."""
+    # A generous stall timeout: on a loaded machine the worker's start (torch import, model build) can outlast the
+    # default, and stall detection is the server tests' business, not this one's.
+    with ServerProcess(tmp_path_factory.mktemp("overtime"), "--read-timeout-s", "60") as server:
+        created = server.client.post("/api/streams", json=DEMO_STREAM)
+        assert created.status_code == 201, created.text
+        stream = created.json()["id"]
+        viewer = Viewer(f"{server.ws_url}/ws/streams/{stream}")
+        try:
+            server.wait_for(stream, lambda info: info["counters"]["processed"] >= 3, 120, "three processed frames")
+            deadline = time.monotonic() + 30
+            while viewer.frames < 3 and viewer.error is None and time.monotonic() < deadline:
+                time.sleep(0.25)
+            assert viewer.frames >= 3, f"the viewer got {viewer.frames} overlays ({viewer.error!r})"
+            yield LiveServer(server.url, stream, f"127.0.0.1:{server.port}")
+        finally:
             viewer.close()
-        stop(process)
 
 
 @pytest.fixture(scope="module")
@@ -204,13 +151,27 @@ def prometheus(overtime: LiveServer, tmp_path_factory: pytest.TempPathFactory) -
     url = f"http://127.0.0.1:{port}"
     try:
         wait_for("Prometheus ready", lambda: httpx.get(f"{url}/-/ready", timeout=5).status_code == 200, 30, process)
+
+        step_count = f'overtime_step_seconds_count{{stream="{overtime.stream}"}}'
+        wait_for("4 scrapes of ΔP", lambda: query(url, f"count_over_time({step_count}[1m]) >= 4"), 30, process)
+
+        def rules_evaluated() -> bool:
+            groups = httpx.get(f"{url}/api/v1/rules", timeout=5).json()["data"]["groups"]
+            rules = [rule for group in groups for rule in group["rules"]]
+            return len(rules) == len(alert_rules()) and all(rule["health"] == "ok" for rule in rules)
+
+        wait_for("every alert rule evaluated", rules_evaluated, 20, process)
         yield url
     except BaseException:
-        print(log_tail(log), file=sys.stderr)
+        print(log.read_text(errors="replace")[-4000:], file=sys.stderr)
         raise
     finally:
-        stop(process)
-        shutil.rmtree(tmp / "data", ignore_errors=True)
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
 
 
 def query(prometheus: str, expr: str) -> list[dict]:
@@ -250,44 +211,29 @@ def test_the_exposition_check_catches_a_renamed_metric(overtime: LiveServer):
 # --- a real Prometheus scraping it -------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def scraped(prometheus: str, overtime: LiveServer) -> str:
-    """Prometheus once it holds a few samples of the stream's ΔP and has evaluated every alert rule."""
-    step_count = f'overtime_step_seconds_count{{stream="{overtime.stream}"}}'
-    wait_for("4 scrapes of ΔP", lambda: values(prometheus, f"count_over_time({step_count}[1m]) >= 4"), 30)
-
-    def rules_evaluated() -> bool:
-        groups = httpx.get(f"{prometheus}/api/v1/rules", timeout=5).json()["data"]["groups"]
-        rules = [rule for group in groups for rule in group["rules"]]
-        return len(rules) == len(alert_rules()) and all(rule["health"] == "ok" for rule in rules)
-
-    wait_for("every alert rule evaluated", rules_evaluated, 20)
-    return prometheus
-
-
-def test_prometheus_scrapes_the_live_server(scraped: str, overtime: LiveServer):
-    (target,) = httpx.get(f"{scraped}/api/v1/targets", timeout=5).json()["data"]["activeTargets"]
+def test_prometheus_scrapes_the_live_server(prometheus: str, overtime: LiveServer):
+    (target,) = httpx.get(f"{prometheus}/api/v1/targets", timeout=5).json()["data"]["activeTargets"]
     assert target["health"] == "up", target.get("lastError")
     assert target["labels"]["job"] == "overtime" and target["scrapeUrl"] == f"http://{overtime.address}/metrics"
 
 
-def test_delta_s_is_the_stream_frame_interval(scraped: str, overtime: LiveServer):
-    (delta_s,) = values(scraped, f'overtime_frame_interval_seconds{{stream="{overtime.stream}"}}').values()
+def test_delta_s_is_the_stream_frame_interval(prometheus: str, overtime: LiveServer):
+    (delta_s,) = values(prometheus, f'overtime_frame_interval_seconds{{stream="{overtime.stream}"}}').values()
     assert delta_s == pytest.approx(1 / DEMO_FPS)
 
 
-def test_delta_p_of_the_step_and_of_each_stage_are_sane(scraped: str, overtime: LiveServer):
+def test_delta_p_of_the_step_and_of_each_stage_are_sane(prometheus: str, overtime: LiveServer):
     selector = f'stream="{overtime.stream}"'
-    (steps,) = values(scraped, f"overtime_step_seconds_count{{{selector}}}").values()
+    (steps,) = values(prometheus, f"overtime_step_seconds_count{{{selector}}}").values()
     assert steps >= 3
     (mean_step,) = values(
-        scraped, f"overtime_step_seconds_sum{{{selector}}} / overtime_step_seconds_count{{{selector}}}"
+        prometheus, f"overtime_step_seconds_sum{{{selector}}} / overtime_step_seconds_count{{{selector}}}"
     ).values()
     assert 0 < mean_step < 10, f"mean ΔP {mean_step} s"
     stages = {
         r["metric"]["stage"]: float(r["value"][1])
         for r in query(
-            scraped,
+            prometheus,
             f"overtime_stage_step_seconds_sum{{{selector}}} / overtime_stage_step_seconds_count{{{selector}}}",
         )
     }
@@ -295,36 +241,23 @@ def test_delta_p_of_the_step_and_of_each_stage_are_sane(scraped: str, overtime: 
     for stage, mean_stage in stages.items():
         # Every stage works inside the step, so none takes longer on average than the whole step.
         assert 0 < mean_stage <= mean_step * 1.05 + 1e-3, f"stage {stage}: {mean_stage} s vs step {mean_step} s"
-    (ratio,) = values(scraped, f"overtime_budget_ratio{{{selector}}}").values()
+    (ratio,) = values(prometheus, f"overtime_budget_ratio{{{selector}}}").values()
     assert math.isfinite(ratio) and 0 < ratio < 100, f"ΔP/ΔS = {ratio}"
 
 
-def test_every_alert_rule_is_loaded_and_the_healthy_stream_fires_none(scraped: str, overtime: LiveServer):
-    groups = httpx.get(f"{scraped}/api/v1/rules", timeout=5).json()["data"]["groups"]
+def test_alert_rules_load_and_a_processing_stream_trips_no_stream_alert(prometheus: str, overtime: LiveServer):
+    """The stream processes frames and is not in error, so neither alert about that may even be pending. (Budget
+    and drop alerts depend on how loaded the machine is; alerts_test.yml pins their logic.)"""
+    groups = httpx.get(f"{prometheus}/api/v1/rules", timeout=5).json()["data"]["groups"]
     loaded = {rule["name"]: rule for group in groups for rule in group["rules"]}
     assert set(loaded) == {rule["alert"] for rule in alert_rules()}
-    firing = [
-        a
-        for a in httpx.get(f"{scraped}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
-        if a["labels"].get("stream") == overtime.stream and a["labels"]["alertname"] != "OvertimeOverBudget"
-    ]
-    assert not firing, f"alerts on a healthy stream: {firing}"
+    assert all(loaded[name]["lastEvaluation"] for name in loaded)
+    active = httpx.get(f"{prometheus}/api/v1/alerts", timeout=5).json()["data"]["alerts"]
+    tripped = [a for a in active if a["labels"]["alertname"] in {"OvertimeNoFrames", "OvertimeStreamError"}]
+    assert not tripped, f"alerts on a stream that processes frames: {tripped}"
 
 
-def test_every_dashboard_query_runs_and_the_core_panels_have_data(scraped: str):
-    empty = []
-    for q in dashboard_queries():
-        result = query(scraped, q.for_prometheus())  # fails on any PromQL Prometheus rejects
-        if not result:
-            empty.append(q)
-    # Panels about drops, reconnects and viewers may legitimately be empty on a healthy demo with no viewer.
-    core = (
-        "overtime_step_seconds",
-        "overtime_stage_step_seconds",
-        "overtime_frame_interval_seconds",
-        "overtime_budget_ratio",
-        "overtime_loss",
-        'outcome=~"decoded|processed"',
-    )
-    missing = [q.origin for q in empty if any(name in q.expr for name in core)]
-    assert not missing, f"core panels show no data: {missing}"
+def test_every_dashboard_query_runs_and_shows_data(prometheus: str):
+    """On the demo (a source thinned to DEMO_FPS, so 'resample' drops exist) with one viewer, no panel is empty."""
+    empty = [q.origin for q in dashboard_queries() if not query(prometheus, q.for_prometheus())]
+    assert not empty, f"panels with no data: {empty}"
