@@ -152,3 +152,10 @@ def missing_from_exposition(query: Query, exposed: dict[str, set[str]]) -> list[
     offered = set().union(*(exposed.get(m, set()) for m in refs.metrics))
     problems += [f"no series it reads has label {label!r}" for label in sorted(refs.grouped - offered)]
     return [f"{query.origin}: {problem}" for problem in problems]
+
+
+def instructions(dockerfile: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    text = re.sub(r"\\\n\s*", " ", dockerfile.read_text())
+    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return [(line.split(maxsplit=1)[0].upper(), line.split(maxsplit=1)[1]) for line in lines]

@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -29,6 +31,7 @@ from tests.ops_support import (
     dashboard_panels,
     dashboard_queries,
     find_tool,
+    instructions,
     load_yaml,
     references,
 )
@@ -247,13 +250,6 @@ def test_dockerfile_passes_hadolint(dockerfile: Path):
     assert_ok(run([find_tool("hadolint", HADOLINT_HINT), str(dockerfile)]))
 
 
-def instructions(dockerfile: Path) -> list[tuple[str, str]]:
-    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
-    text = re.sub(r"\\\n\s*", " ", dockerfile.read_text())
-    lines = [line.strip() for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
-    return [(line.split(maxsplit=1)[0].upper(), line.split(maxsplit=1)[1]) for line in lines]
-
-
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_dockerfile_runs_unprivileged_with_healthcheck_and_volumes(dockerfile: Path):
     steps = instructions(dockerfile)
@@ -286,3 +282,17 @@ def test_build_context_keeps_what_the_package_installs():
     packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     needed = {"pyproject.toml", "README.md", "clients", *(name.rstrip("*") for name in packages["include"])}
     assert not needed & ignored, f".dockerignore drops {sorted(needed & ignored)}"
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_dependency_layer_of_the_image_installs_what_pyproject_lists(dockerfile: Path):
+    """The image's dependency layer is keyed on pyproject.toml by a one-line script; run that very line here."""
+    import tomllib
+
+    (step,) = [args for op, args in instructions(dockerfile) if op == "RUN" and "tomllib" in args]
+    program, flag, code = shlex.split(step)[:3]
+    assert (program, flag) == ("python", "-c")
+    listed = run([sys.executable, "-c", code], cwd=ROOT)
+    assert_ok(listed)
+    expected = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    assert listed.stdout.splitlines() == expected

@@ -8,6 +8,7 @@ real Prometheus server (Debian's package) running the repository's scrape config
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -23,6 +24,7 @@ import yaml
 
 from server.launch import ServerProcess, free_port
 from tests.ops_support import (
+    DOCKERFILES,
     PROMETHEUS_CONFIG,
     PROMETHEUS_DIR,
     Query,
@@ -32,6 +34,7 @@ from tests.ops_support import (
     dashboard_variable_queries,
     exposition_labels,
     find_tool,
+    instructions,
     load_yaml,
     missing_from_exposition,
 )
@@ -206,6 +209,20 @@ def test_the_exposition_check_catches_a_renamed_metric(overtime: LiveServer):
     unlabelled = Query("test", "sum by (camera) (overtime_loss)")
     assert missing_from_exposition(renamed, exposed) == ["test: series overtime_step_second_count is not exposed"]
     assert missing_from_exposition(unlabelled, exposed) == ["test: no series it reads has label 'camera'"]
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_the_image_healthcheck_passes_on_a_live_server_and_fails_on_a_dead_one(overtime: LiveServer, dockerfile):
+    """The images' HEALTHCHECK command itself, run here against the live server (and a port nobody listens on)."""
+    (healthcheck,) = [args for op, args in instructions(dockerfile) if op == "HEALTHCHECK"]
+    program, *args = json.loads(healthcheck.split(" CMD ", 1)[1])
+    assert program == "python"
+    port = overtime.address.rsplit(":", 1)[1]
+    alive = subprocess.run([sys.executable, *args], env={"OVERTIME_PORT": port}, capture_output=True, timeout=30)
+    assert alive.returncode == 0, alive.stderr
+    dead = subprocess.run([sys.executable, *args], env={"OVERTIME_PORT": str(free_port())}, capture_output=True,
+                          timeout=30)  # fmt: skip
+    assert dead.returncode != 0
 
 
 # --- a real Prometheus scraping it -------------------------------------------------------------------------------
