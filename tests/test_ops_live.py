@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 import httpx
@@ -24,6 +26,7 @@ import yaml
 
 from server.launch import ServerProcess, free_port
 from tests.ops_support import (
+    COMPOSE,
     DOCKERFILES,
     PROMETHEUS_CONFIG,
     PROMETHEUS_DIR,
@@ -123,10 +126,21 @@ def overtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
             viewer.close()
 
 
+def compose_prometheus_flags(config: Path, storage: Path) -> list[str]:
+    """The prometheus service's command in docker-compose.yml (its ${VAR:-default}s at their defaults), with the
+    container's config and storage paths replaced by local ones: Prometheus refuses unknown or malformed flags."""
+    command = load_yaml(COMPOSE)["services"]["prometheus"]["command"]
+    flags = [re.sub(r"\$\{\w+:-([^}]*)\}", r"\1", flag) for flag in command]
+    local = {"--config.file": config, "--storage.tsdb.path": storage}
+    assert local.keys() <= {flag.split("=")[0] for flag in flags}
+    return [f"{name}={local[name]}" if name in local else flag for flag in flags for name in [flag.split("=")[0]]]
+
+
 @pytest.fixture(scope="module")
 def prometheus(overtime: LiveServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real Prometheus running the repository's config, retargeted from the compose service to the live server
-    and sped up (1 s scrapes and evaluations) so a test sees several samples within seconds."""
+    """A real Prometheus started with docker-compose.yml's flags and running the repository's config, retargeted from
+    the compose service to the live server and sped up (1 s scrapes and evaluations) so that a test sees several
+    samples within seconds."""
     binary = find_tool("prometheus", "apt-get install -y prometheus (Debian's package; run here without systemd)")
     tmp = tmp_path_factory.mktemp("prometheus")
     config = load_yaml(PROMETHEUS_CONFIG)
@@ -137,21 +151,19 @@ def prometheus(overtime: LiveServer, tmp_path_factory: pytest.TempPathFactory) -
     job["static_configs"] = [{"targets": [overtime.address]}]
     (tmp / "prometheus.yml").write_text(yaml.safe_dump(config))
 
-    port = free_port()
+    address = f"127.0.0.1:{free_port()}"
     log = tmp / "prometheus.log"
     with log.open("w") as out:
         process = subprocess.Popen(
             [
                 binary,
-                f"--config.file={tmp / 'prometheus.yml'}",
-                f"--storage.tsdb.path={tmp / 'data'}",
-                "--storage.tsdb.retention.time=1h",
-                f"--web.listen-address=127.0.0.1:{port}",
+                *compose_prometheus_flags(tmp / "prometheus.yml", tmp / "data"),
+                f"--web.listen-address={address}",
             ],
             stdout=out,
             stderr=out,
         )
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://{address}"
     try:
         wait_for("Prometheus ready", lambda: httpx.get(f"{url}/-/ready", timeout=5).status_code == 200, 30, process)
 
