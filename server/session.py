@@ -43,7 +43,7 @@ RING_SLOTS = 4
 WORKER_STOP_S = 20.0  # room for the final checkpoint
 HEALTHY_RUN_S = 10.0  # a generation that ran this long resets the back-off
 SPAWN = mp.get_context("spawn")  # never fork a process that runs threads (uvicorn, torch)
-CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGFPE, signal.SIGABRT, signal.SIGBUS}  # never fork a process that runs threads (uvicorn, torch)
+CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGFPE, signal.SIGABRT, signal.SIGBUS}
 
 
 @dataclass
