@@ -325,6 +325,7 @@ class StreamSession:
             self._on_frame(m)
         elif kind == "ready":
             self.resumed_from, self.lr = m["resumed_from"], m["lr"]
+            self._last_frame_at = time.monotonic()  # the decoder held its frames until now
         elif kind == "dropped":
             self.counters["dropped"] += 1
             self.metrics.frames.labels(self.id, "dropped", m["reason"]).inc()
