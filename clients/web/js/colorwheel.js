@@ -1,8 +1,28 @@
-// The flow colour convention, in one place: hue = direction of motion (angle of (dx, dy), image y pointing down,
-// 0° = right = red), saturation = speed relative to the frame's fastest pixel, value = 1. It is the OpenCV HSV
-// convention the server uses for its flow image; the legend and the arrows both derive from it.
+// The flow colour convention, in one place: the Middlebury colour wheel of Baker et al., as models/flow_viz.py
+// draws it (hue = direction of motion, saturation = speed relative to the frame's fastest pixel, zero motion =
+// white). The legend and the arrows both derive from it.
 
-/** Draws the colour-wheel legend: what colour each direction of motion gets, faster towards the rim. */
+const SEGMENTS = [
+  [15, [255, 0, 0], [255, 255, 0]],
+  [6, [255, 255, 0], [0, 255, 0]],
+  [4, [0, 255, 0], [0, 255, 255]],
+  [11, [0, 255, 255], [0, 0, 255]],
+  [13, [0, 0, 255], [255, 0, 255]],
+  [6, [255, 0, 255], [255, 0, 0]],
+];
+const WHEEL = SEGMENTS.flatMap(([n, a, b]) => Array.from({ length: n }, (_, i) => a.map((v, c) => v + ((b[c] - v) * i) / n)));
+
+/** RGB (0..255) of the motion (u, v), |(u, v)| <= 1 being the frame's fastest motion; image y points down. */
+export function flowColor(u, v) {
+  const rad = Math.min(1, Math.hypot(u, v));
+  const pos = ((Math.atan2(-v, -u) / Math.PI + 1) / 2) * (WHEEL.length - 1);
+  const k0 = Math.floor(pos);
+  const k1 = (k0 + 1) % WHEEL.length;
+  const f = pos - k0;
+  return [0, 1, 2].map((c) => Math.round(255 * (1 - rad * (1 - ((1 - f) * WHEEL[k0][c] + f * WHEEL[k1][c]) / 255))));
+}
+
+/** Draws the legend: the colour of every motion inside the unit disc (faster towards the rim). */
 export function drawLegend(canvas) {
   const ctx = canvas.getContext("2d");
   const { width: w, height: h } = canvas;
@@ -10,42 +30,34 @@ export function drawLegend(canvas) {
   const img = ctx.createImageData(w, h);
   for (let y = 0; y < h; y++) {
     for (let x = 0; x < w; x++) {
-      const dx = x - w / 2 + 0.5;
-      const dy = y - h / 2 + 0.5;
-      const rho = Math.hypot(dx, dy) / r;
+      const u = (x - w / 2 + 0.5) / r;
+      const v = (y - h / 2 + 0.5) / r;
+      const rho = Math.hypot(u, v);
       if (rho > 1) continue;
-      const [R, G, B] = hsvToRgb(angleDeg(dx, dy), rho, 1);
-      const i = (y * w + x) * 4;
-      img.data.set([R, G, B, rho > 0.97 ? 255 * (1 - rho) * 33 : 255], i);
+      const alpha = rho > 0.96 ? Math.round(255 * (1 - rho) * 25) : 255; // soft rim
+      img.data.set([...flowColor(u, v), alpha], (y * w + x) * 4);
     }
   }
   ctx.clearRect(0, 0, w, h);
   ctx.putImageData(img, 0, 0);
 }
 
-function angleDeg(dx, dy) {
-  return ((Math.atan2(dy, dx) * 180) / Math.PI + 360) % 360;
-}
+// Direction lookup for reading colours back: the wheel's pure colour at 1° steps.
+const DIRECTIONS = Array.from({ length: 360 }, (_, d) => {
+  const a = (d * Math.PI) / 180;
+  return { u: Math.cos(a), v: Math.sin(a), rgb: flowColor(Math.cos(a), Math.sin(a)) };
+});
 
-function hsvToRgb(hDeg, s, v) {
-  const f = (n) => {
-    const k = (n + hDeg / 60) % 6;
-    return Math.round(255 * (v - v * s * Math.max(0, Math.min(k, 4 - k, 1))));
-  };
-  return [f(5), f(3), f(1)];
-}
-
-/** Inverse of the convention: a flow-image pixel -> unit-scaled motion vector (dx, dy), |v| = saturation. */
+/** Inverse of the convention: a flow-image pixel -> motion (u, v) scaled so the fastest motion has length 1. */
 export function vectorFromRgb(r, g, b) {
-  const max = Math.max(r, g, b);
-  const min = Math.min(r, g, b);
-  if (max === 0 || max === min) return [0, 0];
-  const d = max - min;
-  let h;
-  if (max === r) h = ((g - b) / d + 6) % 6;
-  else if (max === g) h = (b - r) / d + 2;
-  else h = (r - g) / d + 4;
-  const s = d / max;
-  const a = (h * Math.PI) / 3;
-  return [s * Math.cos(a), s * Math.sin(a)];
+  const rad = 1 - Math.min(r, g, b) / 255; // the wheel colour's weakest channel is 0, so white shows through it
+  if (rad < 0.05) return [0, 0];
+  const pure = [r, g, b].map((c) => 255 - (255 - c) / rad);
+  let best = DIRECTIONS[0];
+  let bestErr = Infinity;
+  for (const d of DIRECTIONS) {
+    const err = (d.rgb[0] - pure[0]) ** 2 + (d.rgb[1] - pure[1]) ** 2 + (d.rgb[2] - pure[2]) ** 2;
+    if (err < bestErr) [best, bestErr] = [d, err];
+  }
+  return [best.u * rad, best.v * rad];
 }
