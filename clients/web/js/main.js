@@ -31,6 +31,7 @@ const charts = {
   dropped: new LiveChart($("chart-dropped"), {
     series: [{ label: "dropped", stroke: COLORS.bad, fill: "rgba(255,93,108,.12)", width: 1.5, legendColor: COLORS.bad }],
     yLabel: "frames",
+    yRange: (u, min, max) => [0, Math.max(5, max * 1.1)],
   }),
   latency: new LiveChart($("chart-latency"), {
     series: [{ label: "latency", stroke: COLORS.loss, fill: "rgba(122,162,255,.12)", width: 1.5, legendColor: COLORS.loss }],
@@ -104,7 +105,11 @@ async function refreshList() {
   $("stream-count").textContent = state.streams.length ? `(${state.streams.length})` : "";
   renderStreams($("stream-list"), state.streams, state.selected, { open, checkpoint, remove });
   const current = state.streams.find((s) => s.id === state.selected);
-  if (current) showStreamInfo(current);
+  if (current) {
+    $("live-title").textContent = current.name || current.id;
+    if (!state.pumps.has(current.id)) $("live-sub").textContent = describe(current);
+    showStreamInfo(current);
+  }
 }
 
 function setServerStatus(kind, text) {
@@ -383,4 +388,6 @@ async function boot() {
   setInterval(refreshList, POLL_MS);
 }
 
+// A read-only handle for people poking at the page from the console, and for the browser tests.
+window.overtime = { state, charts, view };
 boot();
