@@ -63,9 +63,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 class Progress:
     """One status line, rewritten in place on a terminal and printed about once a second otherwise."""
 
-    def __init__(self, out=sys.stderr):
-        self.out = out
-        self.tty = out.isatty()
+    def __init__(self, out=None):
+        self.out = out or sys.stderr
+        self.tty = self.out.isatty()
         self.times: list[float] = []
         self.last_print = 0.0
 
