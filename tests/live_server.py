@@ -12,7 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-APP = os.environ.get("OVERTIME_TEST_APP", "server.app:app")
+APP = os.environ.get("OVERTIME_TEST_APP", "server.app:create_app")  # an app factory reading OVERTIME_* settings
+ROOT = Path(__file__).resolve().parent.parent
 READY_TIMEOUT_S = 60.0
 
 
@@ -30,12 +31,13 @@ def live_server(workdir: Path, **settings: str) -> Iterator[str]:
         **os.environ,
         "OVERTIME_MEDIA_DIR": str(workdir / "media"),
         "OVERTIME_CHECKPOINT_DIR": str(workdir / "checkpoints"),
-        "OVERTIME_ALLOW_PRIVATE_NETWORKS": "true",
+        "OVERTIME_WEB_DIR": str(ROOT / "clients" / "web"),
+        "OVERTIME_ALLOW_PRIVATE": "true",
         **{f"OVERTIME_{k.upper()}": v for k, v in settings.items()},
     }
     log = (workdir / f"server-{port}.log").open("w")
-    cmd = [sys.executable, "-m", "uvicorn", APP, "--host", "127.0.0.1", "--port", str(port)]
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    cmd = [sys.executable, "-m", "uvicorn", APP, "--factory", "--host", "127.0.0.1", "--port", str(port)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S

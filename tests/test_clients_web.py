@@ -130,6 +130,9 @@ def test_demo_stream_draws_overlay_loss_and_budget(page, server):
     assert len(page.locator("#stage-bars .stage-bar").all()) >= 2  # the whole step and at least one stage
     assert page.locator("#stream-list .stream-item.selected").get_attribute("data-id") == stream_id
     page.screenshot(path=str(RESULTS / "client-demo.png"), full_page=True)
+    page.click("#stream-list .stream-item.selected button:has-text('Checkpoint')")
+    page.locator("#toast").wait_for(state="visible", timeout=20_000)
+    assert "checkpoint saved" in page.inner_text("#toast")
 
     # Deep link: a fresh page on /?stream=<id> shows that stream; a fresh page on / opens the running one.
     for url in (f"{server}/?stream={stream_id}", server):

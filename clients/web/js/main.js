@@ -52,7 +52,8 @@ function showKindFields() {
 function streamSpec() {
   const kind = selectedKind();
   const [width, height] = $("size").value.split("x").map(Number);
-  const spec = { fps: Number($("fps").value), width, height, stages: Number($("stages").value), lr: Number($("lr").value) };
+  const spec = { fps: Number($("fps").value), width, height, stages: Number($("stages").value) };
+  if ($("lr").value) spec.lr = Number($("lr").value);
   const name = $("name").value.trim();
   if (name) spec.name = name;
   if (kind === "demo") spec.source = "demo";
@@ -126,7 +127,7 @@ async function checkpoint(id, button) {
     if (type.includes("json")) {
       const info = await res.json();
       if (info.url) window.location.assign(info.url);
-      else toast(`checkpoint saved${info.path ? `: ${info.path}` : ""}`);
+      else toast(`checkpoint saved${info.frames != null ? ` after ${info.frames} frames` : ""}${info.name ? ` as “${info.name}”` : ""}`, "good");
       return;
     }
     const blob = await res.blob();
@@ -136,7 +137,7 @@ async function checkpoint(id, button) {
     a.click();
     setTimeout(() => URL.revokeObjectURL(a.href), 10_000);
   } catch (err) {
-    toast(`checkpoint failed: ${err.message}`);
+    toast(`checkpoint failed: ${err.message}`, "bad");
   } finally {
     button.disabled = false;
   }
@@ -150,15 +151,19 @@ async function remove(id, button) {
     await api.remove(id);
     if (state.selected === id) close();
   } catch (err) {
-    toast(`could not delete: ${err.message}`);
+    toast(`could not delete: ${err.message}`, "bad");
   }
   await refreshList();
 }
 
-function toast(text) {
-  const banner = $("live-error");
-  banner.textContent = text;
-  banner.hidden = false;
+/** A short notice in the corner that goes away by itself. */
+function toast(text, kind = "good") {
+  const box = $("toast");
+  box.textContent = text;
+  box.dataset.kind = kind;
+  box.hidden = false;
+  clearTimeout(toast.timer);
+  toast.timer = setTimeout(() => (box.hidden = true), 5000);
 }
 
 // ---------- live view ----------
@@ -249,7 +254,9 @@ function onConnection(kind, detail) {
   else if (kind === "connecting") setLiveState("connecting");
   else if (kind === "closed" && detail) {
     setLiveState("closed", "error");
-    toast(detail);
+    const banner = $("live-error");
+    banner.textContent = detail;
+    banner.hidden = false;
   }
 }
 
