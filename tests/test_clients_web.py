@@ -112,13 +112,24 @@ def start(page, kind: str, url: str = "") -> str:
     return page.url.split("stream=")[1]
 
 
+def wait_for_points(page, chart: str, n: int, timeout_s: float) -> None:
+    """Waits until a chart holds n points; on timeout saves what the page showed and says what state it was in."""
+    try:
+        page.wait_for_function(f"() => +document.querySelector('{chart}').dataset.points >= {n}", timeout=timeout_s * 1e3)
+    except sync_api.TimeoutError:
+        page.screenshot(path=str(RESULTS / "client-failure.png"), full_page=True)
+        state, error = page.inner_text("#live-state"), page.inner_text("#live-error")
+        points = page.get_attribute(chart, "data-points")
+        raise AssertionError(f"{chart}: {points} of {n} points after {timeout_s} s; state {state!r}, error {error!r}")
+
+
 def losses(page) -> list[float]:
     return page.evaluate("() => window.overtime.charts.loss.data[1]")
 
 
 def test_demo_stream_draws_overlay_loss_and_budget(page, server):
     stream_id = start(page, "demo")
-    page.wait_for_function("() => +document.querySelector('#chart-loss').dataset.points >= 20", timeout=60_000)
+    wait_for_points(page, "#chart-loss", 20, timeout_s=90)
     first = page.evaluate(CANVAS_STATS, "#view")
     page.wait_for_timeout(600)
     second = page.evaluate(CANVAS_STATS, "#view")
@@ -138,14 +149,14 @@ def test_demo_stream_draws_overlay_loss_and_budget(page, server):
     for url in (f"{server}/?stream={stream_id}", server):
         other = page.context.new_page()
         other.goto(url)
-        other.wait_for_function("() => +document.querySelector('#chart-loss').dataset.points >= 3", timeout=20_000)
+        wait_for_points(other, "#chart-loss", 3, timeout_s=30)
         assert other.url.endswith(f"?stream={stream_id}")
         other.close()
 
     phone = page.context.browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2)
     mobile = phone.new_page()
     mobile.goto(f"{server}/?stream={stream_id}")
-    mobile.wait_for_function("() => +document.querySelector('#chart-loss').dataset.points >= 3", timeout=20_000)
+    wait_for_points(mobile, "#chart-loss", 3, timeout_s=30)
     assert mobile.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth + 1"), "sideways scroll"
     mobile.screenshot(path=str(RESULTS / "client-phone.png"), full_page=True)
     phone.close()
@@ -154,7 +165,7 @@ def test_demo_stream_draws_overlay_loss_and_budget(page, server):
 
 def test_webcam_stream_learns(page, server):
     start(page, "webcam")
-    page.wait_for_function("() => +document.querySelector('#chart-loss').dataset.points >= 40", timeout=60_000)
+    wait_for_points(page, "#chart-loss", 40, timeout_s=90)
     values = [v for v in losses(page) if v is not None]
     head, tail = np.mean(values[:10]), np.mean(values[-10:])
     page.screenshot(path=str(RESULTS / "client-webcam.png"), full_page=True)

@@ -202,7 +202,9 @@ function describe(s) {
   if (s.fps) parts.push(`${s.fps} fps (ΔS ${ms(1 / s.fps)})`);
   if (s.width) parts.push(`${s.width}×${s.height}`);
   if (s.stages) parts.push(`${s.stages} stages`);
-  if (s.lr) parts.push(`lr ${s.lr}`);
+  if (s.lr) parts.push(`lr ${num(s.lr, 2)}`);
+  if (s.model) parts.push(`${s.model} net`);
+  if (s.resumed_from) parts.push(`resumed after ${s.resumed_from} frames`);
   return parts.join(" · ");
 }
 
@@ -265,6 +267,7 @@ function onFrame({ metrics: m, images }) {
     view.show(images);
     $("view-empty").hidden = true;
     applyCapabilities(view.capabilities(images));
+    fitAspect();
   }
   setLiveState("running");
   const now = performance.now();
@@ -335,6 +338,14 @@ function renderStageBars(step, stages, ds) {
   });
 }
 
+/** The picture box takes the stream's aspect ratio (twice as wide side by side), so nothing is letterboxed. */
+function fitAspect() {
+  const img = view.images && Object.values(view.images)[0];
+  if (!img) return;
+  const split = view.mode === "split" && view.capabilities(view.images).split;
+  $("view").parentElement.style.aspectRatio = `${img.width * (split ? 2 : 1)} / ${img.height}`;
+}
+
 function applyCapabilities(caps) {
   for (const mode of ["split", "raw", "flow"]) {
     const input = $(`mode-${mode}`);
@@ -353,7 +364,7 @@ function bindControls() {
   document.querySelectorAll('input[name="mode"]').forEach((r) =>
     r.addEventListener("change", () => {
       view.mode = r.value;
-      $("view").parentElement.classList.toggle("split", r.value === "split");
+      fitAspect();
       view.render();
     }),
   );

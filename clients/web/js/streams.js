@@ -1,17 +1,18 @@
 // The list of streams: state, errors in words, reconnects, and the actions on each (open, checkpoint, delete).
 import { errorWords, shortSource } from "./format.js";
 
-const COUNTER_ORDER = ["processed", "decoded", "dropped", "reconnects", "restarts"];
+// Counters worth a glance: always these, then any other that is not zero (restarts, non-finite losses, ...).
+const ALWAYS = ["processed", "dropped", "reconnects"];
+const QUIET = new Set(["decoded", "resampled"]); // bookkeeping of the decoder, not news
 
 function counterText(counters) {
   if (!counters || typeof counters !== "object") return "";
-  const keys = Object.keys(counters).sort((a, b) => rank(a) - rank(b));
-  return keys
+  const rest = Object.keys(counters).filter((k) => !ALWAYS.includes(k) && !QUIET.has(k) && counters[k]);
+  return [...ALWAYS.filter((k) => k in counters), ...rest]
     .filter((k) => typeof counters[k] === "number")
     .map((k) => `${k.replaceAll("_", " ")} ${counters[k]}`)
     .join(" · ");
 }
-const rank = (k) => (COUNTER_ORDER.indexOf(k) + 1 || 99);
 
 function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
