@@ -42,6 +42,7 @@ export class LiveChart {
       series: [{ label: "frame" }, ...series.map((s) => ({ points: { show: false }, width: 1.5, ...s }))],
     };
     this.plot = new uPlot(opts, this.data, this.el);
+    this.resize(); // now that the legend exists, leave room for its real height
     this.el.dataset.points = String(this.data[0].length);
   }
 
@@ -50,8 +51,12 @@ export class LiveChart {
     return { width: Math.max(120, this.el.clientWidth), height: Math.max(80, this.el.clientHeight - legend) };
   }
 
+  /** Fits the plot to its box; cheap when nothing changed, so it also runs before every redraw (the legend's
+   * height changes when it wraps, which no ResizeObserver on the box would see). */
   resize() {
-    if (this.plot) this.plot.setSize(this.size());
+    if (!this.plot) return;
+    const size = this.size();
+    if (size.width !== this.plot.width || size.height !== this.plot.height) this.plot.setSize(size);
   }
 
   push(x, ys) {
@@ -64,6 +69,7 @@ export class LiveChart {
       this.queued = true;
       requestAnimationFrame(() => {
         this.queued = false;
+        this.resize();
         this.plot.setData(this.data);
       });
     }
