@@ -12,7 +12,6 @@ Two executors share the action interpreter (``interpreter.py``):
 
 from __future__ import annotations
 
-import os
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -37,7 +36,8 @@ class LocalRuntime:
         self.interpreter = Interpreter(dict(enumerate(stages)), self.transport, loss_fn, len(stages) - 1)
         self._pool: ThreadPoolExecutor | None = None
         if not self.cuda and len(stages) > 1:
-            threads = max(1, (os.cpu_count() or 1) // len(stages))
+            # Split this process's intra-op budget between the stages that now run at once.
+            threads = max(1, torch.get_num_threads() // len(stages))
             self._pool = ThreadPoolExecutor(
                 len(stages), thread_name_prefix="stage", initializer=torch.set_num_threads, initargs=(threads,)
             )
