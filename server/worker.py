@@ -55,6 +55,18 @@ class CheckpointMismatch(Exception):
     pass
 
 
+MAX_FLOW_PX = 1e4  # no real motion is this large; such a flow means the weights have blown up
+
+
+def guarded_flow_loss(flow: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
+    """``flow_loss``, but a blown-up flow gives a NaN loss instead of reaching ``grid_sample``, whose CPU backward
+    crashes the process on NaN or huge coordinates (the NaN loss then triggers the learner's recovery)."""
+    magnitude = flow.detach().abs().max()
+    if not bool(torch.isfinite(magnitude)) or float(magnitude) > MAX_FLOW_PX:
+        return flow.sum() * float("nan")
+    return flow_loss(flow, frames)
+
+
 class Learner:
     """The pipeline, its learning rate and its checkpoints."""
 
@@ -70,13 +82,16 @@ class Learner:
         devices = list(cfg.devices) if cfg.devices else None
         # A resumed stream keeps its checkpoint's split (profiling could pick another one and the weights would
         # not fit); a new one is balanced by measured layer costs.
-        layers = saved["pipeline"]["balance"] if saved else balance(model, sample, cfg.stages, devices, flow_loss)
+        layers = saved["pipeline"]["balance"] if saved else None
+        if layers is None and cfg.stages > 1:
+            layers = balance(model, sample, cfg.stages, devices, guarded_flow_loss)
         self.pipe = Pipeline(
             model,
             sample,
+            stages=cfg.stages,
             balance=layers,
             devices=devices,
-            loss_fn=flow_loss,
+            loss_fn=guarded_flow_loss,
             sample_target=sample,
             optimizer=flow_optimizer(self.lr),
             schedule=cfg.schedule,

@@ -115,7 +115,9 @@ def start(page, kind: str, url: str = "") -> str:
 def wait_for_points(page, chart: str, n: int, timeout_s: float) -> None:
     """Waits until a chart holds n points; on timeout saves what the page showed and says what state it was in."""
     try:
-        page.wait_for_function(f"() => +document.querySelector('{chart}').dataset.points >= {n}", timeout=timeout_s * 1e3)
+        page.wait_for_function(
+            f"() => +document.querySelector('{chart}').dataset.points >= {n}", timeout=timeout_s * 1e3
+        )
     except sync_api.TimeoutError:
         page.screenshot(path=str(RESULTS / "client-failure.png"), full_page=True)
         state, error = page.inner_text("#live-state"), page.inner_text("#live-error")

@@ -303,6 +303,15 @@ def test_max_streams_is_429(server):
             delete(server, sid)
 
 
+def test_nonfinite_loss_halves_lr_and_keeps_going(server):
+    sid = create(server, source="file:clip.mp4", name="blowup", fps=15, loop=True, lr=10.0)["id"]
+    info = server.wait_for(sid, lambda i: i["counters"]["nonfinite_losses"] >= 3, what="non-finite losses")
+    assert info["lr"] <= 10.0 / 8 and info["state"] in ("starting", "running")
+    assert metric(server.metrics(), "overtime_nonfinite_losses_total", stream=sid) >= 3
+    server.wait_for(sid, lambda i: i["counters"]["processed"] > 0, what="frames processed after the blow-ups")
+    delete(server, sid)
+
+
 # -- the whole server restarts ---------------------------------------------------------------------
 def test_server_restart_resumes_weights_by_name(server):
     sid = create(server, source="file:clip.mp4", name="resume", fps=15, loop=True)["id"]
