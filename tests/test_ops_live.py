@@ -45,8 +45,14 @@ from tests.ops_support import (
 pytestmark = pytest.mark.slow
 
 DEMO_FPS = 10.0
-# Small frames: the test needs ΔP and ΔS series, not a good flow, and shares 2 cores with the rest of the suite.
-DEMO_STREAM = {"source": "demo", "name": "ops-demo", "fps": DEMO_FPS, "width": 64, "height": 64}
+SERVE_FLAGS = (
+    "--demo-stream",
+    # Small frames: the test needs ΔP and ΔS series, not a good flow, and shares 2 cores with the rest of the suite.
+    *("--fps", str(DEMO_FPS), "--width", "64", "--height", "64"),
+    # A generous stall timeout: on a loaded machine the worker's start (torch import, model build) can outlast the
+    # default, and stall detection is the server tests' business, not this one's.
+    *("--read-timeout-s", "60"),
+)
 T = TypeVar("T")
 
 
@@ -107,13 +113,12 @@ class LiveServer:
 
 @pytest.fixture(scope="module")
 def overtime(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """`overtime serve` on a free loopback port with one demo stream learning at DEMO_FPS, and one viewer."""
-    # A generous stall timeout: on a loaded machine the worker's start (torch import, model build) can outlast the
-    # default, and stall detection is the server tests' business, not this one's.
-    with ServerProcess(tmp_path_factory.mktemp("overtime"), "--read-timeout-s", "60") as server:
-        created = server.client.post("/api/streams", json=DEMO_STREAM)
-        assert created.status_code == 201, created.text
-        stream = created.json()["id"]
+    """`overtime serve` as docker-compose.yml runs it (the demo stream started with the server), on a free loopback
+    port, small frames at DEMO_FPS, and one viewer."""
+    with ServerProcess(tmp_path_factory.mktemp("overtime"), *SERVE_FLAGS) as server:
+        (demo,) = [s for s in server.client.get("/api/streams").json() if s["name"] == "demo"]
+        assert demo["fps"] == DEMO_FPS and demo["source"] == "demo"
+        stream = demo["id"]
         viewer = Viewer(f"{server.ws_url}/ws/streams/{stream}")
         try:
             server.wait_for(stream, lambda info: info["counters"]["processed"] >= 3, 120, "three processed frames")
