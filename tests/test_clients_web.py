@@ -53,8 +53,8 @@ CHART_INK = """sel => {
 }"""
 
 
-def fake_camera_y4m(path: Path, frames: int = 60) -> Path:
-    """A textured scene panning diagonally: real motion for the webcam stream to learn."""
+def fake_camera_y4m(path: Path, frames: int = 150) -> Path:
+    """A textured scene panning diagonally, 1 px per frame: real, learnable motion for the webcam stream."""
     rng = np.random.default_rng(0)
     texture = cv2.GaussianBlur(rng.integers(0, 255, (480, 480, 3), dtype=np.uint8), (0, 0), 3)
     texture = cv2.normalize(texture, None, 0, 255, cv2.NORM_MINMAX)
@@ -62,7 +62,7 @@ def fake_camera_y4m(path: Path, frames: int = 60) -> Path:
         stream = out.add_stream("rawvideo", rate=10)
         stream.width, stream.height, stream.pix_fmt = 160, 120, "yuv420p"
         for i in range(frames):
-            crop = np.ascontiguousarray(texture[20 + 2 * i : 140 + 2 * i, 20 + 3 * i : 180 + 3 * i])
+            crop = np.ascontiguousarray(texture[20 + i : 140 + i, 20 + i : 180 + i])
             out.mux(stream.encode(av.VideoFrame.from_ndarray(crop, format="rgb24").reformat(format="yuv420p")))
         out.mux(stream.encode(None))
     return path
@@ -96,17 +96,17 @@ def page(browser, server):
 
 
 def delete_all(server: str) -> None:
-    with urllib.request.urlopen(server + "/api/streams", timeout=5) as res:
+    with urllib.request.urlopen(server + "/api/streams", timeout=30) as res:
         body = json.load(res)
     for s in body if isinstance(body, list) else body["streams"]:
-        urllib.request.urlopen(urllib.request.Request(f"{server}/api/streams/{s['id']}", method="DELETE"), timeout=5)
+        urllib.request.urlopen(urllib.request.Request(f"{server}/api/streams/{s['id']}", method="DELETE"), timeout=60)
 
 
-def start(page, kind: str, url: str = "") -> str:
+def start(page, kind: str, url: str = "", fps: int = 10) -> str:
     page.click(f"label[for=kind-{kind}]")
     if url:
         page.fill("#source-url", url)
-    page.fill("#fps", "10")
+    page.fill("#fps", str(fps))
     page.click("#start-button")
     page.wait_for_url("**/?stream=*", timeout=15_000)
     return page.url.split("stream=")[1]
@@ -166,13 +166,13 @@ def test_demo_stream_draws_overlay_loss_and_budget(page, server):
 
 
 def test_webcam_stream_learns(page, server):
-    start(page, "webcam")
-    wait_for_points(page, "#chart-loss", 40, timeout_s=150)
+    start(page, "webcam", fps=5)
+    wait_for_points(page, "#chart-loss", 50, timeout_s=150)
     values = [v for v in losses(page) if v is not None]
-    head, tail = np.mean(values[:10]), np.mean(values[-10:])
+    head, tail = np.mean(values[:15]), np.mean(values[-15:])
     page.screenshot(path=str(RESULTS / "client-webcam.png"), full_page=True)
     delete_all(server)
-    assert tail < head, f"webcam loss did not go down: first 10 frames {head:.4g}, last 10 {tail:.4g}"
+    assert tail < head, f"webcam loss did not go down: first 15 frames {head:.4g}, last 15 {tail:.4g}: {values}"
 
 
 def test_unreachable_url_shows_its_error(page, server):

@@ -27,7 +27,11 @@ const state = {
 const view = new FlowView($("view"));
 const charts = {
   loss: new LiveChart($("chart-loss"), { series: lossSeries(), yLabel: "loss", log: true }),
-  budget: new LiveChart($("chart-budget"), { series: budgetSeries(0, () => state.budgetMs), yLabel: "ms" }),
+  budget: new LiveChart($("chart-budget"), {
+    series: budgetSeries(0, () => state.budgetMs),
+    yLabel: "ms",
+    yRange: (u, min, max) => [0, max * 1.1], // from zero: how much of the budget is used, at a glance
+  }),
   dropped: new LiveChart($("chart-dropped"), {
     series: [{ label: "dropped", stroke: COLORS.bad, fill: "rgba(255,93,108,.12)", width: 1.5, legendColor: COLORS.bad }],
     yLabel: "frames",
@@ -343,7 +347,7 @@ function fitAspect() {
   const img = view.images && Object.values(view.images)[0];
   if (!img) return;
   const split = view.mode === "split" && view.capabilities(view.images).split;
-  $("view").parentElement.style.aspectRatio = `${img.width * (split ? 2 : 1)} / ${img.height}`;
+  $("view").parentElement.style.setProperty("--ar", String((img.width * (split ? 2 : 1)) / img.height));
 }
 
 function applyCapabilities(caps) {
