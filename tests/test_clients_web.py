@@ -158,7 +158,7 @@ def test_demo_stream_draws_overlay_loss_and_budget(page, server):
     phone = page.context.browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2)
     mobile = phone.new_page()
     mobile.goto(f"{server}/?stream={stream_id}")
-    wait_for_points(mobile, "#chart-loss", 3, timeout_s=30)
+    wait_for_points(mobile, "#chart-loss", 10, timeout_s=30)
     assert mobile.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth + 1"), "sideways scroll"
     mobile.screenshot(path=str(RESULTS / "client-phone.png"), full_page=True)
     phone.close()
