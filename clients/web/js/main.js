@@ -110,6 +110,13 @@ async function refreshList() {
   $("stream-count").textContent = state.streams.length ? `(${state.streams.length})` : "";
   renderStreams($("stream-list"), state.streams, state.selected, { open, checkpoint, remove });
   const current = state.streams.find((s) => s.id === state.selected);
+  if (state.selected && !current) {
+    // Deleted elsewhere, or a stale link: say so instead of reconnecting forever.
+    const gone = state.selected;
+    close({ push: false });
+    $("live-error").textContent = `stream ${gone} does not exist (any more)`;
+    $("live-error").hidden = false;
+  }
   if (current) {
     $("live-title").textContent = current.name || current.id;
     if (!state.pumps.has(current.id)) $("live-sub").textContent = describe(current);
