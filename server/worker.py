@@ -15,6 +15,7 @@ import os
 import queue
 import signal
 import time
+import zlib
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,18 @@ class CheckpointMismatch(Exception):
     pass
 
 
+MAX_FLOW_PX = 1e4  # no real motion is this large; such a flow means the weights have blown up
+
+
+def guarded_flow_loss(flow: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
+    """``flow_loss``, but a blown-up flow gives a NaN loss instead of reaching ``grid_sample``, whose CPU backward
+    crashes the process on NaN or huge coordinates (the NaN loss then triggers the learner's recovery)."""
+    magnitude = flow.detach().abs().max()
+    if not bool(torch.isfinite(magnitude)) or float(magnitude) > MAX_FLOW_PX:
+        return flow.sum() * float("nan")
+    return flow_loss(flow, frames)
+
+
 class Learner:
     """The pipeline, its learning rate and its checkpoints."""
 
@@ -64,19 +77,23 @@ class Learner:
         if saved is not None:
             self._check_compatible(saved)
         sample = torch.zeros(1, 6, cfg.height, cfg.width)
+        torch.manual_seed(zlib.crc32(cfg.name.encode()))  # a new stream's initial weights depend on its name only
         # An explicit lr wins (a restart after a crash passes a halved one); else the checkpoint's; else the default.
         self.lr = cfg.lr or (float(saved["lr"]) if saved else lr_for_stages(BASE_LR, cfg.stages))
         model = build_flow_net(cfg.model)
         devices = list(cfg.devices) if cfg.devices else None
         # A resumed stream keeps its checkpoint's split (profiling could pick another one and the weights would
         # not fit); a new one is balanced by measured layer costs.
-        layers = saved["pipeline"]["balance"] if saved else balance(model, sample, cfg.stages, devices, flow_loss)
+        layers = saved["pipeline"]["balance"] if saved else None
+        if layers is None and cfg.stages > 1:
+            layers = balance(model, sample, cfg.stages, devices, guarded_flow_loss)
         self.pipe = Pipeline(
             model,
             sample,
+            stages=cfg.stages,
             balance=layers,
             devices=devices,
-            loss_fn=flow_loss,
+            loss_fn=guarded_flow_loss,
             sample_target=sample,
             optimizer=flow_optimizer(self.lr),
             schedule=cfg.schedule,
@@ -127,11 +144,9 @@ class Learner:
         self.nonfinite += 1
 
 
-def run_worker(
-    cfg: WorkerConfig, ring_spec: RingSpec, slots: Any, out: Any, control: Any, stop: Any, ready: Any
-) -> None:
+def run_worker(cfg: WorkerConfig, ring_spec: RingSpec, slots: Any, out: Any, control: Any) -> None:
     """Process entry point; publishes dict messages on ``out`` (see ``session.py`` for their use)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the API process stops us through ``stop``
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the API process stops us through the ring's stop flag
     parent = os.getppid()
     ring = FrameRing.attach(ring_spec)
     try:
@@ -144,9 +159,9 @@ def run_worker(
         out.put({"type": "error", "code": errors.WORKER_FAILED, "message": f"{type(exc).__name__}: {exc}"})
         return
     out.put({"type": "ready", "resumed_from": learner.resumed_from, "lr": learner.lr, "balance": learner.pipe.balance})
-    ready.set()
+    ring.set_ready()
     try:
-        _learn(cfg, learner, ring, slots, out, control, stop, parent)
+        _learn(cfg, learner, ring, slots, out, control, parent)
     finally:
         frames = learner.save()
         out.put({"type": "checkpoint", "frames": frames, "request": None})
@@ -154,12 +169,12 @@ def run_worker(
         ring.close()
 
 
-def _learn(cfg: WorkerConfig, learner: Learner, ring: FrameRing, slots: Any, out: Any, control: Any, stop: Any,
+def _learn(cfg: WorkerConfig, learner: Learner, ring: FrameRing, slots: Any, out: Any, control: Any,
            parent: int) -> None:  # fmt: skip
     previous: np.ndarray | None = None
     pending: deque[tuple[np.ndarray, float]] = deque()  # frames inside the pipeline, oldest first
     last_save = time.monotonic()
-    while not stop.is_set() and os.getppid() == parent:
+    while not ring.stopping and os.getppid() == parent:
         _serve_control(learner, control, out)
         if time.monotonic() - last_save >= cfg.checkpoint_interval_s:
             out.put({"type": "checkpoint", "frames": learner.save(), "request": None})
