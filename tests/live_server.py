@@ -33,6 +33,7 @@ def live_server(workdir: Path, **settings: str) -> Iterator[str]:
         "OVERTIME_CHECKPOINT_DIR": str(workdir / "checkpoints"),
         "OVERTIME_WEB_DIR": str(ROOT / "clients" / "web"),
         "OVERTIME_ALLOW_PRIVATE": "true",
+        "OVERTIME_DEMO_STREAM": "false",  # the tests start their own streams
         "OVERTIME_READ_TIMEOUT_S": "60",  # a loaded CI box can take tens of seconds to start a stream's processes
         **{f"OVERTIME_{k.upper()}": v for k, v in settings.items()},
     }
