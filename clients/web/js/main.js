@@ -246,8 +246,14 @@ function showStreamInfo(s) {
   const banner = $("live-error");
   banner.hidden = !words;
   banner.textContent = words;
-  if (s.state === "error" || s.state === "ended") {
-    $("view-empty").textContent = s.state === "ended" ? "the stream has ended" : words || "error";
+  const waiting = {
+    starting: "starting the decoder and the network…",
+    reconnecting: `reconnecting to the source${s.counters?.reconnects ? ` (attempt ${s.counters.reconnects})` : ""}…`,
+    ended: "the stream has ended",
+    error: words || "error",
+  }[s.state];
+  if (waiting) {
+    $("view-empty").textContent = waiting;
     $("view-empty").hidden = Boolean(view.images);
   }
 }
