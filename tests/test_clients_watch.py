@@ -11,16 +11,19 @@ import av
 import pytest
 
 from clients import watch
-from tests.live_server import live_server
+from server.launch import ServerProcess
 
 pytestmark = pytest.mark.slow
+# Loopback sources allowed (the unreachable-URL case), no stream of the server's own, and patience with
+# stream start-up on a loaded 2-core box.
+SERVER_FLAGS = ("--allow-private", "--no-demo-stream", "--read-timeout-s", "60")
 FRAMES = 24
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with live_server(tmp_path_factory.mktemp("server")) as url:
-        yield url
+    with ServerProcess(tmp_path_factory.mktemp("server"), *SERVER_FLAGS) as srv:
+        yield srv.url
 
 
 def test_watch_demo_saves_video_and_metrics(server, tmp_path):

@@ -15,7 +15,7 @@ import cv2
 import numpy as np
 import pytest
 
-from tests.live_server import live_server
+from server.launch import ServerProcess
 
 sync_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -23,6 +23,9 @@ if not Path(CHROMIUM).exists():
     pytest.skip("Debian's chromium is not installed (apt-get install chromium)", allow_module_level=True)
 
 pytestmark = pytest.mark.slow
+# Loopback sources allowed (the unreachable-URL case), no stream of the server's own, and patience with
+# stream start-up on a loaded 2-core box.
+SERVER_FLAGS = ("--allow-private", "--no-demo-stream", "--read-timeout-s", "60")
 RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
 ARGS = [
     "--headless",
@@ -70,8 +73,8 @@ def fake_camera_y4m(path: Path, frames: int = 150) -> Path:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with live_server(tmp_path_factory.mktemp("server")) as url:
-        yield url
+    with ServerProcess(tmp_path_factory.mktemp("server"), *SERVER_FLAGS) as srv:
+        yield srv.url
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +201,8 @@ def test_rejected_source_shows_server_message(page):
 
 
 def test_token_is_asked_once_per_tab(browser, tmp_path):
-    with live_server(tmp_path, token="s3cret") as url:
+    with ServerProcess(tmp_path, *SERVER_FLAGS, token="s3cret") as srv:
+        url = srv.url
         context = browser.new_context()
         pg = context.new_page()
         pg.goto(url)
