@@ -42,7 +42,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--url", default=os.environ.get("OVERTIME_URL", "http://127.0.0.1:8000"), help="server base URL")
     p.add_argument("--token", default=os.environ.get("OVERTIME_TOKEN"), help="API token (or $OVERTIME_TOKEN)")
     p.add_argument("--frames", type=int, metavar="N", help="stop after N frames (default: until the stream ends)")
-    p.add_argument("--idle-timeout", type=float, default=30.0, metavar="S", help="give up after S s without frames")
+    p.add_argument("--idle-timeout", type=float, default=60.0, metavar="S", help="give up after S s without messages")
     p.add_argument("--keep", action="store_true", help="keep a stream this command created when it exits")
     new = p.add_argument_group("new stream (when given a source)")
     new.add_argument("--fps", type=float)
@@ -68,6 +68,7 @@ class Progress:
         self.tty = self.out.isatty()
         self.times: list[float] = []
         self.last_print = 0.0
+        self.line_open = False
 
     def update(self, m: dict) -> None:
         now = time.monotonic()
@@ -81,13 +82,21 @@ class Progress:
         if self.tty:
             self.out.write("\r" + line.ljust(78))
             self.out.flush()
+            self.line_open = True
         elif now - self.last_print >= 1.0:
             self.out.write(line + "\n")
             self.last_print = now
 
+    def note(self, state: str, words: str) -> None:
+        """A state change (starting, reconnecting, ...) on a line of its own."""
+        self.done()
+        self.out.write(f"stream {state}{': ' + words if words else ''}\n")
+        self.out.flush()
+
     def done(self) -> None:
-        if self.tty:
+        if self.line_open:
             self.out.write("\n")
+            self.line_open = False
 
 
 def fail(code: int, message: str) -> int:
@@ -123,6 +132,8 @@ def follow(api: StreamApi, stream: dict, args: argparse.Namespace) -> int:
                 if item.get("state") == "error" or item.get("type") == "error":
                     progress.done()
                     return fail(STREAM_FAILED, f"stream {stream['id']}: {error_words(item.get('error') or item)}")
+                if item.get("state"):
+                    progress.note(item["state"], error_words(item.get("error")))
                 continue
             m = item.metrics
             if video is not None:

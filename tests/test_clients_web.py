@@ -15,7 +15,7 @@ import cv2
 import numpy as np
 import pytest
 
-from tests.live_server import live_server
+from server.launch import ServerProcess
 
 sync_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -23,6 +23,9 @@ if not Path(CHROMIUM).exists():
     pytest.skip("Debian's chromium is not installed (apt-get install chromium)", allow_module_level=True)
 
 pytestmark = pytest.mark.slow
+# Loopback sources allowed (the unreachable-URL case), no stream of the server's own, and patience with
+# stream start-up on a loaded 2-core box.
+SERVER_FLAGS = ("--allow-private", "--no-demo-stream", "--read-timeout-s", "60")
 RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
 ARGS = [
     "--headless",
@@ -53,8 +56,8 @@ CHART_INK = """sel => {
 }"""
 
 
-def fake_camera_y4m(path: Path, frames: int = 60) -> Path:
-    """A textured scene panning diagonally: real motion for the webcam stream to learn."""
+def fake_camera_y4m(path: Path, frames: int = 150) -> Path:
+    """A textured scene panning diagonally, 1 px per frame: real, learnable motion for the webcam stream."""
     rng = np.random.default_rng(0)
     texture = cv2.GaussianBlur(rng.integers(0, 255, (480, 480, 3), dtype=np.uint8), (0, 0), 3)
     texture = cv2.normalize(texture, None, 0, 255, cv2.NORM_MINMAX)
@@ -62,7 +65,7 @@ def fake_camera_y4m(path: Path, frames: int = 60) -> Path:
         stream = out.add_stream("rawvideo", rate=10)
         stream.width, stream.height, stream.pix_fmt = 160, 120, "yuv420p"
         for i in range(frames):
-            crop = np.ascontiguousarray(texture[20 + 2 * i : 140 + 2 * i, 20 + 3 * i : 180 + 3 * i])
+            crop = np.ascontiguousarray(texture[20 + i : 140 + i, 20 + i : 180 + i])
             out.mux(stream.encode(av.VideoFrame.from_ndarray(crop, format="rgb24").reformat(format="yuv420p")))
         out.mux(stream.encode(None))
     return path
@@ -70,8 +73,8 @@ def fake_camera_y4m(path: Path, frames: int = 60) -> Path:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with live_server(tmp_path_factory.mktemp("server")) as url:
-        yield url
+    with ServerProcess(tmp_path_factory.mktemp("server"), *SERVER_FLAGS) as srv:
+        yield srv.url
 
 
 @pytest.fixture(scope="module")
@@ -96,17 +99,17 @@ def page(browser, server):
 
 
 def delete_all(server: str) -> None:
-    with urllib.request.urlopen(server + "/api/streams", timeout=5) as res:
+    with urllib.request.urlopen(server + "/api/streams", timeout=30) as res:
         body = json.load(res)
     for s in body if isinstance(body, list) else body["streams"]:
-        urllib.request.urlopen(urllib.request.Request(f"{server}/api/streams/{s['id']}", method="DELETE"), timeout=5)
+        urllib.request.urlopen(urllib.request.Request(f"{server}/api/streams/{s['id']}", method="DELETE"), timeout=60)
 
 
-def start(page, kind: str, url: str = "") -> str:
+def start(page, kind: str, url: str = "", fps: int = 10) -> str:
     page.click(f"label[for=kind-{kind}]")
     if url:
         page.fill("#source-url", url)
-    page.fill("#fps", "10")
+    page.fill("#fps", str(fps))
     page.click("#start-button")
     page.wait_for_url("**/?stream=*", timeout=15_000)
     return page.url.split("stream=")[1]
@@ -158,7 +161,7 @@ def test_demo_stream_draws_overlay_loss_and_budget(page, server):
     phone = page.context.browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2)
     mobile = phone.new_page()
     mobile.goto(f"{server}/?stream={stream_id}")
-    wait_for_points(mobile, "#chart-loss", 3, timeout_s=30)
+    wait_for_points(mobile, "#chart-loss", 10, timeout_s=30)
     assert mobile.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth + 1"), "sideways scroll"
     mobile.screenshot(path=str(RESULTS / "client-phone.png"), full_page=True)
     phone.close()
@@ -166,13 +169,13 @@ def test_demo_stream_draws_overlay_loss_and_budget(page, server):
 
 
 def test_webcam_stream_learns(page, server):
-    start(page, "webcam")
-    wait_for_points(page, "#chart-loss", 40, timeout_s=150)
+    start(page, "webcam", fps=5)
+    wait_for_points(page, "#chart-loss", 50, timeout_s=150)
     values = [v for v in losses(page) if v is not None]
-    head, tail = np.mean(values[:10]), np.mean(values[-10:])
+    head, tail = np.mean(values[:15]), np.mean(values[-15:])
     page.screenshot(path=str(RESULTS / "client-webcam.png"), full_page=True)
     delete_all(server)
-    assert tail < head, f"webcam loss did not go down: first 10 frames {head:.4g}, last 10 {tail:.4g}"
+    assert tail < head, f"webcam loss did not go down: first 15 frames {head:.4g}, last 15 {tail:.4g}: {values}"
 
 
 def test_unreachable_url_shows_its_error(page, server):
@@ -198,7 +201,8 @@ def test_rejected_source_shows_server_message(page):
 
 
 def test_token_is_asked_once_per_tab(browser, tmp_path):
-    with live_server(tmp_path, token="s3cret") as url:
+    with ServerProcess(tmp_path, *SERVER_FLAGS, token="s3cret") as srv:
+        url = srv.url
         context = browser.new_context()
         pg = context.new_page()
         pg.goto(url)

@@ -4,6 +4,7 @@ import uPlot from "../vendor/uplot/uPlot.esm.js";
 const WINDOW = 900; // frames kept per chart
 const AXIS = { stroke: "#8795ad", grid: { stroke: "rgba(255,255,255,.06)", width: 1 }, ticks: { stroke: "rgba(255,255,255,.12)", width: 1 } };
 export const COLORS = { good: "#3ddc84", bad: "#ff5d6c", budget: "#f5b642", accent: "#38e0c0", loss: "#7aa2ff", muted: "#8795ad" };
+const FRAME_STEPS = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000, 200000, 500000];
 const STAGE_COLORS = ["#7aa2ff", "#c792ea", "#38e0c0", "#f78c6c", "#82aaff", "#ffcb6b", "#89ddff", "#f07178"];
 
 /** A chart whose data grows one x value at a time. `series` = uPlot series after x (with a `legendColor`). */
@@ -36,7 +37,7 @@ export class LiveChart {
       legend: { markers: { stroke: (u, i) => u.series[i].legendColor || COLORS.muted, fill: () => "transparent" } },
       scales: { x: { time: false }, y: { distr: log ? 3 : 1, ...(yRange ? { range: yRange } : {}) } },
       axes: [
-        { ...AXIS, size: 28 },
+        { ...AXIS, size: 28, incrs: FRAME_STEPS }, // frames are whole numbers
         { ...AXIS, size: 52, label: yLabel, labelSize: 16, labelFont: "11px system-ui", values: (u, vals) => vals.map(tick) },
       ],
       series: [{ label: "frame" }, ...series.map((s) => ({ points: { show: false }, width: 1.5, ...s }))],

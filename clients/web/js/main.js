@@ -27,7 +27,11 @@ const state = {
 const view = new FlowView($("view"));
 const charts = {
   loss: new LiveChart($("chart-loss"), { series: lossSeries(), yLabel: "loss", log: true }),
-  budget: new LiveChart($("chart-budget"), { series: budgetSeries(0, () => state.budgetMs), yLabel: "ms" }),
+  budget: new LiveChart($("chart-budget"), {
+    series: budgetSeries(0, () => state.budgetMs),
+    yLabel: "ms",
+    yRange: (u, min, max) => [0, max * 1.1], // from zero: how much of the budget is used, at a glance
+  }),
   dropped: new LiveChart($("chart-dropped"), {
     series: [{ label: "dropped", stroke: COLORS.bad, fill: "rgba(255,93,108,.12)", width: 1.5, legendColor: COLORS.bad }],
     yLabel: "frames",
@@ -106,6 +110,13 @@ async function refreshList() {
   $("stream-count").textContent = state.streams.length ? `(${state.streams.length})` : "";
   renderStreams($("stream-list"), state.streams, state.selected, { open, checkpoint, remove });
   const current = state.streams.find((s) => s.id === state.selected);
+  if (state.selected && !current) {
+    // Deleted elsewhere, or a stale link: say so instead of reconnecting forever.
+    const gone = state.selected;
+    close({ push: false });
+    $("live-error").textContent = `stream ${gone} does not exist (any more)`;
+    $("live-error").hidden = false;
+  }
   if (current) {
     $("live-title").textContent = current.name || current.id;
     if (!state.pumps.has(current.id)) $("live-sub").textContent = describe(current);
@@ -235,8 +246,14 @@ function showStreamInfo(s) {
   const banner = $("live-error");
   banner.hidden = !words;
   banner.textContent = words;
-  if (s.state === "error" || s.state === "ended") {
-    $("view-empty").textContent = s.state === "ended" ? "the stream has ended" : words || "error";
+  const waiting = {
+    starting: "starting the decoder and the network…",
+    reconnecting: `reconnecting to the source${s.counters?.reconnects ? ` (attempt ${s.counters.reconnects})` : ""}…`,
+    ended: "the stream has ended",
+    error: words || "error",
+  }[s.state];
+  if (waiting) {
+    $("view-empty").textContent = waiting;
     $("view-empty").hidden = Boolean(view.images);
   }
 }
@@ -343,7 +360,7 @@ function fitAspect() {
   const img = view.images && Object.values(view.images)[0];
   if (!img) return;
   const split = view.mode === "split" && view.capabilities(view.images).split;
-  $("view").parentElement.style.aspectRatio = `${img.width * (split ? 2 : 1)} / ${img.height}`;
+  $("view").parentElement.style.setProperty("--ar", String((img.width * (split ? 2 : 1)) / img.height));
 }
 
 function applyCapabilities(caps) {

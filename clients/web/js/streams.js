@@ -40,7 +40,7 @@ export function renderStreams(list, streams, selectedId, actions) {
       { class: `stream-item${s.id === selectedId ? " selected" : ""}`, dataset: { id: s.id, state: s.state }, onclick: () => actions.open(s.id) },
       el("div", { class: "row" }, el("span", { class: "title" }, s.name || s.id), el("span", { class: "pill", dataset: { state: s.state } }, s.state)),
       el("div", { class: "src", title: s.source || "" }, shortSource(s.source), s.fps ? ` · ${s.fps} fps` : "", s.width ? ` · ${s.width}×${s.height}` : ""),
-      err ? el("div", { class: "err" }, err) : null,
+      err ? el("div", { class: "err", title: err }, err) : null,
       el("div", { class: "counters" }, counterText(s.counters)),
       el(
         "div",
