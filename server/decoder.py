@@ -221,8 +221,9 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
     except (av.error.FFmpegError, OSError) as exc:
         # A read timeout surfaces as whatever the protocol makes of it (EIO, "ends prematurely", exit requested):
         # a live source that went silent for the read timeout before failing has stalled.
+        # PyAV's own timeout interrupts the read: that is "Immediate exit requested" (ExitError).
         silent = time.monotonic() - last_at
-        if cfg.source.live and silent >= 0.8 * cfg.read_timeout_s:
+        if isinstance(exc, av.error.ExitError) or (cfg.source.live and silent >= 0.8 * cfg.read_timeout_s):
             raise SourceError(errors.STALLED, f"no data from the source for {silent:.1f} s ({exc})") from exc
         raise SourceError(errors.DECODE_ERROR, f"decoding failed: {exc}") from exc
     finally:
