@@ -203,6 +203,40 @@ def test_live_mpegts_source_learns(server, media):
         ffmpeg.wait(10)
 
 
+# -- a browser webcam pushing JPEGs -----------------------------------------------------------------
+def test_webcam_ingest_learns(server, media):
+    info = create(server, source="webcam", name="cam", fps=15)
+    assert info["ingest"] == f"/ws/streams/{info['id']}/ingest"
+    frames = generate(SIZE, 300, seed=1).frames
+    jpegs = [cv2.imencode(".jpg", cv2.cvtColor(f, cv2.COLOR_RGB2BGR))[1].tobytes() for f in frames]
+
+    async def run() -> list[dict]:
+        got: list[dict] = []
+        async with (
+            websockets.connect(server.ws(info["ingest"])) as push,
+            websockets.connect(server.ws(info["ws"])) as view,
+        ):
+
+            async def send() -> None:
+                for i in range(100_000):
+                    await push.send(jpegs[i % len(jpegs)])
+                    await asyncio.sleep(1 / 15)
+
+            sender = asyncio.create_task(send())
+            async with asyncio.timeout(90):
+                while len(got) < 20:
+                    message = await view.recv()
+                    if isinstance(message, str) and json.loads(message)["type"] == "frame":
+                        got.append(json.loads(message))
+            sender.cancel()
+        return got
+
+    got = asyncio.run(run())
+    assert len(got) == 20 and all(np.isfinite(m["loss"]) for m in got)
+    assert server.stream(info["id"])["source_info"]["codec"] == "mjpeg"
+    delete(server, info["id"])
+
+
 # -- bad input -------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("body", "status", "code"),
