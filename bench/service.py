@@ -1,8 +1,8 @@
 """Service benchmark: the highest frame rate a stream sustains with zero drops while learning, and the
 capture -> overlay latency, measured through a real ``overtime serve`` and a WebSocket viewer.
 
-For each rate of a rising ladder, a fresh stream (128x128, the fast flow net, D stages) learns on a 60 fps
-ground-truth video (30 fps) resampled to that rate; after a warm-up, a window of ``--seconds`` must pass without a
+For each rate of a rising ladder, a fresh stream (128x128, the fast flow net, D stages) learns on a 30 fps
+ground-truth video resampled to that rate; after a warm-up, a window of ``--seconds`` must pass without a
 single frame dropped because the worker fell behind. Latency is the server's ``latency_s`` (decoder capture ->
 overlay message sent) over the window; the target is p95 <= (D+1)·ΔS + 30 ms.
 
