@@ -29,6 +29,7 @@ pytestmark = pytest.mark.slow
 TOKEN = "test-token"
 SIZE = 64
 FLAGS = (
+    "--no-demo-stream",
     "--allow-private",
     "--checkpoint-interval-s",
     "3",
@@ -152,7 +153,7 @@ def test_file_stream_learns_and_recovers(server):
     assert metric(text, "overtime_frame_interval_seconds", stream=sid) == pytest.approx(1 / 15)
     assert metric(text, "overtime_budget_ratio", stream=sid) > 0
     assert metric(text, "overtime_loss", stream=sid) > 0
-    assert metric(text, "overtime_streams", state="running") == 1
+    assert metric(text, "overtime_streams", state="running") == 1, server.client.get("/api/streams").text
     for name in ("overtime_source_reconnects_total", "overtime_ws_clients", "overtime_ws_dropped_total"):
         metric(text, name, stream=sid)
 
