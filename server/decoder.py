@@ -192,7 +192,7 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
         container.seek(int(cfg.start_at_s / stream.time_base), stream=stream)
     size: tuple[int, int] | None = None
     skip_until = 0.0 if cfg.source.live else cfg.start_at_s
-    offset, last = 0.0, 0.0
+    offset, last, last_at = 0.0, 0.0, time.monotonic()
     step = 1.0 / float(stream.average_rate or 30)
     try:
         while True:
@@ -208,7 +208,7 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
                 t = frame.time if frame.time is not None else count * step
                 if t < skip_until:
                     continue
-                last, count = t, count + 1
+                last, count, last_at = t, count + 1, time.monotonic()
                 rgb = frame.reformat(width=cfg.width, height=cfg.height, format="rgb24").to_ndarray()
                 yield rgb, offset + t, t
             if not cfg.loop or cfg.source.live or (count == 0 and not skip_until):
@@ -218,9 +218,13 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
             skip_until = 0.0
     except SourceError:
         raise
-    except (av.error.ExitError, av.error.TimeoutError, TimeoutError) as exc:
-        raise SourceError(errors.STALLED, f"no data from the source for {cfg.read_timeout_s:g} s") from exc
     except (av.error.FFmpegError, OSError) as exc:
+        # A read timeout surfaces as whatever the protocol makes of it (EIO, "ends prematurely", exit requested):
+        # a live source that went silent for the read timeout before failing has stalled.
+        # PyAV's own timeout interrupts the read: that is "Immediate exit requested" (ExitError).
+        silent = time.monotonic() - last_at
+        if isinstance(exc, av.error.ExitError) or (cfg.source.live and silent >= 0.8 * cfg.read_timeout_s):
+            raise SourceError(errors.STALLED, f"no data from the source for {silent:.1f} s ({exc})") from exc
         raise SourceError(errors.DECODE_ERROR, f"decoding failed: {exc}") from exc
     finally:
         container.close()

@@ -158,7 +158,7 @@ class StreamSession:
         self._closing = threading.Event()
         self._requests = itertools.count(1)
         self._acks: dict[int, tuple[threading.Event, list]] = {}
-        self._last_frame_at = time.monotonic()
+        self._last_frame_at: float | None = None
         metrics.frame_interval.labels(sid).set(1.0 / cfg.fps)
         for counter in (metrics.reconnects, metrics.worker_restarts, metrics.nonfinite, metrics.ws_dropped):
             counter.labels(sid)  # series exist (at 0) from the start, as Prometheus prefers
@@ -278,7 +278,7 @@ class StreamSession:
         decoder = SPAWN.Process(target=run_decoder, args=(dcfg, ring.spec, slots, events, ingest),
                                 name=f"overtime-decoder-{self.id}", daemon=True)  # fmt: skip
         decoder.start()  # the worker starts once the source opened: a bad source never costs a pipeline
-        self._last_frame_at = time.monotonic()
+        self._last_frame_at = None  # the stall watchdog starts when the worker is ready (frames flow from then on)
         return Generation(ring, slots, events, out, control, ingest, decoder, worker)
 
     def _watch(self, gen: Generation) -> Outcome:
@@ -302,7 +302,8 @@ class StreamSession:
                 return self._relay(gen, final=True) or Outcome(
                     "decoder", errors.DECODER_DIED, f"the decoder process died (exit code {gen.decoder.exitcode})"
                 )
-            if gen.ring.ready and time.monotonic() - self._last_frame_at > stall_s:
+            quiet = self._last_frame_at is not None and time.monotonic() - self._last_frame_at > stall_s
+            if quiet:
                 return Outcome("decoder", errors.STALLED, f"no frame from the source for {stall_s:g} s")
 
     def _relay(self, gen: Generation, final: bool = False) -> Outcome | None:

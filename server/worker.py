@@ -148,7 +148,10 @@ def run_worker(cfg: WorkerConfig, ring_spec: RingSpec, slots: Any, out: Any, con
     """Process entry point; publishes dict messages on ``out`` (see ``session.py`` for their use)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the API process stops us through the ring's stop flag
     parent = os.getppid()
-    ring = FrameRing.attach(ring_spec)
+    try:
+        ring = FrameRing.attach(ring_spec)
+    except FileNotFoundError:
+        return  # the stream was stopped before this process got going
     try:
         learner = Learner(cfg)
     except CheckpointMismatch as exc:

@@ -29,6 +29,7 @@ pytestmark = pytest.mark.slow
 TOKEN = "test-token"
 SIZE = 64
 FLAGS = (
+    "--no-demo-stream",
     "--allow-private",
     "--checkpoint-interval-s",
     "3",
@@ -152,7 +153,7 @@ def test_file_stream_learns_and_recovers(server):
     assert metric(text, "overtime_frame_interval_seconds", stream=sid) == pytest.approx(1 / 15)
     assert metric(text, "overtime_budget_ratio", stream=sid) > 0
     assert metric(text, "overtime_loss", stream=sid) > 0
-    assert metric(text, "overtime_streams", state="running") == 1
+    assert metric(text, "overtime_streams", state="running") == 1, server.client.get("/api/streams").text
     for name in ("overtime_source_reconnects_total", "overtime_ws_clients", "overtime_ws_dropped_total"):
         metric(text, name, stream=sid)
 
@@ -201,6 +202,40 @@ def test_live_mpegts_source_learns(server, media):
     finally:
         ffmpeg.kill()
         ffmpeg.wait(10)
+
+
+# -- a browser webcam pushing JPEGs -----------------------------------------------------------------
+def test_webcam_ingest_learns(server, media):
+    info = create(server, source="webcam", name="cam", fps=15)
+    assert info["ingest"] == f"/ws/streams/{info['id']}/ingest"
+    frames = generate(SIZE, 300, seed=1).frames
+    jpegs = [cv2.imencode(".jpg", cv2.cvtColor(f, cv2.COLOR_RGB2BGR))[1].tobytes() for f in frames]
+
+    async def run() -> list[dict]:
+        got: list[dict] = []
+        async with (
+            websockets.connect(server.ws(info["ingest"])) as push,
+            websockets.connect(server.ws(info["ws"])) as view,
+        ):
+
+            async def send() -> None:
+                for i in range(100_000):
+                    await push.send(jpegs[i % len(jpegs)])
+                    await asyncio.sleep(1 / 15)
+
+            sender = asyncio.create_task(send())
+            async with asyncio.timeout(90):
+                while len(got) < 20:
+                    message = await view.recv()
+                    if isinstance(message, str) and json.loads(message)["type"] == "frame":
+                        got.append(json.loads(message))
+            sender.cancel()
+        return got
+
+    got = asyncio.run(run())
+    assert len(got) == 20 and all(np.isfinite(m["loss"]) for m in got)
+    assert server.stream(info["id"])["source_info"]["codec"] == "mjpeg"
+    delete(server, info["id"])
 
 
 # -- bad input -------------------------------------------------------------------------------------
