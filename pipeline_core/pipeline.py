@@ -80,7 +80,8 @@ class Pipeline:
             for i, (part, dev) in enumerate(zip(parts, placed, strict=True))
         ]
         self.schedule = make_schedule(schedule, len(self.stages))
-        self.runtime = LocalRuntime(self.stages, loss_fn, slots=2, timeout=timeout)
+        self.schedule.check_input(tuple(sample_input.shape))
+        self.runtime = LocalRuntime(self.stages, loss_fn, slots=self.schedule.message_slots(), timeout=timeout)
         self._check_runs(sample_input)
         self._graphs = self._make_graphs(cuda_graph)
         self._step = 0  # step within the current epoch (numbering restarts after a flush)
