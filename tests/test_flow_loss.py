@@ -25,7 +25,7 @@ def test_identical_frames_zero_flow_have_zero_photometric_loss():
     frame = torch.rand(2, 3, 16, 16)
     frames = torch.cat([frame, frame], 1)
     zero = torch.zeros(2, 2, 16, 16)
-    assert photometric_loss(zero, frames, eps=0.0).item() == 0.0
+    assert photometric_loss(zero, frames, eps=0.0).item() < 1e-6  # float rounding of the sampling grid
     assert smoothness_loss(zero).item() == 0.0
 
 
@@ -35,7 +35,8 @@ def test_true_flow_beats_zero_flow_on_a_translated_pair():
     frames = torch.cat([image, cur], 1)
     truth = torch.zeros(1, 2, 32, 32)
     truth[:, 0] = 3.0
-    assert flow_loss(truth, frames) < 0.2 * flow_loss(torch.zeros_like(truth), frames)
+    assert photometric_loss(truth, frames, eps=0.0) < 1e-5  # exact at full resolution (wrapped columns masked)
+    assert flow_loss(truth, frames) < 0.3 * flow_loss(torch.zeros_like(truth), frames)  # and on the pyramid
 
 
 def test_loss_has_engine_signature_and_gradients():

@@ -13,8 +13,8 @@ def test_directions_have_wheel_colours_and_magnitude_saturates():
     flow = np.array([[[1.0, 0.0], [-1.0, 0.0], [0.0, 1.0], [0.5, 0.0]]], np.float32)
     img = flow_to_color(flow, max_magnitude=1.0).astype(int)
     right, left, down, half = img[0]
-    assert left[0] > 200 and left[1] < 60 and left[2] < 60  # -u is red (Middlebury)
-    assert right[2] > 200 and right[0] < 100  # +u is blue-cyan
+    assert right[0] > 200 and right[1] < 60 and right[2] < 60  # +u is red (Middlebury)
+    assert left[2] > 200 and left[0] < 60  # -u is cyan-blue
     assert not np.array_equal(down, right)
     assert (half >= right).all() and (half > right).any()  # half the speed: paler
 
