@@ -114,7 +114,7 @@ def run_classical(stream: Stream) -> dict[str, Scores]:
 def _smooth(values: np.ndarray, window: int = 9) -> np.ndarray:
     kernel = np.ones(window) / window
     filled = np.where(np.isfinite(values), values, np.nanmean(values))
-    return np.convolve(filled, kernel, mode="same")
+    return np.convolve(filled, kernel, mode="same") / np.convolve(np.ones_like(filled), kernel, mode="same")
 
 
 def plot(all_scores: dict[str, Scores], path: Path, title: str) -> None:
