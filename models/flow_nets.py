@@ -2,14 +2,16 @@
 
 Input (B, 6, H, W): previous and current RGB in [0, 1]; output (B, 2, H, W): flow (u, v) in pixels
 from the previous frame to the current one. Every layer passes ONE tensor to the next, so a stage
-boundary can fall anywhere; what a later layer needs travels inside that tensor as channels.
+boundary can fall anywhere; what a later layer needs travels inside that tensor as channels (the
+input frames ride along space-to-depth packed, see :class:`Carry`).
 
 Design (why): a net that only stacks 3x3 convs sees ~17 px and learns online slowly and unstably.
 These nets (1) encode both frames with shared (siamese) convs down to 1/4 resolution, (2) build a
 parameter-free local cost volume there (±``disp`` cells = ±4·disp px), (3) read it with a
-soft-argmax into an initial flow, so matching works from the first frames, and (4) refine with
-dilated convs (receptive field > 100 px) that add a residual to that flow; (5) upsample to full
-resolution. Learning then shapes the features and the refinement, frame after frame.
+soft-argmax into an initial flow, so matching works from the first frames, (4) refine with dilated
+convs (receptive field > 100 px) that add a residual to that flow, then (5) warp the current frame
+with the upsampled flow at 1/2 resolution and refine again from the warped residual image, which
+gives the sub-pixel precision the coarse cost volume lacks; (6) upsample to full resolution.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from .flow_loss import warp
 
 
 class SiameseConv(nn.Module):
@@ -35,11 +39,33 @@ class SiameseConv(nn.Module):
         return y.reshape(b, -1, *y.shape[-2:])
 
 
+class Carry(nn.Module):
+    """Run ``inner`` on the leading channels; the trailing ``carried`` channels (the input frames,
+    space-to-depth packed to the current resolution) pass through, re-packed when ``inner``
+    downsamples. ``carried=0`` starts the carry: the whole input is both processed and carried."""
+
+    def __init__(self, inner: nn.Module, carried: int) -> None:
+        super().__init__()
+        self.inner, self.carried = inner, carried
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.carried:
+            x, frames = x[:, : -self.carried], x[:, -self.carried :]
+        else:
+            frames = x
+        y = self.inner(x)
+        ratio = frames.shape[-1] // y.shape[-1]
+        if ratio > 1:
+            frames = F.pixel_unshuffle(frames, ratio)
+        return torch.cat([y, frames], 1)
+
+
 class CostVolume(nn.Module):
     """Features (B, 2C, h, w) -> [soft-argmax flow (2), cost (K²), previous features (C)], K = 2·disp+1.
 
-    Correlations of L2-normalised features; the soft-argmax temperature is learned. Flow channels
-    are in cells of this resolution.
+    Correlations of features normalised per channel over the image (removes the DC part that
+    would make every displacement look alike) and then to unit length; the soft-argmax
+    temperature is learned. Flow channels are in cells of this resolution.
     """
 
     def __init__(self, disp: int) -> None:
@@ -50,9 +76,14 @@ class CostVolume(nn.Module):
         dy, dx = torch.meshgrid(torch.arange(k) - disp, torch.arange(k) - disp, indexing="ij")
         self.register_buffer("offsets", torch.stack([dx.flatten(), dy.flatten()]).float(), persistent=False)
 
+    @staticmethod
+    def _normalise(f: Tensor) -> Tensor:
+        f = f - f.mean(dim=(2, 3), keepdim=True)
+        return F.normalize(f, dim=1)
+
     def forward(self, x: Tensor) -> Tensor:
         b, c2, h, w = x.shape
-        f1, f2 = F.normalize(x[:, : c2 // 2], dim=1), F.normalize(x[:, c2 // 2 :], dim=1)
+        f1, f2 = self._normalise(x[:, : c2 // 2]), self._normalise(x[:, c2 // 2 :])
         k = 2 * self.disp + 1
         patches = F.unfold(F.pad(f2, [self.disp] * 4), k).view(b, c2 // 2, k * k, h, w)
         cost = (patches * f1.unsqueeze(2)).sum(1)  # (B, K², h, w)
@@ -74,7 +105,7 @@ class ResidualFlowConv(nn.Module):
 
 
 class FlowHead(nn.Module):
-    """[flow, features] -> flow + a learned correction (initialised to zero: start from soft-argmax)."""
+    """[flow, features] -> flow + a learned correction (initialised to zero: start from the input flow)."""
 
     def __init__(self, cin: int) -> None:
         super().__init__()
@@ -86,6 +117,24 @@ class FlowHead(nn.Module):
         return x[:, :2] + self.conv(x)
 
 
+class WarpFrames(nn.Module):
+    """[flow (2) at 1/f, carried frames packed by f] -> [flow, previous, warped current, their
+    difference] at 1/``out_factor`` resolution: what a refinement needs to see its own residual."""
+
+    def __init__(self, factor: int, out_factor: int) -> None:
+        super().__init__()
+        self.factor, self.out_factor = factor, out_factor
+
+    def forward(self, x: Tensor) -> Tensor:
+        frames = F.pixel_shuffle(x[:, 2 : 2 + 6 * self.factor**2], self.factor)
+        if self.out_factor > 1:
+            frames = F.avg_pool2d(frames, self.out_factor)
+        up = self.factor // self.out_factor
+        flow = F.interpolate(x[:, :2], scale_factor=up, mode="bilinear", align_corners=False) * up
+        prev, warped = frames[:, :3], warp(frames[:, 3:], flow)
+        return torch.cat([flow, prev, warped, warped - prev], 1)
+
+
 class UpsampleFlow(nn.Module):
     """Bilinear upsampling by ``factor``; vectors are scaled to full-resolution pixels."""
 
@@ -94,35 +143,53 @@ class UpsampleFlow(nn.Module):
         self.factor = factor
 
     def forward(self, flow: Tensor) -> Tensor:
+        if self.factor == 1:
+            return flow
         return F.interpolate(flow, scale_factor=self.factor, mode="bilinear", align_corners=False) * self.factor
 
 
 def correlation_flow_net(
-    widths: tuple[int, ...] = (16, 16, 32, 32), disp: int = 4, refine: tuple[int, ...] = (64, 64, 48, 32),
+    widths: tuple[int, ...] = (16, 16, 32, 32),
+    disp: int = 4,
+    context: tuple[int, ...] = (64, 64, 48, 32),
     dilations: tuple[int, ...] = (1, 2, 4, 8),
-) -> nn.Sequential:  # fmt: skip
-    """Siamese encoder (stride 2 every other layer, down to 1/4) -> cost volume -> dilated refinement."""
+    refine: tuple[int, ...] = (32, 32),
+    refine_factor: int = 2,
+) -> nn.Sequential:
+    """Siamese encoder (stride 2 every other layer) -> cost volume -> dilated context refinement
+    -> warp-and-refine at 1/``refine_factor`` -> full resolution. H and W must divide by 4."""
     layers: list[nn.Module] = []
-    cin = 3
+    cin, carried = 3, 0
     for i, width in enumerate(widths):
-        layers.append(SiameseConv(cin, width, stride=2 if i % 2 == 0 else 1))
+        layers.append(Carry(SiameseConv(cin, width, stride=2 if i % 2 == 0 else 1), carried))
         cin = width
+        carried = 6 * 4 ** ((i + 2) // 2)
     factor = 2 ** ((len(widths) + 1) // 2)
-    layers.append(CostVolume(disp))
+    layers.append(Carry(CostVolume(disp), carried))
     cin = 2 + (2 * disp + 1) ** 2 + cin
-    for width, dilation in zip(refine, dilations, strict=True):
-        layers.append(ResidualFlowConv(cin, width, dilation))
+    for width, dilation in zip(context, dilations, strict=True):
+        layers.append(Carry(ResidualFlowConv(cin, width, dilation), carried))
         cin = 2 + width
-    layers += [FlowHead(cin), UpsampleFlow(factor)]
+    layers += [Carry(FlowHead(cin), carried), WarpFrames(factor, refine_factor)]
+    cin = 2 + 9
+    for i, width in enumerate(refine):
+        layers.append(ResidualFlowConv(cin, width, dilation=2**i))
+        cin = 2 + width
+    layers += [FlowHead(cin), UpsampleFlow(refine_factor)]
     return nn.Sequential(*layers)
 
 
 FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
     # CPU, real time at 128x128 on 2 cores (forward + backward + Adam).
     "fast": lambda: correlation_flow_net(),
-    # GPU: wider features, a wider search and a deeper dilated refinement.
+    # GPU: wider features, a wider search, a deeper dilated context and a full-resolution refinement.
     "strong": lambda: correlation_flow_net(
-        widths=(32, 32, 64, 64), disp=6, refine=(128, 128, 96, 96, 64, 64), dilations=(1, 2, 4, 8, 16, 1)
+        widths=(32, 32, 64, 64),
+        disp=6,
+        context=(128, 128, 96, 96, 64, 64),
+        dilations=(1, 2, 4, 8, 16, 1),
+        refine=(48, 48, 32),
+        refine_factor=1,
     ),
 }
 

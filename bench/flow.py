@@ -1,0 +1,215 @@
+"""Online unsupervised flow on a ground-truth stream: sequential vs PARTIME vs OpenCV.
+
+``python -m bench.flow --stream FILE.npz --stages 1,2,4 --json OUT.json``
+
+Every learner starts from the same random weights and sees each frame pair once, in order
+(predict-then-update: the flow scored for pair t was produced before learning from it). With
+PARTIME the output of step t belongs to pair t-(D-1) (``StepResult.frame``) and is scored against
+that pair's ground truth. Writes OUT.json (per method: epe_all, epe_last100, photo_last100,
+ms_per_frame, ...), a loss/EPE-over-time PNG and a markdown table next to it (default
+bench/results/flow-<stream>.*).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from models.classical import classical_methods
+from models.flow_loss import flow_loss
+from models.flow_metrics import epe, moving_mask, photometric_error, reconstruction_accuracy
+from models.flow_nets import FLOW_NETS, build_flow_net
+from models.online import BASE_LR, flow_optimizer, frame_pair, lr_for_stages
+from models.streams import Stream, load_npz
+from pipeline_core import Pipeline
+from pipeline_core import balance as plan_balance
+
+LAST = 100  # the "after learning" window
+
+
+class Scores:
+    """Per-pair scores of one method, filled in whatever order outputs arrive."""
+
+    def __init__(self, pairs: int) -> None:
+        self.epe = np.full(pairs, np.nan)
+        self.photo = np.full(pairs, np.nan)
+        self.loss = np.full(pairs, np.nan)
+        self.recon = np.full(pairs, np.nan)
+        self.seconds: list[float] = []
+
+    def add(self, stream: Stream, t: int, flow: np.ndarray, loss: float | None = None) -> None:
+        a, b, gt = stream.frames[t], stream.frames[t + 1], stream.flow[t]
+        self.epe[t] = epe(flow, gt)
+        self.photo[t] = photometric_error(a, b, flow)
+        self.recon[t] = reconstruction_accuracy(a, b, flow, moving_mask(a, b, gt))[0.05]
+        if loss is not None:
+            self.loss[t] = loss
+
+    def summary(self) -> dict[str, float]:
+        last = slice(-min(LAST, len(self.epe)), None)
+        return {
+            "epe_all": float(np.nanmean(self.epe)),
+            "epe_last100": float(np.nanmean(self.epe[last])),
+            "photo_last100": float(np.nanmean(self.photo[last])),
+            "recon_acc_0.05_last100": float(np.nanmean(self.recon[last])),
+            "ms_per_frame": 1000 * float(np.median(self.seconds)) if self.seconds else 0.0,
+            "scored_pairs": int(np.isfinite(self.epe).sum()),
+        }
+
+
+def learn_online(stream: Stream, stages: int, net: str, base_lr: float, seed: int) -> tuple[Scores, dict]:
+    """One pass over the stream with a fresh net split into ``stages`` (1 = plain sequential)."""
+    torch.manual_seed(seed)
+    model = build_flow_net(net)
+    pairs = len(stream.flow)
+    x0 = frame_pair(stream.frames[0], stream.frames[1])
+    lr = lr_for_stages(base_lr, stages)
+    balance = plan_balance(model, x0, stages, [torch.device("cpu")], flow_loss) if stages > 1 else [len(model)]
+    scores = Scores(pairs)
+    with Pipeline(
+        model,
+        x0,
+        balance=balance,
+        loss_fn=flow_loss,
+        sample_target=x0,
+        optimizer=flow_optimizer(lr),
+        schedule="partime" if stages > 1 else "sequential",
+    ) as pipe:
+        results = []
+        for t in range(pairs):
+            x = frame_pair(stream.frames[t], stream.frames[t + 1])
+            r = pipe.step(x, target=x)
+            scores.seconds.append(r.step_seconds)
+            results.append(r)
+            if r.frame is not None:
+                scores.add(stream, r.frame, r.output[0].permute(1, 2, 0).numpy(), r.loss)
+        for r in pipe.flush():
+            scores.add(stream, r.frame, r.output[0].permute(1, 2, 0).numpy(), r.loss)
+    return scores, {"stages": stages, "lr": lr, "balance": balance, "net": net}
+
+
+def run_classical(stream: Stream) -> dict[str, Scores]:
+    out = {}
+    for name, method in classical_methods().items():
+        scores = Scores(len(stream.flow))
+        for t in range(len(stream.flow)):
+            start = time.perf_counter()
+            flow = method(stream.frames[t], stream.frames[t + 1])
+            scores.seconds.append(time.perf_counter() - start)
+            scores.add(stream, t, flow)
+        out[name] = scores
+    zero = Scores(len(stream.flow))
+    for t in range(len(stream.flow)):
+        zero.add(stream, t, np.zeros_like(stream.flow[t]))
+    out["zero_flow"] = zero
+    return out
+
+
+def _smooth(values: np.ndarray, window: int = 9) -> np.ndarray:
+    kernel = np.ones(window) / window
+    filled = np.where(np.isfinite(values), values, np.nanmean(values))
+    return np.convolve(filled, kernel, mode="same") / np.convolve(np.ones_like(filled), kernel, mode="same")
+
+
+def plot(all_scores: dict[str, Scores], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_loss, ax_epe) = plt.subplots(2, 1, figsize=(8, 6), sharex=True)
+    for name, scores in all_scores.items():
+        if np.isfinite(scores.loss).any():
+            ax_loss.plot(_smooth(scores.loss), label=name)
+        ax_epe.plot(_smooth(scores.epe), label=name, linestyle="-" if np.isfinite(scores.loss).any() else "--")
+    ax_loss.set_ylabel("training loss (smoothed)")
+    ax_loss.set_title(title)
+    ax_loss.legend(fontsize=8)
+    ax_epe.set_ylabel("EPE [px] (smoothed)")
+    ax_epe.set_xlabel("frame")
+    ax_epe.set_yscale("log")
+    ax_epe.legend(fontsize=8, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def markdown(results: dict[str, dict], title: str) -> str:
+    lines = [
+        f"### {title}",
+        "",
+        "| method | EPE all | EPE last 100 | photo last 100 | recon acc@0.05 last 100 | ms/frame |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, r in results.items():
+        lines.append(
+            f"| {name} | {r['epe_all']:.3f} | {r['epe_last100']:.3f} | {r['photo_last100']:.4f} "
+            f"| {r['recon_acc_0.05_last100']:.3f} | {r['ms_per_frame']:.1f} |"
+        )
+    seq = results.get("sequential")
+    if seq:
+        lines.append("")
+        for name, r in results.items():
+            if name.startswith("partime"):
+                lines.append(f"- {name} / sequential EPE last 100: {r['epe_last100'] / seq['epe_last100']:.3f}")
+        if "farneback" in results:
+            ratio = seq["epe_last100"] / results["farneback"]["epe_last100"]
+            lines.append(f"- sequential / farneback EPE last 100: {ratio:.3f}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--stream", required=True, help=".npz from models.streams (frames + flow)")
+    parser.add_argument("--stages", default="1,2,4", help="comma-separated pipeline depths; 1 = sequential")
+    parser.add_argument("--json", help="output JSON (default bench/results/flow-<stream>.json)")
+    parser.add_argument("--net", default="fast", choices=sorted(FLOW_NETS))
+    parser.add_argument("--lr", type=float, default=BASE_LR, help="base Adam lr (deeper pipelines: lr_for_stages)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    args = parser.parse_args(argv)
+    try:
+        stages = sorted({int(s) for s in args.stages.split(",")})
+        if not stages or stages[0] < 1:
+            raise ValueError
+    except ValueError:
+        parser.error(f"--stages must be positive integers like 1,2,4, got {args.stages!r}")
+    try:
+        stream = load_npz(args.stream)
+    except (OSError, ValueError) as exc:
+        parser.error(f"cannot read stream: {exc}")
+    if len(stream.flow) < 2 or min(stream.frames.shape[1:3]) % 4:
+        parser.error(f"stream needs >= 3 frames and sides divisible by 4, got {stream.frames.shape}")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    out_json = Path(args.json) if args.json else Path("bench/results") / f"flow-{Path(args.stream).stem}.json"
+    out_json.parent.mkdir(parents=True, exist_ok=True)
+
+    all_scores: dict[str, Scores] = {}
+    info: dict[str, dict] = {}
+    for d in stages:
+        name = "sequential" if d == 1 else f"partime_d{d}"
+        print(f"{name}: learning online over {len(stream.flow)} pairs ...", file=sys.stderr, flush=True)
+        all_scores[name], info[name] = learn_online(stream, d, args.net, args.lr, args.seed)
+    print("classical references ...", file=sys.stderr, flush=True)
+    all_scores.update(run_classical(stream))
+
+    results = {name: {**scores.summary(), **info.get(name, {})} for name, scores in all_scores.items()}
+    size = "x".join(map(str, stream.frames.shape[1:3]))
+    threads = torch.get_num_threads()
+    title = f"{Path(args.stream).name}: {len(stream.frames)} frames {size}, net {args.net}, torch threads {threads}"
+    out_json.write_text(json.dumps(results, indent=2))
+    plot(all_scores, out_json.with_suffix(".png"), title)
+    out_json.with_suffix(".md").write_text(markdown(results, title))
+    print(markdown(results, title))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,64 @@
+import pytest
+import torch
+
+from models.flow_loss import flow_loss
+from models.flow_nets import FLOW_NETS, build_flow_net
+from models.online import flow_optimizer, frame_pair, lr_for_stages
+from pipeline_core import Pipeline
+from pipeline_core.partition import equal_balance
+
+
+@pytest.mark.parametrize("name", sorted(FLOW_NETS))
+def test_flow_net_maps_frame_pair_to_full_resolution_flow(name):
+    net = build_flow_net(name)
+    assert isinstance(net, torch.nn.Sequential) and len(net) >= 8
+    out = net(torch.rand(2, 6, 32, 48))
+    assert out.shape == (2, 2, 32, 48) and torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("name", sorted(FLOW_NETS))
+def test_flow_net_splits_at_every_layer_boundary(name):
+    torch.manual_seed(0)
+    net = build_flow_net(name)
+    x = torch.rand(1, 6, 32, 32)
+    for cut in range(1, len(net)):
+        pipe = Pipeline(net, x, balance=[cut, len(net) - cut], loss_fn=flow_loss, sample_target=x)
+        results = [pipe.step(x, target=x) for _ in range(3)]
+        pipe.close()
+        assert results[-1].frame == 1 and results[-1].output.shape == (1, 2, 32, 32)
+    one_per_layer = Pipeline(net, x, balance=equal_balance(len(net), len(net)), loss_fn=flow_loss, sample_target=x)
+    result = [one_per_layer.step(x, target=x) for _ in range(len(net))][-1]
+    one_per_layer.close()
+    assert result.frame == 0 and result.loss is not None
+
+
+def test_online_learning_reduces_the_loss_on_a_moving_pair():
+    torch.manual_seed(0)
+    image = torch.rand(1, 3, 32, 32)
+    image = torch.nn.functional.avg_pool2d(image, 3, 1, 1)  # some spatial correlation
+    x = torch.cat([image, torch.roll(image, shifts=(1, 2), dims=(-2, -1))], 1)
+    net = build_flow_net("fast")
+    opt = flow_optimizer(1e-3)(net.parameters())
+    losses = []
+    for _ in range(20):
+        loss = flow_loss(net(x), x)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.7 * losses[0]
+
+
+def test_unknown_net_and_helpers():
+    with pytest.raises(ValueError, match="unknown flow net"):
+        build_flow_net("nope")
+    assert lr_for_stages(1e-3, 1) == 1e-3 and lr_for_stages(1e-3, 4) < lr_for_stages(1e-3, 2) < 1e-3
+    with pytest.raises(ValueError):
+        lr_for_stages(1e-3, 0)
+    import numpy as np
+
+    a = np.zeros((4, 5, 3), np.uint8)
+    pair = frame_pair(a, a + 255)
+    assert pair.shape == (1, 6, 4, 5) and pair[0, :3].max() == 0 and pair[0, 3:].min() == 1
+    with pytest.raises(ValueError):
+        frame_pair(a, np.zeros((4, 4, 3), np.uint8))
