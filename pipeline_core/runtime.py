@@ -105,7 +105,10 @@ class LocalRuntime:
 
     @contextmanager
     def on_stage(self, h: int):
-        assert self.streams is not None
+        """Make stage h's device and compute stream current (nothing to do on CPU)."""
+        if self.streams is None:
+            yield
+            return
         with torch.cuda.device(self.stages[h].device), torch.cuda.stream(self.streams[h].compute):
             yield
 
