@@ -15,11 +15,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .interpreter import StepRecord
+from .interpreter import SENDS, StepRecord
 from .runtime import LocalRuntime
 from .schedules import Op, StepActions
-
-_SENDS = {Op.SEND_ACT: ("act", +1), Op.SEND_GRAD: ("grad", -1)}
 
 
 class StepGraphs:
@@ -72,8 +70,8 @@ class StepGraphs:
         transport.step = step
         for h, actions in enumerate(plan):
             for a in actions:
-                if a.op in _SENDS:
-                    kind, offset = _SENDS[a.op]
+                if a.op in SENDS:
+                    kind, offset = SENDS[a.op]
                     transport.put_marker(kind, h + offset, a.frame)
                 elif a.op is Op.INPUT:
                     transport.take_marker("input", h, a.frame)

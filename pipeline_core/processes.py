@@ -1,0 +1,345 @@
+"""The process runtime: one worker process per stage on this machine, real parallelism on CPU cores.
+
+The controller (the process that owns the ``Pipeline``) starts one worker per stage once, hands each
+its ``Stage`` (module + optimizer, pickled) and then, per step, the schedule's plan plus the frames
+and targets it feeds. Workers exchange activations and gradients among themselves over
+torch.distributed (gloo, ``dist_transport.py``) and run their actions through the same interpreter
+as every other runtime (``worker.py``). Commands and small results (outputs, losses, timings) travel
+over one pipe per worker, so the controller holds no process group and a failed or vanished worker
+is seen at once (its pipe or process sentinel) instead of as a hang.
+
+Any failure (a worker raising, dying, or not answering within the timeout) stops every worker and
+raises a ``PipelineError`` naming the stage; the pipeline cannot be used afterwards.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib
+import io
+import os
+import pickle
+import signal
+import sys
+import time
+import traceback
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from multiprocessing.connection import Connection, wait
+from typing import Any, NoReturn
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import Tensor, nn
+
+from .dist_transport import DistTransport
+from .interpreter import StepRecord
+from .partition import TensorMeta
+from .schedules import StepActions
+from .stage import LossFn, Stage
+from .transport import PipelineError
+from .worker import StageWorker
+
+#: How long to wait for workers to start (each imports torch: seconds on a loaded machine).
+START_TIMEOUT = 120.0
+#: How long a closing worker may take to exit before it is terminated.
+EXIT_TIMEOUT = 5.0
+#: After a first failure, how long to wait for the other workers' news (to find the root cause).
+FAILURE_GRACE = 0.5
+
+
+# -- messages over the pipes --------------------------------------------------------------------
+class _Pickler(pickle.Pickler):
+    """Plain CPU tensors travel as numpy arrays: ~10x cheaper than torch's own pickling, and no
+    shared memory (torch.multiprocessing's default), so a worker's weights are never aliased."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if type(obj) is Tensor and obj.device.type == "cpu" and obj.dtype in _NUMPY_DTYPES:
+            return torch.from_numpy, (obj.detach().resolve_conj().resolve_neg().numpy(),)
+        return NotImplemented
+
+
+_NUMPY_DTYPES = {torch.float64, torch.float32, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8}
+_NUMPY_DTYPES |= {torch.uint8, torch.bool}
+
+
+def _dumps(obj: Any) -> bytes:
+    buf = io.BytesIO()
+    _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
+    return buf.getvalue()
+
+
+def _send(conn: Connection, obj: Any) -> None:
+    conn.send_bytes(_dumps(obj))
+
+
+def _recv(conn: Connection) -> Any:
+    return pickle.loads(conn.recv_bytes())
+
+
+def _describe(exc: BaseException) -> str:
+    return "".join(traceback.format_exception_only(exc)).strip()
+
+
+# -- the worker process -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WorkerSpec:
+    stage: int
+    depth: int
+    payload: bytes  # _dumps((stage, loss_fn))
+    input_meta: TensorMeta
+    output_meta: TensorMeta
+    store_port: int
+    threads: int
+    timeout: float
+
+
+def _worker_main(spec: WorkerSpec, conn: Connection) -> None:
+    """Entry point of a worker: set up, report ready, then serve commands until told to close."""
+    torch.set_num_threads(spec.threads)  # spawned children would otherwise oversubscribe the cores
+    if sys.platform.startswith("linux"):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # workers of one machine talk over loopback
+    try:
+        # The first optimizer step imports torch._dynamo (seconds): pay for it now, not mid-stream.
+        importlib.import_module("torch._dynamo")
+        stage, loss_fn = pickle.loads(spec.payload)
+        store = dist.TCPStore("127.0.0.1", spec.store_port, is_master=False, timeout=timedelta(seconds=spec.timeout))
+        dist.init_process_group(
+            "gloo", store=store, rank=spec.stage, world_size=spec.depth, timeout=timedelta(seconds=spec.timeout)
+        )
+        transport = DistTransport(dist.group.WORLD, spec.stage, spec.timeout)
+        worker = StageWorker(stage, spec.depth, transport, loss_fn, spec.input_meta, spec.output_meta)
+        gc.freeze()  # torch's modules are here for good: no collection should scan them mid-stream
+    except BaseException as exc:
+        _send(conn, ("error", _describe(exc)))
+        return
+    _send(conn, ("ok", None))
+    try:
+        _serve(worker, conn)
+    finally:
+        dist.destroy_process_group()
+        conn.close()
+    # Nothing is left to release: skip the interpreter's teardown of torch (a second or more).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def _serve(worker: StageWorker, conn: Connection) -> None:
+    stage = worker.stage
+
+    def step(plan: StepActions, deliveries: list[tuple[str, int, Tensor]]) -> tuple[float | None, dict, dict]:
+        for kind, frame, tensor in deliveries:
+            worker.transport.put(kind, frame, tensor)
+        record = worker.run_step(plan)
+        return record.stage_seconds[stage.index], record.outputs, record.losses
+
+    handlers: dict[str, Callable[..., Any]] = {
+        "step": step,
+        "new_epoch": worker.new_epoch,
+        "state_dict": stage.state_dict,
+        "load_state_dict": stage.load_state_dict,
+        "set_lr": stage.set_lr,
+        "module": lambda: stage.module,
+    }
+    while True:
+        try:
+            name, args = _recv(conn)
+        except (EOFError, OSError):
+            return  # the controller is gone
+        if name == "close":
+            _send(conn, ("ok", None))
+            return
+        try:
+            result = handlers[name](*args)
+        except Exception as exc:  # the step cannot complete: report, and let the controller stop us all
+            traceback.print_exc()
+            _send(conn, ("error", _describe(exc)))
+            return
+        _send(conn, ("ok", result))
+
+
+# -- the controller -----------------------------------------------------------------------------
+class _Deliveries:
+    """Frames and targets fed between steps; they go to their stage with the next step's command."""
+
+    def __init__(self, learn: bool) -> None:
+        self.learn = learn
+        self.pending: list[tuple[str, int, int, Tensor]] = []
+
+    def send(self, kind: str, stage: int, frame: int, tensor: Tensor, *, outside_step: bool = True) -> None:
+        if kind == "target" and not self.learn:
+            return  # only a loss reads a target
+        self.pending.append((kind, stage, frame, tensor.detach().cpu()))
+
+    def take(self, stage: int) -> list[tuple[str, int, Tensor]]:
+        mine = [(kind, frame, t) for kind, s, frame, t in self.pending if s == stage]
+        self.pending = [m for m in self.pending if m[1] != stage]
+        return mine
+
+
+def _stop(procs: list[mp.Process], conns: list[Connection], graceful: bool) -> None:
+    """End every worker: ask politely (``graceful``), then terminate, then kill. Leaves no process."""
+    if graceful:
+        for proc, conn in zip(procs, conns, strict=True):
+            if proc.is_alive():
+                try:
+                    _send(conn, ("close", ()))
+                except (OSError, ValueError):
+                    pass
+        deadline = time.monotonic() + EXIT_TIMEOUT
+        for proc in procs:
+            proc.join(max(0.0, deadline - time.monotonic()))
+    for proc in procs:
+        if proc.is_alive():
+            proc.kill()  # SIGKILL: also ends a stopped (SIGSTOP) or hung worker
+    for proc in procs:
+        proc.join(EXIT_TIMEOUT)
+    for conn in conns:
+        conn.close()
+
+
+class ProcessRuntime:
+    """Controller side of the process runtime; same interface as ``LocalRuntime``."""
+
+    cuda = False
+
+    def __init__(self, stages: list[Stage], loss_fn: LossFn | None, metas: list[TensorMeta], timeout: float) -> None:
+        """``metas``: shape and dtype of the pipeline input, then of every stage's output."""
+        if any(s.device.type != "cpu" for s in stages):
+            raise ValueError("runtime='processes' runs CPU stages over gloo; for CUDA devices use runtime='local'")
+        self.depth = len(stages)
+        self.timeout = timeout
+        self.transport = _Deliveries(learn=loss_fn is not None)
+        self._failure: str | None = None
+        payloads = [self._payload(stage, loss_fn) for stage in stages]
+        store = dist.TCPStore(
+            "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout)
+        )
+        threads = max(1, (os.cpu_count() or 1) // self.depth)
+        ctx = mp.get_context("spawn")
+        self._procs: list[mp.Process] = []
+        self._conns: list[Connection] = []
+        for h, payload in enumerate(payloads):
+            spec = WorkerSpec(h, self.depth, payload, metas[h], metas[h + 1], store.port, threads, timeout)
+            parent, child = ctx.Pipe()
+            proc = ctx.Process(target=_worker_main, args=(spec, child), name=f"pipeline-stage-{h}", daemon=True)
+            proc.start()
+            child.close()
+            self._procs.append(proc)
+            self._conns.append(parent)
+        # Workers are ended even if close() is never called (garbage collection, interpreter exit).
+        self._finalizer = weakref.finalize(self, _stop, self._procs, self._conns, True)
+        self._collect("start-up", max(timeout, START_TIMEOUT))
+        self._store = store
+
+    @staticmethod
+    def _payload(stage: Stage, loss_fn: LossFn | None) -> bytes:
+        try:
+            return _dumps((stage, loss_fn))
+        except (pickle.PicklingError, AttributeError, TypeError) as exc:
+            raise ValueError(
+                "runtime='processes' sends each stage (module, optimizer) and loss_fn to a worker process, so "
+                f"they must be picklable (a module-level function, not a lambda or local function): {exc}"
+            ) from exc
+
+    # -- running -------------------------------------------------------------------------------
+    def run_step(self, step: int, plan: StepActions) -> StepRecord:
+        replies = self._call("step", [(plan, self.transport.take(h)) for h in range(self.depth)], f"step {step}")
+        record = StepRecord(stage_seconds=[seconds for seconds, _, _ in replies])
+        for _, outputs, losses in replies:
+            record.outputs.update(outputs)
+            record.losses.update(losses)
+        return record
+
+    def new_epoch(self) -> None:
+        self.transport.pending.clear()
+        self._call("new_epoch", [()] * self.depth)
+
+    def state_dicts(self) -> list[dict]:
+        return self._call("state_dict", [()] * self.depth)
+
+    def load_state_dicts(self, states: list[dict]) -> None:
+        if len(states) != self.depth:
+            raise ValueError(f"checkpoint has {len(states)} stages, the pipeline {self.depth}")
+        self._call("load_state_dict", [(state,) for state in states])
+
+    def set_lr(self, lr: float) -> None:
+        self._call("set_lr", [(lr,)] * self.depth)
+
+    def modules(self) -> list[nn.Module]:
+        return self._call("module", [()] * self.depth)
+
+    # -- talking to the workers ----------------------------------------------------------------
+    def _call(self, name: str, args: list[tuple], what: str | None = None) -> list[Any]:
+        """Send one command per worker, then wait for every answer (or the first failure)."""
+        if self._failure is not None:
+            raise PipelineError(f"the pipeline stopped after a failure: {self._failure}")
+        if not self._finalizer.alive:
+            raise PipelineError("the pipeline is closed")
+        for h, conn in enumerate(self._conns):
+            try:
+                _send(conn, (name, args[h]))
+            except (OSError, ValueError):
+                break  # that worker is gone: _collect reports it
+        return self._collect(what or name, self.timeout + FAILURE_GRACE)
+
+    def _collect(self, what: str, timeout: float) -> list[Any]:
+        answers: dict[int, Any] = {}
+        errors: dict[int, str] = {}
+        waiting = {conn: h for h, conn in enumerate(self._conns)}
+        sentinels = {proc.sentinel: h for h, proc in enumerate(self._procs)}
+        deadline = time.monotonic() + timeout
+        while waiting:
+            if errors or any(p.exitcode is not None for p in self._procs):
+                deadline = min(deadline, time.monotonic() + FAILURE_GRACE)  # find the root cause, then stop
+            remaining = deadline - time.monotonic()
+            ready = wait([*waiting, *sentinels], timeout=max(0.0, remaining))
+            if not ready and remaining <= 0:
+                break
+            for obj in ready:
+                if obj in waiting:
+                    h = waiting.pop(obj)
+                    try:
+                        status, value = _recv(obj)
+                    except (EOFError, OSError):
+                        continue  # died: its exit code tells
+                    (answers if status == "ok" else errors)[h] = value
+                else:
+                    sentinels.pop(obj)  # died: reported below unless it had answered
+        if len(answers) == self.depth:
+            return [answers[h] for h in range(self.depth)]
+        self._fail(what, answers, errors, timeout)
+
+    def _fail(self, what: str, answers: dict[int, Any], errors: dict[int, str], timeout: float) -> NoReturn:
+        """Name what went wrong, stage by stage (deaths and silences first: they are root causes)."""
+        dead, silent, failed = [], [], []
+        for h, proc in enumerate(self._procs):
+            if proc.exitcode is not None and h not in errors:
+                dead.append(f"stage {h} worker (pid {proc.pid}) died {_exit_reason(proc.exitcode)}")
+            elif h in errors:
+                failed.append(f"stage {h} failed: {errors[h]}")
+            elif h not in answers:
+                silent.append(f"stage {h} did not answer within {timeout:.0f}s (hung?)")
+        self._failure = f"during {what}: " + "; ".join(dead + silent + failed)
+        self.close()
+        raise PipelineError(self._failure)
+
+    # -- lifetime ------------------------------------------------------------------------------
+    def close(self) -> None:
+        """End every worker (idempotent); after a failure they are killed without asking."""
+        if self._finalizer.alive:
+            self._finalizer.detach()
+            _stop(self._procs, self._conns, graceful=self._failure is None)
+
+    def pids(self) -> list[int]:
+        return [proc.pid for proc in self._procs if proc.pid is not None]
+
+
+def _exit_reason(code: int) -> str:
+    if code < 0:
+        return f"from signal {signal.Signals(-code).name}"
+    return f"with exit code {code}"

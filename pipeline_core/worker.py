@@ -1,0 +1,58 @@
+"""One stage in its own process: runs its part of every step through the shared interpreter.
+
+Used by both process runtimes: ``processes.py`` (a controller on this machine sends commands over
+a pipe) and ``launch.py`` (torchrun ranks, possibly on several machines). Either way the stage's
+actions come from the schedule's plan and run through ``Interpreter``; only the transport differs
+from the single-process runtime.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .dist_transport import DistTransport
+from .interpreter import Interpreter, StepRecord, messages_to
+from .partition import TensorMeta
+from .schedules import StepActions
+from .stage import LossFn, Stage
+
+
+class StageWorker:
+    def __init__(
+        self,
+        stage: Stage,
+        depth: int,
+        transport: DistTransport,
+        loss_fn: LossFn | None,
+        input_meta: TensorMeta,
+        output_meta: TensorMeta,
+    ) -> None:
+        self.stage = stage
+        self.depth = depth
+        self.transport = transport
+        self.interpreter = Interpreter({stage.index: stage}, transport, loss_fn, depth - 1)
+        # What arrives from the neighbours: activations shaped like this stage's input, gradients
+        # shaped like its output.
+        self._metas = {"act": input_meta, "grad": output_meta}
+
+    def run_step(self, plan: StepActions) -> StepRecord:
+        """Post the receives of every message the neighbours send this step, run this stage's
+        actions, and return once everything it sent has been delivered."""
+        h = self.stage.index
+        for kind, frame, sender in messages_to(plan, h):
+            self.transport.post(kind, frame, sender, self._metas[kind])
+        record = self.interpreter.record = StepRecord(stage_seconds=[None] * self.depth)
+        start = time.perf_counter()
+        try:
+            for action in plan[h]:
+                self.interpreter.run(h, action)
+        finally:
+            self.stage.end_step()
+        if plan[h]:
+            record.stage_seconds[h] = time.perf_counter() - start
+        self.transport.finish_sends()
+        return record
+
+    def new_epoch(self) -> None:
+        self.transport.drain()
+        self.stage.reset()
