@@ -19,6 +19,8 @@ from .interpreter import SENDS, StepRecord
 from .runtime import LocalRuntime
 from .schedules import Op, StepActions
 
+_RECEIVES = {Op.INPUT: "input", Op.LOSS: "target", Op.RECV_ACT: "act", Op.RECV_GRAD: "grad"}
+
 
 class StepGraphs:
     def __init__(self, runtime: LocalRuntime) -> None:
@@ -65,7 +67,9 @@ class StepGraphs:
         )
 
     def _bookkeep(self, step: int, plan: StepActions) -> None:
-        """Mirror, on the host, the messages the replayed graph sends and receives."""
+        """Mirror, on the host, the messages the replayed graph sends and receives.
+
+        Sends first: a receive may consume a message sent within the same step (sequential)."""
         transport = self.runtime.transport
         transport.step = step
         for h, actions in enumerate(plan):
@@ -73,15 +77,11 @@ class StepGraphs:
                 if a.op in SENDS:
                     kind, offset = SENDS[a.op]
                     transport.put_marker(kind, h + offset, a.frame)
-                elif a.op is Op.INPUT:
-                    transport.take_marker("input", h, a.frame)
-                elif a.op is Op.LOSS:
-                    transport.take_marker("target", h, a.frame)
-                elif a.op is Op.RECV_ACT:
-                    transport.take_marker("act", h, a.frame)
-                elif a.op is Op.RECV_GRAD:
-                    assert a.grad_frame is not None
-                    transport.take_marker("grad", h, a.grad_frame)
+        for h, actions in enumerate(plan):
+            for a in actions:
+                if a.op in _RECEIVES:
+                    kind = _RECEIVES[a.op]
+                    transport.take_marker(kind, h, a.grad_frame if a.op is Op.RECV_GRAD else a.frame)
 
     def clear(self) -> None:
         """Forget captured graphs (weights reloaded, learning rate changed)."""

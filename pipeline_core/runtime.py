@@ -12,7 +12,6 @@ Two executors share the action interpreter (``interpreter.py``):
 
 from __future__ import annotations
 
-import os
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
@@ -38,7 +37,8 @@ class LocalRuntime:
         self.interpreter = Interpreter(dict(enumerate(stages)), self.transport, loss_fn, len(stages) - 1)
         self._pool: ThreadPoolExecutor | None = None
         if not self.cuda and len(stages) > 1:
-            threads = max(1, (os.cpu_count() or 1) // len(stages))
+            # Split this process's intra-op budget between the stages that now run at once.
+            threads = max(1, torch.get_num_threads() // len(stages))
             self._pool = ThreadPoolExecutor(
                 len(stages), thread_name_prefix="stage", initializer=torch.set_num_threads, initargs=(threads,)
             )
@@ -106,7 +106,10 @@ class LocalRuntime:
 
     @contextmanager
     def on_stage(self, h: int):
-        assert self.streams is not None
+        """Make stage h's device and compute stream current (nothing to do on CPU)."""
+        if self.streams is None:
+            yield
+            return
         with torch.cuda.device(self.stages[h].device), torch.cuda.stream(self.streams[h].compute):
             yield
 

@@ -7,6 +7,7 @@ streams, inside a CUDA graph, or in its own process.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -101,10 +102,13 @@ class Stage:
             state.clear()
 
     def state_dict(self) -> dict:
-        return {
-            "module": self.module.state_dict(),
-            "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
-        }
+        """A snapshot: PyTorch's state dicts alias live tensors that the next update changes."""
+        return copy.deepcopy(
+            {
+                "module": self.module.state_dict(),
+                "optimizer": self.optimizer.state_dict() if self.optimizer is not None else None,
+            }
+        )
 
     def load_state_dict(self, state: dict) -> None:
         self.module.load_state_dict(state["module"])

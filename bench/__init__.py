@@ -1,0 +1,1 @@
+"""Benchmarks: each prints ratios measured in one run and writes bench/results/."""

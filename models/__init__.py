@@ -1,0 +1,1 @@
+"""Networks and losses: continual optical flow, the PARTIME benchmark networks. Knows nothing of HTTP."""

@@ -1,0 +1,80 @@
+"""Balancing: the exact min-max split, and profiling that sees real layer costs."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+import torch
+from torch import nn
+
+from pipeline_core import balance
+from pipeline_core.balance import solve
+
+
+def brute_force(costs, stages, transfer):
+    """Every contiguous split, scored like the solver: the slowest stage, transfers included."""
+    n, best = len(costs), None
+    for cuts in itertools.combinations(range(1, n), stages - 1):
+        bounds = (0, *cuts, n)
+        worst = max(
+            sum(costs[i:j]) + (transfer[i - 1] if i > 0 else 0) + (transfer[j - 1] if j < n else 0)
+            for i, j in itertools.pairwise(bounds)
+        )
+        if best is None or worst < best[0]:
+            best = (worst, [j - i for i, j in itertools.pairwise(bounds)])
+    return best
+
+
+def test_exact_split_beats_greedy():
+    assert solve([1, 1, 1, 1, 10], 2) == [4, 1]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_solver_is_optimal(seed):
+    gen = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(2, 9, (1,), generator=gen))
+    stages = int(torch.randint(1, n + 1, (1,), generator=gen))
+    costs = torch.rand(n, generator=gen).tolist()
+    transfer = (torch.rand(n, generator=gen) * 0.5).tolist()
+    split = solve(costs, stages, transfer)
+    assert sum(split) == n and len(split) == stages and min(split) >= 1
+    bounds = list(itertools.accumulate([0, *split]))
+    worst = max(
+        sum(costs[i:j]) + (transfer[i - 1] if i > 0 else 0) + (transfer[j - 1] if j < n else 0)
+        for i, j in itertools.pairwise(bounds)
+    )
+    assert worst == pytest.approx(brute_force(costs, stages, transfer)[0])
+
+
+def test_transfer_cost_moves_the_cut():
+    # Without transfers the even split wins; a costly boundary after layer 2 pushes the cut away.
+    assert solve([1, 1, 1, 1], 2) == [2, 2]
+    assert solve([1, 1, 1, 1], 2, transfer=[0, 5, 0, 0]) != [2, 2]
+
+
+def test_more_stages_than_layers_is_refused():
+    with pytest.raises(ValueError, match="only 3 layers"):
+        solve([1, 1, 1], 4)
+
+
+class Sleep(nn.Module):
+    """A layer whose cost is known: it sleeps in forward (and has a weight to update)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+        self.scale = nn.Parameter(torch.ones(1))
+
+    def forward(self, x):
+        time.sleep(self.seconds)
+        return x * self.scale
+
+
+def test_profiling_balances_sleeping_layers():
+    model = nn.Sequential(*[Sleep(0.004) for _ in range(4)], Sleep(0.04))
+    loss = lambda out, _: out.sum()  # noqa: E731
+    assert balance(model, torch.ones(2), 2, loss_fn=loss) == [4, 1]
+    model = nn.Sequential(Sleep(0.03), *[Sleep(0.005) for _ in range(6)])
+    assert balance(model, torch.ones(2), 2) == [1, 6]

@@ -1,0 +1,265 @@
+"""The engine against plain re-implementations of its schedules (tests/engine_reference.py)."""
+
+from __future__ import annotations
+
+import engine_reference as ref
+import pytest
+import torch
+from torch import nn
+
+from pipeline_core import Pipeline, PipelineError
+
+STEPS = 24
+TOL = 1e-6
+
+
+@pytest.fixture(autouse=True)
+def one_intra_op_thread():
+    """CPU kernels round differently with different thread counts; the reference and every stage
+    thread get one thread each, so any difference left is the engine's arithmetic."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def make_model(layers: int = 4, width: int = 6) -> nn.Sequential:
+    torch.manual_seed(0)
+    blocks = [nn.Sequential(nn.Conv2d(3 if i == 0 else width, width, 3, padding=1), nn.Tanh()) for i in range(layers)]
+    return nn.Sequential(*blocks, nn.Conv2d(width, 2, 3, padding=1))
+
+
+def stream(n: int = STEPS):
+    gen = torch.Generator().manual_seed(1)
+    xs = [torch.rand(1, 3, 8, 8, generator=gen) for _ in range(n)]
+    ys = [torch.rand(1, 2, 8, 8, generator=gen) for _ in range(n)]
+    return xs, ys
+
+
+def mse(out, target):
+    return (out - target).pow(2).mean()
+
+
+OPTIMIZERS = {
+    "sgd": lambda p: torch.optim.SGD(p, lr=0.05, momentum=0.9),
+    "adam": lambda p: torch.optim.Adam(p, lr=1e-2),
+}
+
+
+def run(pipe: Pipeline, xs, ys):
+    results = [pipe.step(x, y) for x, y in zip(xs, ys, strict=True)] + pipe.flush()
+    outputs = {r.frame: r.output for r in results if r.frame is not None}
+    losses = {r.frame: r.loss for r in results if r.frame is not None}
+    return outputs, losses
+
+
+def assert_close_dicts(a: dict, b: dict, tol: float = TOL) -> None:
+    assert sorted(a) == sorted(b)
+    for k in a:
+        if isinstance(a[k], float):
+            assert abs(a[k] - b[k]) <= tol, (k, a[k], b[k])
+        else:
+            torch.testing.assert_close(a[k], b[k], atol=tol, rtol=0)
+
+
+def assert_same_weights(pipe: Pipeline, modules, tol: float = TOL) -> None:
+    got = ref.weights(s.module for s in pipe.stages)
+    want = ref.weights(modules)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, atol=tol, rtol=0)
+
+
+@pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
+def test_one_stage_partime_is_the_plain_training_loop_bit_exact(opt):
+    model, (xs, ys) = make_model(), stream()
+    with Pipeline(model, xs[0], stages=1, loss_fn=mse, optimizer=OPTIMIZERS[opt]) as pipe:
+        outputs, losses = run(pipe, xs, ys)
+    want_out, want_loss, want_model = ref.plain_loop(model, OPTIMIZERS[opt], mse, xs, ys)
+    assert losses == want_loss
+    assert all(torch.equal(outputs[t], want_out[t]) for t in want_out)
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(ref.weights(pipe.stages[0].module for _ in [0]), ref.weights([want_model]), strict=True)
+    )
+
+
+@pytest.mark.parametrize("balance", [[3, 2], [2, 2, 1], [1, 2, 1, 1]])
+@pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
+def test_partime_matches_the_plain_reference(balance, opt):
+    model, (xs, ys) = make_model(), stream()
+    with Pipeline(model, xs[0], balance=balance, loss_fn=mse, optimizer=OPTIMIZERS[opt]) as pipe:
+        outputs, losses = run(pipe, xs, ys)
+        want_out, want_loss, parts = ref.partime(model, balance, OPTIMIZERS[opt], mse, xs, ys)
+        assert_close_dicts(losses, want_loss)
+        assert_close_dicts(outputs, want_out)
+        assert_same_weights(pipe, parts)
+
+
+@pytest.mark.parametrize("balance", [[3, 2], [1, 2, 1, 1]])
+def test_sequential_schedule_is_plain_backprop(balance):
+    model, (xs, ys) = make_model(), stream()
+    make_opt = OPTIMIZERS["adam"]
+    with Pipeline(model, xs[0], balance=balance, loss_fn=mse, optimizer=make_opt, schedule="sequential") as pipe:
+        outputs, losses = run(pipe, xs, ys)
+        want_out, want_loss, want_model = ref.plain_loop(model, make_opt, mse, xs, ys)
+        assert_close_dicts(losses, want_loss)
+        assert_close_dicts(outputs, want_out)
+        assert_same_weights(pipe, [want_model])
+
+
+def test_every_stage_learns():
+    model, (xs, ys) = make_model(), stream()
+    with Pipeline(model, xs[0], balance=[2, 1, 1, 1], loss_fn=mse, optimizer=OPTIMIZERS["sgd"]) as pipe:
+        before = [ref.weights([s.module]) for s in pipe.stages]
+        run(pipe, xs, ys)
+        for h, stage in enumerate(pipe.stages):
+            after = ref.weights([stage.module])
+            assert any(not torch.equal(a, b) for a, b in zip(before[h], after, strict=True)), f"stage {h} never learned"
+
+
+def test_frame_indices_and_flush():
+    model, (xs, ys) = make_model(), stream(10)
+    with Pipeline(model, xs[0], balance=[2, 2, 1], loss_fn=mse) as pipe:
+        frames = [pipe.step(x, y).frame for x, y in zip(xs, ys, strict=True)]
+        assert frames == [None, None] + list(range(8))
+        tail = pipe.flush()
+        assert [r.frame for r in tail] == [8, 9]
+        assert all(r.output is not None and r.loss is not None for r in tail)
+        # A new epoch refills the pipeline and keeps counting frames.
+        assert [pipe.step(x, y).frame for x, y in zip(xs[:3], ys[:3], strict=True)] == [None, None, 10]
+
+
+def test_inference_outputs_are_the_model_outputs_delayed():
+    model, (xs, _) = make_model(), stream(6)
+    with Pipeline(model, xs[0], balance=[2, 3]) as pipe:
+        results = [pipe.step(x) for x in xs] + pipe.flush()
+    got = {r.frame: r.output for r in results if r.frame is not None}
+    with torch.no_grad():
+        assert_close_dicts(got, {t: model(x) for t, x in enumerate(xs)})
+
+
+def test_state_dict_round_trip_continues_identically():
+    model, (xs, ys) = make_model(), stream()
+    make_opt = OPTIMIZERS["adam"]
+    with Pipeline(model, xs[0], balance=[3, 2], loss_fn=mse, optimizer=make_opt) as a:
+        for x, y in zip(xs[:10], ys[:10], strict=True):
+            a.step(x, y)
+        a.flush()
+        state = a.state_dict()
+        with Pipeline(make_model(), xs[0], balance=[3, 2], loss_fn=mse, optimizer=make_opt) as b:
+            b.load_state_dict(state)
+            got = [b.step(x, y).loss for x, y in zip(xs[10:], ys[10:], strict=True)]
+        want = [a.step(x, y).loss for x, y in zip(xs[10:], ys[10:], strict=True)]
+        assert got == want
+        # The checkpoint is a snapshot: it did not follow the weights `a` learned since.
+        assert not torch.equal(state["stages"][0]["module"]["0.0.weight"], a.stages[0].module[0][0].weight)
+        whole = a.module()
+        assert [n for n, _ in whole.named_children()] == [n for n, _ in model.named_children()]
+        assert all(
+            torch.equal(p, q)
+            for p, q in zip(ref.weights([whole]), ref.weights(s.module for s in a.stages), strict=True)
+        )
+
+
+def test_user_errors_are_clear():
+    model, (xs, _) = make_model(), stream(1)
+    with pytest.raises(TypeError, match="nn.Sequential"):
+        Pipeline(nn.Conv2d(3, 3, 1), xs[0])
+    with pytest.raises(ValueError, match=r"balance \[2, 2\] sums to 4, but the model has 5 layers"):
+        Pipeline(model, xs[0], balance=[2, 2])
+    with pytest.raises(ValueError, match="the model's 5 layers, got 6"):
+        Pipeline(model, xs[0], stages=6)
+    with pytest.raises(ValueError, match="does not exist"):
+        Pipeline(model, xs[0], devices=["cuda:7"])
+    with pytest.raises(ValueError, match="not supported"):
+        Pipeline(model, xs[0], devices=["meta"])
+    with pytest.raises(ValueError, match="unknown schedule"):
+        Pipeline(model, xs[0], stages=2, balance=[3, 2], schedule="nope")
+    with Pipeline(model, xs[0], balance=[3, 2]) as pipe, pytest.raises(ValueError, match=r"frame shape \(1, 3, 9, 9\)"):
+        pipe.step(torch.rand(1, 3, 9, 9))
+
+
+class FailAt(nn.Module):
+    """Raises on its n-th call: a stage that breaks mid-stream."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n, self.calls = n, 0
+
+    def forward(self, x):
+        self.calls += 1
+        if self.calls == self.n:
+            raise RuntimeError("boom")
+        return x
+
+
+def test_a_failing_stage_raises_naming_it_instead_of_hanging():
+    model, (xs, ys) = make_model(), stream(8)
+    layers = list(model)
+    failing = nn.Sequential(*layers[:3], FailAt(5), *layers[3:])
+    pipe = Pipeline(failing, xs[0], balance=[2, 2, 2], loss_fn=mse, timeout=10)
+    with pipe, pytest.raises(PipelineError, match="stage 1 failed: boom"):
+        for x, y in zip(xs, ys, strict=True):
+            pipe.step(x, y)
+
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("balance", [[3, 2], [2, 1, 1, 1]])
+def test_cuda_partime_matches_the_reference(graph, balance):
+    model, (xs, ys) = make_model(), stream()
+    make_opt = lambda p: torch.optim.Adam(p, lr=1e-2, capturable=graph)  # noqa: E731
+    ref_opt = lambda p: torch.optim.Adam(p, lr=1e-2)  # noqa: E731
+    xs_c, ys_c = [x.cuda() for x in xs], [y.cuda() for y in ys]
+    with Pipeline(
+        model, xs_c[0], balance=balance, devices=["cuda:0"], loss_fn=mse, optimizer=make_opt, cuda_graph=graph
+    ) as pipe:
+        assert (pipe._graphs is not None) == graph
+        outputs, losses = run(pipe, xs_c, ys_c)
+        want_out, want_loss, parts = ref.partime(model, balance, ref_opt, mse, xs, ys)
+        assert_close_dicts(losses, want_loss, tol=1e-5)
+        assert_close_dicts({k: v.cpu() for k, v in outputs.items()}, want_out, tol=1e-5)
+        assert_same_weights(pipe, parts, tol=1e-5)
+
+
+@cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("graph", [False, True])
+def test_cuda_every_stage_learns(graph):
+    """Regression for the reference library, where in graph mode only the last stage trained."""
+    model, (xs, ys) = make_model(), stream()
+    xs_c, ys_c = [x.cuda() for x in xs], [y.cuda() for y in ys]
+    with Pipeline(
+        model,
+        xs_c[0],
+        balance=[2, 1, 1, 1],
+        devices=["cuda:0"],
+        loss_fn=mse,
+        cuda_graph=graph,
+        optimizer=lambda p: torch.optim.SGD(p, lr=0.05),
+    ) as pipe:
+        before = [ref.weights([s.module]) for s in pipe.stages]
+        run(pipe, xs_c, ys_c)
+        for h, stage in enumerate(pipe.stages):
+            after = ref.weights([stage.module])
+            assert any(not torch.equal(a, b) for a, b in zip(before[h], after, strict=True)), f"stage {h} never learned"
+
+
+@cuda
+@pytest.mark.cuda
+def test_cuda_sequential_matches_plain_backprop():
+    model, (xs, ys) = make_model(), stream()
+    xs_c, ys_c = [x.cuda() for x in xs], [y.cuda() for y in ys]
+    make_opt = lambda p: torch.optim.SGD(p, lr=0.05)  # noqa: E731
+    with Pipeline(
+        model, xs_c[0], balance=[3, 2], devices=["cuda:0"], loss_fn=mse, optimizer=make_opt, schedule="sequential"
+    ) as pipe:
+        outputs, losses = run(pipe, xs_c, ys_c)
+        want_out, want_loss, want_model = ref.plain_loop(model, make_opt, mse, xs, ys)
+        assert_close_dicts(losses, want_loss, tol=1e-5)
+        assert_same_weights(pipe, [want_model], tol=1e-5)
