@@ -14,8 +14,7 @@ raises a ``PipelineError`` naming the stage; the pipeline cannot be used afterwa
 
 from __future__ import annotations
 
-import gc
-import importlib
+import contextlib
 import io
 import os
 import pickle
@@ -41,14 +40,19 @@ from .partition import TensorMeta
 from .schedules import StepActions
 from .stage import LossFn, Stage
 from .transport import PipelineError
-from .worker import StageWorker
+from .worker import StageWorker, prepare_process, settle_process
 
-#: How long to wait for workers to start (each imports torch: seconds on a loaded machine).
+#: Workers are forked from multiprocessing's fork server: a clean process (no threads, no torch
+#: state) started once per controller and preloaded with torch, so after the first pipeline a
+#: pipeline starts in a fraction of a second instead of seconds (spawn re-imports torch each time).
+START_METHOD = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+PRELOAD = ["torch", "torch._dynamo", __name__]
+#: How long to wait for workers to start (the fork server imports torch: seconds on a loaded machine).
 START_TIMEOUT = 120.0
 #: How long a closing worker may take to exit before it is terminated.
 EXIT_TIMEOUT = 5.0
 #: After a first failure, how long to wait for the other workers' news (to find the root cause).
-FAILURE_GRACE = 0.5
+FAILURE_GRACE = 2.0
 
 
 # -- messages over the pipes --------------------------------------------------------------------
@@ -99,12 +103,10 @@ class WorkerSpec:
 
 def _worker_main(spec: WorkerSpec, conn: Connection) -> None:
     """Entry point of a worker: set up, report ready, then serve commands until told to close."""
-    torch.set_num_threads(spec.threads)  # spawned children would otherwise oversubscribe the cores
+    prepare_process(spec.threads)
     if sys.platform.startswith("linux"):
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # workers of one machine talk over loopback
     try:
-        # The first optimizer step imports torch._dynamo (seconds): pay for it now, not mid-stream.
-        importlib.import_module("torch._dynamo")
         stage, loss_fn = pickle.loads(spec.payload)
         store = dist.TCPStore("127.0.0.1", spec.store_port, is_master=False, timeout=timedelta(seconds=spec.timeout))
         dist.init_process_group(
@@ -112,7 +114,7 @@ def _worker_main(spec: WorkerSpec, conn: Connection) -> None:
         )
         transport = DistTransport(dist.group.WORLD, spec.stage, spec.timeout)
         worker = StageWorker(stage, spec.depth, transport, loss_fn, spec.input_meta, spec.output_meta)
-        gc.freeze()  # torch's modules are here for good: no collection should scan them mid-stream
+        settle_process()
     except BaseException as exc:
         _send(conn, ("error", _describe(exc)))
         return
@@ -186,10 +188,8 @@ def _stop(procs: list[mp.Process], conns: list[Connection], graceful: bool) -> N
     if graceful:
         for proc, conn in zip(procs, conns, strict=True):
             if proc.is_alive():
-                try:
+                with contextlib.suppress(OSError, ValueError):  # already gone
                     _send(conn, ("close", ()))
-                except (OSError, ValueError):
-                    pass
         deadline = time.monotonic() + EXIT_TIMEOUT
         for proc in procs:
             proc.join(max(0.0, deadline - time.monotonic()))
@@ -216,15 +216,16 @@ class ProcessRuntime:
         self.transport = _Deliveries(learn=loss_fn is not None)
         self._failure: str | None = None
         payloads = [self._payload(stage, loss_fn) for stage in stages]
-        store = dist.TCPStore(
-            "127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=timeout)
-        )
-        threads = max(1, (os.cpu_count() or 1) // self.depth)
-        ctx = mp.get_context("spawn")
+        # The workers' rendezvous, on loopback; kept for the pipeline's lifetime.
+        self._store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        threads = max(1, torch.get_num_threads() // self.depth)  # this process's budget, shared out
+        ctx = mp.get_context(START_METHOD)
+        if START_METHOD == "forkserver":
+            ctx.set_forkserver_preload(PRELOAD)
         self._procs: list[mp.Process] = []
         self._conns: list[Connection] = []
         for h, payload in enumerate(payloads):
-            spec = WorkerSpec(h, self.depth, payload, metas[h], metas[h + 1], store.port, threads, timeout)
+            spec = WorkerSpec(h, self.depth, payload, metas[h], metas[h + 1], self._store.port, threads, timeout)
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=_worker_main, args=(spec, child), name=f"pipeline-stage-{h}", daemon=True)
             proc.start()
@@ -234,7 +235,6 @@ class ProcessRuntime:
         # Workers are ended even if close() is never called (garbage collection, interpreter exit).
         self._finalizer = weakref.finalize(self, _stop, self._procs, self._conns, True)
         self._collect("start-up", max(timeout, START_TIMEOUT))
-        self._store = store
 
     @staticmethod
     def _payload(stage: Stage, loss_fn: LossFn | None) -> bytes:
@@ -288,28 +288,37 @@ class ProcessRuntime:
         return self._collect(what or name, self.timeout + FAILURE_GRACE)
 
     def _collect(self, what: str, timeout: float) -> list[Any]:
+        """Every worker's answer, or -- once one fails, dies or stays silent -- a ``PipelineError``.
+
+        After a first failure the others get ``FAILURE_GRACE`` to report theirs: a worker killed by
+        a signal makes its neighbours fail too, and the report should name the root cause."""
         answers: dict[int, Any] = {}
         errors: dict[int, str] = {}
-        waiting = {conn: h for h, conn in enumerate(self._conns)}
-        sentinels = {proc.sentinel: h for h, proc in enumerate(self._procs)}
+        conns = {conn: h for h, conn in enumerate(self._conns)}
         deadline = time.monotonic() + timeout
-        while waiting:
-            if errors or any(p.exitcode is not None for p in self._procs):
-                deadline = min(deadline, time.monotonic() + FAILURE_GRACE)  # find the root cause, then stop
-            remaining = deadline - time.monotonic()
-            ready = wait([*waiting, *sentinels], timeout=max(0.0, remaining))
-            if not ready and remaining <= 0:
+        failing = False
+        while True:
+            unresolved = [
+                h
+                for h, proc in enumerate(self._procs)
+                if h not in answers and h not in errors and proc.exitcode is None
+            ]
+            if not unresolved:
                 break
-            for obj in ready:
-                if obj in waiting:
-                    h = waiting.pop(obj)
+            if not failing and (errors or len(unresolved) + len(answers) < self.depth):
+                failing, deadline = True, min(deadline, time.monotonic() + FAILURE_GRACE)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            pending = [c for c, h in conns.items() if h in unresolved] + [self._procs[h].sentinel for h in unresolved]
+            for obj in wait(pending, timeout=remaining):
+                if obj in conns:
+                    h = conns.pop(obj)
                     try:
                         status, value = _recv(obj)
                     except (EOFError, OSError):
-                        continue  # died: its exit code tells
+                        continue  # it died: its sentinel will tell how
                     (answers if status == "ok" else errors)[h] = value
-                else:
-                    sentinels.pop(obj)  # died: reported below unless it had answered
         if len(answers) == self.depth:
             return [answers[h] for h in range(self.depth)]
         self._fail(what, answers, errors, timeout)

@@ -8,13 +8,34 @@ from the single-process runtime.
 
 from __future__ import annotations
 
+import gc
+import importlib
 import time
+
+import torch
 
 from .dist_transport import DistTransport
 from .interpreter import Interpreter, StepRecord, messages_to
 from .partition import TensorMeta
 from .schedules import StepActions
 from .stage import LossFn, Stage
+
+
+def prepare_process(threads: int) -> None:
+    """What every stage process does before its first frame.
+
+    Set its intra-op thread budget (a fresh process would take every core, and D of them on the
+    same cores run several times slower); import torch._dynamo, which the first optimizer step
+    would otherwise import mid-stream (seconds).
+    """
+    torch.set_num_threads(threads)
+    importlib.import_module("torch._dynamo")
+
+
+def settle_process() -> None:
+    """Once set up: torch's objects are here for good, so no garbage collection (nor the final
+    one at exit) should spend seconds scanning them while frames stream."""
+    gc.freeze()
 
 
 class StageWorker:
