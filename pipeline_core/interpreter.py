@@ -12,6 +12,7 @@ from typing import Protocol
 
 from torch import Tensor
 
+from .microbatch import scatter
 from .schedules import Action, Op, StepActions
 from .stage import LossFn, Stage
 
@@ -61,20 +62,39 @@ class Interpreter:
     def run(self, h: int, action: Action) -> None:
         stage, op, frame, t = self.stages[h], action.op, action.frame, self.transport
         if op is Op.INPUT:
-            stage.inputs[frame] = t.recv("input", h, frame)
+            x = t.recv("input", h, frame)
+            if action.chunks > 1:
+                stage.inputs.update(scatter(x, frame, action.chunks))
+            else:
+                stage.inputs[frame] = x
         elif op is Op.RECV_ACT:
             stage.inputs[frame] = t.recv("act", h, frame)
+        elif op is Op.STASH:
+            stage.keep_input(frame)
         elif op is Op.FORWARD:
-            stage.forward(frame, stage.inputs.pop(frame), action.grad)
+            stage.forward(frame, stage.inputs.pop(frame), action.grad, action.stale)
+        elif op is Op.RECOMPUTE:
+            stage.forward(frame, stage.stash.pop(frame), True, action.stale)
         elif op is Op.SEND_ACT:
             t.send("act", h + SENDS[op][1], frame, stage.output(frame))
+            stage.passed_on(frame)
         elif op is Op.OUTPUT:
-            self.record.outputs[frame] = stage.output(frame)
+            if action.chunks == 1:
+                self.record.outputs[frame] = stage.output(frame)
+            elif (whole := stage.gathered_outputs.add(frame, action.chunks, stage.output(frame))) is not None:
+                self.record.outputs[whole[0]] = whole[1]
+            stage.passed_on(frame)
         elif op is Op.LOSS:
             if self.loss_fn is None:
                 raise ValueError("the schedule asks for a loss, but the pipeline has no loss_fn")
-            target = t.recv("target", h, frame) if t.ready("target", h, frame) else None
-            self.record.losses[frame] = stage.loss(frame, self.loss_fn, target)
+            if action.chunks == 1:
+                target = t.recv("target", h, frame) if t.ready("target", h, frame) else None
+                self.record.losses[frame] = stage.loss(frame, self.loss_fn, target)
+            else:
+                target = self._micro_target(h, frame, action.chunks)
+                loss = stage.loss(frame, self.loss_fn, target, scale=1.0 / action.chunks)
+                if (whole := stage.gathered_losses.add(frame, action.chunks, loss)) is not None:
+                    self.record.losses[whole[0]] = whole[1]
         elif op is Op.RECV_GRAD:
             assert action.grad_frame is not None
             stage.received_grads[action.grad_frame] = t.recv("grad", h, action.grad_frame)
@@ -85,9 +105,16 @@ class Interpreter:
         elif op is Op.SEND_GRAD:
             t.send("grad", h + SENDS[op][1], frame, stage.input_grads.pop(frame))
         elif op is Op.UPDATE:
-            stage.update()
+            stage.update(keep_previous=action.stale)
         else:  # pragma: no cover - exhaustive over Op
             raise AssertionError(op)
+
+    def _micro_target(self, h: int, micro: int, chunks: int) -> Tensor | None:
+        """The target of a micro-batch: the batch's target (if any) is split on first use."""
+        stage, frame = self.stages[h], micro // chunks
+        if micro not in stage.targets and self.transport.ready("target", h, frame):
+            stage.targets.update(scatter(self.transport.recv("target", h, frame), frame, chunks))
+        return stage.targets.pop(micro, None)
 
     def is_ready(self, h: int, action: Action) -> bool:
         """Whether ``action`` can run now without waiting for another stage."""

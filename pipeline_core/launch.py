@@ -46,7 +46,7 @@ from .partition import TensorMeta, check_balance, check_sequential, split, trace
 from .schedules import make_schedule
 from .stage import Stage
 from .transport import PipelineError
-from .worker import StageWorker, prepare_process, settle_process
+from .worker import StageWorker, check_whole_frames, prepare_process, settle_process
 
 #: Size of the control message rank 0 sends every rank each step (a pickled ``Control``).
 CONTROL_BYTES = 512
@@ -146,8 +146,11 @@ class Launch:
         optimizer = functools.partial(resolve(config.optimizer), **config.optimizer_kwargs)
         self.stage = Stage(rank, parts[rank], torch.device("cpu"), optimizer)
         self.schedule = make_schedule(config.schedule, world)
+        check_whole_frames(self.schedule)
         self.transport = DistTransport(dist.group.WORLD, rank, config.timeout)
-        self.worker = StageWorker(self.stage, world, self.transport, self.loss_fn, metas[rank], metas[rank + 1])
+        self.worker = StageWorker(
+            self.stage, world, self.transport, self.loss_fn, metas[rank], metas[rank + 1], self.schedule.message_slots()
+        )
         self.results: dict[str, list] = {"frames": [], "outputs": [], "losses": []}
 
     def _balance(self, model: torch.nn.Module, sample: Tensor) -> list[int]:

@@ -28,6 +28,7 @@ from .processes import ProcessRuntime
 from .runtime import LocalRuntime
 from .schedules import Schedule, make_schedule
 from .stage import LossFn, Stage
+from .worker import check_whole_frames
 
 
 @dataclass
@@ -92,6 +93,7 @@ class Pipeline:
             for i, (part, dev) in enumerate(zip(parts, placed, strict=True))
         ]
         self.schedule = make_schedule(schedule, len(self.stages))
+        self.schedule.check_input(tuple(sample_input.shape))
         outputs = trace([s.module for s in self.stages], sample_input, [s.device for s in self.stages])
         self.runtime = self._make_runtime(runtime, outputs, timeout)
         self._graphs = self._make_graphs(cuda_graph)
@@ -102,11 +104,13 @@ class Pipeline:
     # -- construction helpers ------------------------------------------------------------------
     def _make_runtime(self, name: str, outputs: list[TensorMeta], timeout: float) -> LocalRuntime | ProcessRuntime:
         """``local``: threads or CUDA streams in this process; ``processes``: one process per stage."""
+        slots = self.schedule.message_slots()
         if name == "local":
-            return LocalRuntime(self.stages, self.loss_fn, slots=2, timeout=timeout)
+            return LocalRuntime(self.stages, self.loss_fn, slots=slots, timeout=timeout)
         if name == "processes":
+            check_whole_frames(self.schedule)
             sample = (tuple(self.sample_input.shape), self.sample_input.dtype)
-            return ProcessRuntime(self.stages, self.loss_fn, [sample, *outputs], timeout=timeout)
+            return ProcessRuntime(self.stages, self.loss_fn, [sample, *outputs], slots=slots, timeout=timeout)
         raise ValueError(f"unknown runtime {name!r}; choose 'local' or 'processes'")
 
     def _make_graphs(self, cuda_graph: bool | None) -> StepGraphs | None:

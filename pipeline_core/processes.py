@@ -98,6 +98,7 @@ class WorkerSpec:
     output_meta: TensorMeta
     store_port: int
     threads: int
+    slots: int
     timeout: float
 
 
@@ -113,7 +114,7 @@ def _worker_main(spec: WorkerSpec, conn: Connection) -> None:
             "gloo", store=store, rank=spec.stage, world_size=spec.depth, timeout=timedelta(seconds=spec.timeout)
         )
         transport = DistTransport(dist.group.WORLD, spec.stage, spec.timeout)
-        worker = StageWorker(stage, spec.depth, transport, loss_fn, spec.input_meta, spec.output_meta)
+        worker = StageWorker(stage, spec.depth, transport, loss_fn, spec.input_meta, spec.output_meta, spec.slots)
         settle_process()
     except BaseException as exc:
         _send(conn, ("error", _describe(exc)))
@@ -207,8 +208,11 @@ class ProcessRuntime:
 
     cuda = False
 
-    def __init__(self, stages: list[Stage], loss_fn: LossFn | None, metas: list[TensorMeta], timeout: float) -> None:
-        """``metas``: shape and dtype of the pipeline input, then of every stage's output."""
+    def __init__(
+        self, stages: list[Stage], loss_fn: LossFn | None, metas: list[TensorMeta], slots: int, timeout: float
+    ) -> None:
+        """``metas``: shape and dtype of the pipeline input, then of every stage's output; ``slots``:
+        receive buffers per kind of message (the schedule's messages in flight)."""
         if any(s.device.type != "cpu" for s in stages):
             raise ValueError("runtime='processes' runs CPU stages over gloo; for CUDA devices use runtime='local'")
         self.depth = len(stages)
@@ -225,7 +229,7 @@ class ProcessRuntime:
         self._procs: list[mp.Process] = []
         self._conns: list[Connection] = []
         for h, payload in enumerate(payloads):
-            spec = WorkerSpec(h, self.depth, payload, metas[h], metas[h + 1], self._store.port, threads, timeout)
+            spec = WorkerSpec(h, self.depth, payload, metas[h], metas[h + 1], self._store.port, threads, slots, timeout)
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=_worker_main, args=(spec, child), name=f"pipeline-stage-{h}", daemon=True)
             proc.start()

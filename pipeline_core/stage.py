@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
+from torch.func import functional_call
+
+from .microbatch import Gather, concat, total
 
 LossFn = Callable[[Tensor, Tensor | None], Tensor]
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
@@ -46,24 +49,46 @@ class Stage:
         self.losses: dict[int, Tensor] = {}
         self.received_grads: dict[int, Tensor] = {}
         self.input_grads: dict[int, Tensor] = {}
+        # Schedules that recompute, split batches or keep two weight versions (stash, GPipe, CDP).
+        self.stash: dict[int, Tensor] = {}  # inputs kept for a RECOMPUTE
+        self.targets: dict[int, Tensor] = {}  # targets of micro-batches, by micro-batch id
+        self.gathered_outputs = Gather(concat)  # last stage: micro-batch outputs of a batch
+        self.gathered_losses = Gather(total)  # last stage: micro-batch losses of a batch
+        self.previous: dict[str, Tensor] | None = None  # the weights before the last update
 
-    def forward(self, frame: int, x: Tensor, grad: bool) -> Tensor:
-        """Forward ``frame``; with ``grad`` the graph is kept for a later :meth:`backward`."""
+    def forward(self, frame: int, x: Tensor, grad: bool, stale: bool = False) -> Tensor:
+        """Forward ``frame``; with ``grad`` the graph is kept for a later :meth:`backward`. With
+        ``stale`` it runs on the weights from before the last update (when the stage keeps them)."""
+        weights = self.previous if stale else None
+        run = self.module if weights is None else (lambda inp: functional_call(self.module, weights, (inp,)))
         if grad:
             leaf = x.detach().requires_grad_(self.index > 0)
-            out = self.module(leaf)
+            out = run(leaf)
         else:
             with torch.no_grad():
                 leaf = x
-                out = self.module(x)
+                out = run(x)
         self.forwarded[frame] = Forwarded(leaf, out, grad)
         return out
+
+    def keep_input(self, frame: int) -> None:
+        """Stash a private copy of the input of ``frame`` (received buffers get reused)."""
+        self.stash[frame] = self.inputs[frame].clone()
 
     def output(self, frame: int) -> Tensor:
         return self.forwarded[frame].output.detach()
 
-    def loss(self, frame: int, loss_fn: LossFn, target: Tensor | None) -> Tensor:
+    def passed_on(self, frame: int) -> None:
+        """The output of ``frame`` was sent or published: a forward-only result is no longer needed
+        (frees checkpointed activations at once rather than at the end of the step)."""
+        if not self.forwarded[frame].keep:
+            del self.forwarded[frame]
+
+    def loss(self, frame: int, loss_fn: LossFn, target: Tensor | None, scale: float = 1.0) -> Tensor:
+        """The loss of ``frame``, times ``scale`` (1/chunks for a micro-batch of a batch)."""
         loss = loss_fn(self.forwarded[frame].output, target)
+        if scale != 1.0:
+            loss = loss * scale
         self.losses[frame] = loss
         return loss.detach()
 
@@ -80,11 +105,23 @@ class Stage:
         if self.index > 0:
             self.input_grads[frame] = fwd.input.grad
 
-    def update(self) -> None:
-        """Optimizer step; gradients are zeroed in place so CUDA graphs see static tensors."""
-        if self.optimizer is not None:
-            self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=False)
+    def update(self, keep_previous: bool = False) -> None:
+        """Optimizer step on every gradient accumulated since the last one, including those computed
+        on the previous weights. ``keep_previous``: first copy the weights, for stale forwards.
+        Gradients are zeroed in place so CUDA graphs see static tensors."""
+        if self.optimizer is None:
+            return
+        named = list(self.module.named_parameters())
+        if self.previous is not None:
+            for name, param in named:
+                old = self.previous[name]
+                if old.grad is not None:
+                    param.grad = old.grad if param.grad is None else param.grad.add_(old.grad)
+                    old.grad = None
+        if keep_previous:
+            self.previous = {name: p.detach().clone().requires_grad_(p.requires_grad) for name, p in named}
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=False)
 
     def set_lr(self, lr: float) -> None:
         if self.optimizer is not None:
@@ -98,8 +135,10 @@ class Stage:
 
     def reset(self) -> None:
         """Forget everything in flight (after a flush or a weight load)."""
-        for state in (self.inputs, self.forwarded, self.losses, self.received_grads, self.input_grads):
+        states = (self.inputs, self.forwarded, self.losses, self.received_grads, self.input_grads, self.stash)
+        for state in (*states, self.targets, self.gathered_outputs, self.gathered_losses):
             state.clear()
+        self.previous = None
 
     def state_dict(self) -> dict:
         """A snapshot: PyTorch's state dicts alias live tensors that the next update changes."""

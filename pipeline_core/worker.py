@@ -17,7 +17,7 @@ import torch
 from .dist_transport import DistTransport
 from .interpreter import Interpreter, StepRecord, messages_to
 from .partition import TensorMeta
-from .schedules import StepActions
+from .schedules import Schedule, StepActions
 from .stage import LossFn, Stage
 
 
@@ -38,6 +38,15 @@ def settle_process() -> None:
     gc.freeze()
 
 
+def check_whole_frames(schedule: Schedule) -> None:
+    """Receive buffers are sized for whole frames: refuse schedules that send micro-batches."""
+    if any(a.chunks > 1 for actions in schedule.actions(0, None, learn=True) for a in actions):
+        raise ValueError(
+            f"stage processes exchange whole frames; schedule {schedule.name!r} splits them into "
+            "micro-batches: use runtime='local'"
+        )
+
+
 class StageWorker:
     def __init__(
         self,
@@ -47,6 +56,7 @@ class StageWorker:
         loss_fn: LossFn | None,
         input_meta: TensorMeta,
         output_meta: TensorMeta,
+        slots: int,
     ) -> None:
         self.stage = stage
         self.depth = depth
@@ -55,13 +65,14 @@ class StageWorker:
         # What arrives from the neighbours: activations shaped like this stage's input, gradients
         # shaped like its output.
         self._metas = {"act": input_meta, "grad": output_meta}
+        self.slots = slots  # receive buffers per kind: the schedule's messages in flight
 
     def run_step(self, plan: StepActions) -> StepRecord:
         """Post the receives of every message the neighbours send this step, run this stage's
         actions, and return once everything it sent has been delivered."""
         h = self.stage.index
         for kind, frame, sender in messages_to(plan, h):
-            self.transport.post(kind, frame, sender, self._metas[kind])
+            self.transport.post(kind, frame, sender, self._metas[kind], self.slots)
         record = self.interpreter.record = StepRecord(stage_seconds=[None] * self.depth)
         start = time.perf_counter()
         try:

@@ -1,0 +1,65 @@
+"""Flow quality: end-point error against ground truth, and the label-free measures of the
+reference work (photometric error, reconstruction accuracy on moving pixels). numpy in, floats out,
+so learned and classical flows are scored by the same code."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .flow_loss import warp
+
+#: L∞ thresholds of the reconstruction accuracy (Marullo et al. 2022).
+RECON_THRESHOLDS = (0.05, 0.025)
+
+
+def _check(flow: np.ndarray, name: str = "flow") -> np.ndarray:
+    flow = np.asarray(flow, dtype=np.float32)
+    if flow.ndim != 3 or flow.shape[2] != 2:
+        raise ValueError(f"{name} must be [H, W, 2], got {flow.shape}")
+    return flow
+
+
+def magnitude(flow: np.ndarray) -> float:
+    """Mean flow magnitude in pixels."""
+    return float(np.linalg.norm(_check(flow), axis=-1).mean())
+
+
+def epe(flow: np.ndarray, gt: np.ndarray) -> float:
+    """Mean end-point error ||flow - gt|| in pixels."""
+    flow, gt = _check(flow), _check(gt, "gt")
+    if flow.shape != gt.shape:
+        raise ValueError(f"flow {flow.shape} and gt {gt.shape} differ")
+    return float(np.linalg.norm(flow - gt, axis=-1).mean())
+
+
+def reconstruct(prev: np.ndarray, cur: np.ndarray, flow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(previous frame, current frame warped back by flow), both float [H, W, 3] in [0, 1]."""
+    flow = _check(flow)
+    t = torch.from_numpy(np.ascontiguousarray(cur, dtype=np.float32) / 255.0).permute(2, 0, 1)[None]
+    f = torch.from_numpy(np.ascontiguousarray(flow)).permute(2, 0, 1)[None]
+    rec = warp(t, f)[0].permute(1, 2, 0).numpy()
+    return np.asarray(prev, dtype=np.float32) / 255.0, rec
+
+
+def photometric_error(prev: np.ndarray, cur: np.ndarray, flow: np.ndarray) -> float:
+    """Mean |warp(current, flow) - previous| over pixels and channels, intensities in [0, 1]."""
+    target, rec = reconstruct(prev, cur, flow)
+    return float(np.abs(rec - target).mean())
+
+
+def reconstruction_accuracy(
+    prev: np.ndarray, cur: np.ndarray, flow: np.ndarray, moving: np.ndarray, thresholds=RECON_THRESHOLDS
+) -> dict[float, float]:
+    """Share of ``moving`` pixels whose reconstruction error (L∞ over RGB) is below each threshold."""
+    target, rec = reconstruct(prev, cur, flow)
+    err = np.abs(rec - target).max(axis=-1)[np.asarray(moving, bool)]
+    return {th: float((err < th).mean()) if err.size else float("nan") for th in thresholds}
+
+
+def moving_mask(prev: np.ndarray, cur: np.ndarray, gt: np.ndarray | None = None, min_motion: float = 0.5) -> np.ndarray:
+    """Pixels that move: |gt| > min_motion when ground truth exists, else a visible intensity change."""
+    if gt is not None:
+        return np.linalg.norm(_check(gt, "gt"), axis=-1) > min_motion
+    diff = np.abs(np.asarray(cur, np.float32) - np.asarray(prev, np.float32)).max(axis=-1) / 255.0
+    return diff > RECON_THRESHOLDS[1]
