@@ -101,7 +101,7 @@ def processes(timeout: float = 60.0, **kw) -> Pipeline:
 
 
 @pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
-@pytest.mark.parametrize("schedule", ["partime", "sequential"])
+@pytest.mark.parametrize("schedule", ["partime", "sequential", "stash"])
 def test_processes_compute_what_local_computes(schedule, opt):
     xs, ys = stream(STEPS + 8)
     kw = dict(balance=BALANCE, loss_fn=loss_fn, optimizer=OPTIMIZERS[opt], schedule=schedule)
@@ -176,3 +176,15 @@ def test_unpicklable_loss_is_refused_before_any_process_starts():
 def test_unknown_runtime_is_refused():
     with pytest.raises(ValueError, match="unknown runtime"):
         Pipeline(make_model(), torch.zeros(1, 3, 8, 8), balance=BALANCE, runtime="fibers")
+
+
+def test_micro_batch_schedules_are_refused():
+    with pytest.raises(ValueError, match="micro-batches"):
+        Pipeline(
+            make_model(),
+            torch.zeros(2, 3, 8, 8),
+            balance=BALANCE,
+            loss_fn=loss_fn,
+            schedule="gpipe",
+            runtime="processes",
+        )
