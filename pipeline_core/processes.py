@@ -14,15 +14,17 @@ raises a ``PipelineError`` naming the stage; the pipeline cannot be used afterwa
 
 from __future__ import annotations
 
-import contextlib
 import io
 import os
 import pickle
+import queue
 import signal
 import sys
+import threading
 import time
 import traceback
 import weakref
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -184,13 +186,38 @@ class _Deliveries:
         return mine
 
 
-def _stop(procs: list[mp.Process], conns: list[Connection], graceful: bool) -> None:
-    """End every worker: ask politely (``graceful``), then terminate, then kill. Leaves no process."""
+class _Outbox:
+    """Sends one worker its commands from a thread. A worker may still be busy with its previous
+    step when the next command comes, and a command with a large frame fills the pipe's buffer:
+    the controller must not block on that (nor forever on a hung worker)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self._queue: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="pipeline-outbox", daemon=True)
+        self._thread.start()
+
+    def put(self, command: Any) -> None:
+        self._queue.put(_dumps(command))  # pickled now: later changes to the tensors do not leak in
+
+    def _run(self) -> None:
+        while (data := self._queue.get()) is not None:
+            try:
+                self.conn.send_bytes(data)
+            except (OSError, ValueError):
+                return  # the worker is gone: the controller's wait reports it
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(EXIT_TIMEOUT)
+        self.conn.close()
+
+
+def _stop(procs: list[mp.Process], outboxes: list[_Outbox], graceful: bool) -> None:
+    """End every worker: ask politely (``graceful``), then kill. Leaves no process behind."""
     if graceful:
-        for proc, conn in zip(procs, conns, strict=True):
-            if proc.is_alive():
-                with contextlib.suppress(OSError, ValueError):  # already gone
-                    _send(conn, ("close", ()))
+        for outbox in outboxes:
+            outbox.put(("close", ()))
         deadline = time.monotonic() + EXIT_TIMEOUT
         for proc in procs:
             proc.join(max(0.0, deadline - time.monotonic()))
@@ -199,8 +226,8 @@ def _stop(procs: list[mp.Process], conns: list[Connection], graceful: bool) -> N
             proc.kill()  # SIGKILL: also ends a stopped (SIGSTOP) or hung worker
     for proc in procs:
         proc.join(EXIT_TIMEOUT)
-    for conn in conns:
-        conn.close()
+    for outbox in outboxes:
+        outbox.close()
 
 
 class ProcessRuntime:
@@ -236,9 +263,14 @@ class ProcessRuntime:
             child.close()
             self._procs.append(proc)
             self._conns.append(parent)
+        self._outboxes = [_Outbox(conn) for conn in self._conns]
         # Workers are ended even if close() is never called (garbage collection, interpreter exit).
-        self._finalizer = weakref.finalize(self, _stop, self._procs, self._conns, True)
-        self._collect("start-up", max(timeout, START_TIMEOUT))
+        self._finalizer = weakref.finalize(self, _stop, self._procs, self._outboxes, True)
+        self._owed: list[deque[str]] = [deque(["start"]) for _ in stages]  # answers each worker owes
+        self._seconds: list[float | None] = [None] * self.depth
+        self._outputs: dict[int, Tensor] = {}
+        self._losses: dict[int, Tensor] = {}
+        self._gather("start-up", max(timeout, START_TIMEOUT), lag=[0] * self.depth)
 
     @staticmethod
     def _payload(stage: Stage, loss_fn: LossFn | None) -> bytes:
@@ -252,11 +284,16 @@ class ProcessRuntime:
 
     # -- running -------------------------------------------------------------------------------
     def run_step(self, step: int, plan: StepActions) -> StepRecord:
-        replies = self._call("step", [(plan, self.transport.take(h)) for h in range(self.depth)], f"step {step}")
-        record = StepRecord(stage_seconds=[seconds for seconds, _, _ in replies])
-        for _, outputs, losses in replies:
-            record.outputs.update(outputs)
-            record.losses.update(losses)
+        """Send every worker its step; return once the last stage has done it.
+
+        Earlier stages may still be finishing it: each reads its next command from its pipe as soon
+        as it is done, so no stage idles while another finishes (a per-step barrier would make every
+        step as long as the slowest stage *in that step*). They run at most one step behind; their
+        ``stage_seconds`` are those of the latest step they finished."""
+        self._send_all("step", [(plan, self.transport.take(h)) for h in range(self.depth)])
+        self._gather(f"step {step}", self.timeout, lag=[1] * (self.depth - 1) + [0])
+        record = StepRecord(outputs=self._outputs, losses=self._losses, stage_seconds=list(self._seconds))
+        self._outputs, self._losses = {}, {}
         return record
 
     def new_epoch(self) -> None:
@@ -278,64 +315,77 @@ class ProcessRuntime:
         return self._call("module", [()] * self.depth)
 
     # -- talking to the workers ----------------------------------------------------------------
-    def _call(self, name: str, args: list[tuple], what: str | None = None) -> list[Any]:
-        """Send one command per worker, then wait for every answer (or the first failure)."""
+    def _call(self, name: str, args: list[tuple]) -> list[Any]:
+        """Send one command per worker and return their answers (after any step still owed)."""
+        self._send_all(name, args)
+        answers = self._gather(name, self.timeout, lag=[0] * self.depth)
+        return [answers[h] for h in range(self.depth)]
+
+    def _send_all(self, name: str, args: list[tuple]) -> None:
         if self._failure is not None:
             raise PipelineError(f"the pipeline stopped after a failure: {self._failure}")
         if not self._finalizer.alive:
             raise PipelineError("the pipeline is closed")
-        for h, conn in enumerate(self._conns):
-            try:
-                _send(conn, (name, args[h]))
-            except (OSError, ValueError):
-                break  # that worker is gone: _collect reports it
-        return self._collect(what or name, self.timeout + FAILURE_GRACE)
+        for h, outbox in enumerate(self._outboxes):
+            outbox.put((name, args[h]))
+            self._owed[h].append(name)
 
-    def _collect(self, what: str, timeout: float) -> list[Any]:
-        """Every worker's answer, or -- once one fails, dies or stays silent -- a ``PipelineError``.
+    def _gather(self, what: str, timeout: float, lag: list[int]) -> dict[int, Any]:
+        """Read answers until worker h owes at most ``lag[h]``; step answers are absorbed into the
+        next record, the others returned. Once a worker fails, dies or stays silent: ``PipelineError``.
 
-        After a first failure the others get ``FAILURE_GRACE`` to report theirs: a worker killed by
-        a signal makes its neighbours fail too, and the report should name the root cause."""
+        After a first failure every worker owes everything, within ``FAILURE_GRACE``: a worker
+        killed by a signal makes its neighbours fail too, and the report should name the root cause."""
         answers: dict[int, Any] = {}
         errors: dict[int, str] = {}
         conns = {conn: h for h, conn in enumerate(self._conns)}
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout + FAILURE_GRACE
         failing = False
         while True:
-            unresolved = [
-                h
-                for h, proc in enumerate(self._procs)
-                if h not in answers and h not in errors and proc.exitcode is None
-            ]
-            if not unresolved:
-                break
-            if not failing and (errors or len(unresolved) + len(answers) < self.depth):
-                failing, deadline = True, min(deadline, time.monotonic() + FAILURE_GRACE)
+            dead = {h for h, proc in enumerate(self._procs) if proc.exitcode is not None}
+            if not failing and (errors or dead):
+                failing, lag = True, [0] * self.depth
+                deadline = min(deadline, time.monotonic() + FAILURE_GRACE)
+            behind = [h for h in range(self.depth) if len(self._owed[h]) > lag[h] and not {h} & (dead | errors.keys())]
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if not behind or remaining <= 0:
                 break
-            pending = [c for c, h in conns.items() if h in unresolved] + [self._procs[h].sentinel for h in unresolved]
-            for obj in wait(pending, timeout=remaining):
-                if obj in conns:
-                    h = conns.pop(obj)
-                    try:
-                        status, value = _recv(obj)
-                    except (EOFError, OSError):
-                        continue  # it died: its sentinel will tell how
-                    (answers if status == "ok" else errors)[h] = value
-        if len(answers) == self.depth:
-            return [answers[h] for h in range(self.depth)]
-        self._fail(what, answers, errors, timeout)
+            readable = [c for c, h in conns.items() if self._owed[h] and h not in errors]
+            sentinels = [proc.sentinel for h, proc in enumerate(self._procs) if h not in dead]
+            for obj in wait(readable + sentinels, timeout=remaining):
+                if obj not in conns:
+                    continue  # a death: seen at the top of the loop
+                h = conns[obj]
+                try:
+                    status, value = _recv(obj)
+                except (EOFError, OSError):
+                    del conns[obj]  # it died: its sentinel will tell how
+                    continue
+                name = self._owed[h].popleft()
+                if status != "ok":
+                    errors[h] = value
+                elif name == "step":
+                    self._absorb(h, *value)
+                else:
+                    answers[h] = value
+        if failing or behind:
+            self._fail(what, errors, timeout)
+        return answers
 
-    def _fail(self, what: str, answers: dict[int, Any], errors: dict[int, str], timeout: float) -> NoReturn:
+    def _absorb(self, h: int, seconds: float | None, outputs: dict, losses: dict) -> None:
+        self._seconds[h] = seconds
+        self._outputs.update(outputs)
+        self._losses.update(losses)
+
+    def _fail(self, what: str, errors: dict[int, str], timeout: float) -> NoReturn:
         """Name what went wrong, stage by stage (deaths and silences first: they are root causes)."""
         dead, silent, failed = [], [], []
         for h, proc in enumerate(self._procs):
-            if proc.exitcode is not None and h not in errors:
-                dead.append(f"stage {h} worker (pid {proc.pid}) died {_exit_reason(proc.exitcode)}")
-            elif h in errors:
+            if h in errors:
                 failed.append(f"stage {h} failed: {errors[h]}")
-            elif h not in answers:
+            elif proc.exitcode is not None:
+                dead.append(f"stage {h} worker (pid {proc.pid}) died {_exit_reason(proc.exitcode)}")
+            elif self._owed[h]:
                 silent.append(f"stage {h} did not answer within {timeout:.0f}s (hung?)")
         self._failure = f"during {what}: " + "; ".join(dead + silent + failed)
         self.close()
@@ -346,7 +396,7 @@ class ProcessRuntime:
         """End every worker (idempotent); after a failure they are killed without asking."""
         if self._finalizer.alive:
             self._finalizer.detach()
-            _stop(self._procs, self._conns, graceful=self._failure is None)
+            _stop(self._procs, self._outboxes, graceful=self._failure is None)
 
     def pids(self) -> list[int]:
         return [proc.pid for proc in self._procs if proc.pid is not None]
