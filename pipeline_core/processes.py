@@ -123,17 +123,18 @@ def _worker_main(spec: WorkerSpec, conn: Connection) -> None:
         return
     _send(conn, ("ok", None))
     try:
-        _serve(worker, conn)
+        served = _serve(worker, conn)
     finally:
         dist.destroy_process_group()
         conn.close()
     # Nothing is left to release: skip the interpreter's teardown of torch (a second or more).
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(0 if served else 1)
 
 
-def _serve(worker: StageWorker, conn: Connection) -> None:
+def _serve(worker: StageWorker, conn: Connection) -> bool:
+    """Answer commands in order until ``close`` (True) or a failure (False)."""
     stage = worker.stage
 
     def step(plan: StepActions, deliveries: list[tuple[str, int, Tensor]]) -> tuple[float | None, dict, dict]:
@@ -154,16 +155,15 @@ def _serve(worker: StageWorker, conn: Connection) -> None:
         try:
             name, args = _recv(conn)
         except (EOFError, OSError):
-            return  # the controller is gone
+            return False  # the controller is gone
         if name == "close":
-            _send(conn, ("ok", None))
-            return
+            return True
         try:
             result = handlers[name](*args)
         except Exception as exc:  # the step cannot complete: report, and let the controller stop us all
             traceback.print_exc()
             _send(conn, ("error", _describe(exc)))
-            return
+            return False
         _send(conn, ("ok", result))
 
 
