@@ -1,0 +1,104 @@
+"""The CLI's reading of the viewer WebSocket, against a scripted in-process server: metrics/image pairing, the
+two-image layout ("images": ["frame", "flow"]) the protocol allows, state messages, and close codes."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import cv2
+import numpy as np
+import pytest
+from websockets.sync.server import serve
+
+from clients.recording import overlay_image
+from clients.stream_api import ApiError, Frame, StreamApi
+
+
+def jpeg(rgb: np.ndarray) -> bytes:
+    return cv2.imencode(".jpg", cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))[1].tobytes()
+
+
+def metrics(frame: int, **extra) -> str:
+    m = {"type": "frame", "frame": frame, "loss": 0.1, "dp_s": 0.05, "ds_s": 0.1, "stage_dp_s": [0.04, 0.05]}
+    return json.dumps({**m, "latency_s": 0.2, "dropped": 0, **extra})
+
+
+def scripted(script):
+    """A WebSocket server on 127.0.0.1 that plays `script(ws)` to each client; yields a StreamApi pointed at it."""
+
+    def handler(ws):
+        script(ws)
+
+    server = serve(handler, "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    port = server.socket.getsockname()[1]
+    return server, StreamApi(f"http://127.0.0.1:{port}")
+
+
+@pytest.fixture
+def play():
+    servers = []
+
+    def start(script):
+        server, api = scripted(script)
+        servers.append(server)
+        return api
+
+    yield start
+    for server in servers:
+        server.shutdown()
+
+
+GREY = np.full((16, 16, 3), 100, np.uint8)
+RED = np.zeros((16, 16, 3), np.uint8)
+RED[..., 0] = 255
+
+
+def test_overlay_pairs_and_state_messages(play):
+    def script(ws):
+        ws.send(json.dumps({"type": "state", "state": "running", "error": None}))
+        ws.send(jpeg(GREY))  # an image without its metrics (joined mid-pair): skipped
+        for i in range(3):
+            ws.send(metrics(i))
+            ws.send(jpeg(GREY))
+        ws.send(json.dumps({"type": "state", "state": "ended", "error": None}))
+
+    items = list(play(script).frames("s1", idle_timeout=5))
+    assert items[0]["state"] == "running" and items[-1]["state"] == "ended"
+    frames = [i for i in items if isinstance(i, Frame)]
+    assert [f.metrics["frame"] for f in frames] == [0, 1, 2]
+    assert all(list(f.images) == ["overlay"] for f in frames)
+
+
+def test_frame_and_flow_layout_is_blended(play):
+    def script(ws):
+        ws.send(metrics(7, images=["frame", "flow"]))
+        ws.send(jpeg(GREY))
+        ws.send(jpeg(RED))
+        ws.close()
+
+    (frame,) = [i for i in play(script).frames("s1", idle_timeout=5) if isinstance(i, Frame)]
+    assert set(frame.images) == {"frame", "flow"}
+    picture = overlay_image(frame.images, opacity=0.5).astype(int)
+    assert abs(picture[..., 0].mean() - 177) < 6 and abs(picture[..., 1].mean() - 50) < 6
+
+
+@pytest.mark.parametrize(("close_code", "status"), [(1008, 401), (4404, 404)])
+def test_refusals_become_api_errors(play, close_code, status):
+    def script(ws):
+        ws.send(json.dumps({"type": "error", "code": "x", "message": "no"}))
+        ws.close(close_code, "refused")
+
+    with pytest.raises(ApiError) as err:
+        list(play(script).frames("s1", idle_timeout=5))
+    assert err.value.status == status
+
+
+def test_silence_times_out(play):
+    def script(ws):
+        ws.recv()  # says nothing until the client goes away
+
+    with pytest.raises(TimeoutError):
+        list(play(script).frames("s1", idle_timeout=0.5))

@@ -1,0 +1,65 @@
+"""`overtime watch` against a live server: a playable MP4 with exactly the frames asked for, the CSV, exit codes."""
+
+from __future__ import annotations
+
+import csv
+import math
+import subprocess
+import sys
+
+import av
+import pytest
+
+from clients import watch
+from server.launch import ServerProcess
+
+pytestmark = pytest.mark.slow
+# Loopback sources allowed (the unreachable-URL case), no stream of the server's own, and patience with
+# stream start-up on a loaded 2-core box.
+SERVER_FLAGS = ("--allow-private", "--no-demo-stream", "--read-timeout-s", "60")
+FRAMES = 24
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with ServerProcess(tmp_path_factory.mktemp("server"), *SERVER_FLAGS) as srv:
+        yield srv.url
+
+
+def test_watch_demo_saves_video_and_metrics(server, tmp_path):
+    video, table = tmp_path / "out.mp4", tmp_path / "losses.csv"
+    argv = ["demo", "--url", server, "--frames", str(FRAMES), "--fps", "10", "--save", str(video), "--csv", str(table)]
+    argv += ["--idle-timeout", "150"]  # stream start-up on a loaded 2-core box
+    # The real command line: `overtime watch ...` is server.cli dispatching to clients.watch.
+    command = [sys.executable, "-m", "server.cli", "watch", *argv]
+    run = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    assert run.returncode == watch.OK, run.stderr
+    assert "ΔP/ΔS" in run.stderr  # the progress line
+
+    with av.open(str(video)) as container:
+        stream = container.streams.video[0]
+        decoded = [f.to_ndarray(format="rgb24") for f in container.decode(stream)]
+        assert stream.codec_context.name == "h264"
+        assert float(stream.average_rate) == pytest.approx(10, rel=0.05)
+    assert len(decoded) == FRAMES
+    assert decoded[-1].std() > 5, "the recorded overlay is blank"
+
+    with table.open() as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == FRAMES
+    frames = [int(r["frame"]) for r in rows]
+    assert frames == sorted(frames) and len(set(frames)) == FRAMES
+    assert all(math.isfinite(float(r["loss"])) and float(r["ds_s"]) == pytest.approx(0.1) for r in rows)
+    assert any(name.startswith("stage_") for name in rows[0])
+
+
+def test_watch_exit_codes(server, tmp_path):
+    assert watch.main(["no-such-stream", "--url", server]) == watch.REJECTED
+    assert watch.main(["ftp://example.com/a.mp4", "--url", server]) == watch.REJECTED
+    assert watch.main(["demo", "--url", "http://127.0.0.1:9", "--frames", "1"]) == watch.UNREACHABLE
+    # A live source that cannot be reached: the stream errors or keeps reconnecting; either way no frames come.
+    code = watch.main(["http://127.0.0.1:9/nothing.mp4", "--url", server, "--frames", "5", "--idle-timeout", "5"])
+    assert code in (watch.STREAM_FAILED, watch.NO_FRAMES)
+    with pytest.raises(SystemExit) as usage:
+        watch.main(["demo", "--frames", "0"])
+    assert usage.value.code == watch.USAGE
