@@ -14,6 +14,7 @@ raises a ``PipelineError`` naming the stage; the pipeline cannot be used afterwa
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import pickle
@@ -394,6 +395,11 @@ class ProcessRuntime:
     # -- lifetime ------------------------------------------------------------------------------
     def close(self) -> None:
         """End every worker (idempotent); after a failure they are killed without asking."""
+        if not self._finalizer.alive:
+            return
+        if self._failure is None:  # stages still finishing the last step must not lose its messages
+            with contextlib.suppress(PipelineError):  # (a failure here has already stopped everything)
+                self._gather("close", self.timeout, lag=[0] * self.depth)
         if self._finalizer.alive:
             self._finalizer.detach()
             _stop(self._procs, self._outboxes, graceful=self._failure is None)
