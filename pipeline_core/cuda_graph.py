@@ -15,11 +15,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .interpreter import StepRecord
+from .interpreter import SENDS, StepRecord
 from .runtime import LocalRuntime
 from .schedules import Op, StepActions
 
-_SENDS = {Op.SEND_ACT: ("act", +1), Op.SEND_GRAD: ("grad", -1)}
 _RECEIVES = {Op.INPUT: "input", Op.LOSS: "target", Op.RECV_ACT: "act", Op.RECV_GRAD: "grad"}
 
 
@@ -75,8 +74,8 @@ class StepGraphs:
         transport.step = step
         for h, actions in enumerate(plan):
             for a in actions:
-                if a.op in _SENDS:
-                    kind, offset = _SENDS[a.op]
+                if a.op in SENDS:
+                    kind, offset = SENDS[a.op]
                     transport.put_marker(kind, h + offset, a.frame)
         for h, actions in enumerate(plan):
             for a in actions:

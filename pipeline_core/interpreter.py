@@ -13,8 +13,23 @@ from typing import Protocol
 from torch import Tensor
 
 from .microbatch import scatter
-from .schedules import Action, Op
+from .schedules import Action, Op, StepActions
 from .stage import LossFn, Stage
+
+#: The actions that send a message between stages: its kind and where it goes (stage offset).
+SENDS: dict[Op, tuple[str, int]] = {Op.SEND_ACT: ("act", +1), Op.SEND_GRAD: ("grad", -1)}
+
+
+def messages_to(plan: StepActions, h: int) -> list[tuple[str, int, int]]:
+    """``(kind, frame, sending stage)`` of every message other stages send to stage ``h`` in ``plan``,
+    in sending order: what a runtime whose stages cannot see each other must get ready to receive."""
+    incoming = []
+    for sender, actions in enumerate(plan):
+        for action in actions:
+            route = SENDS.get(action.op)
+            if route is not None and sender + route[1] == h:
+                incoming.append((route[0], action.frame, sender))
+    return incoming
 
 
 class Transport(Protocol):
@@ -61,7 +76,7 @@ class Interpreter:
         elif op is Op.RECOMPUTE:
             stage.forward(frame, stage.stash.pop(frame), True, action.stale)
         elif op is Op.SEND_ACT:
-            t.send("act", h + 1, frame, stage.output(frame))
+            t.send("act", h + SENDS[op][1], frame, stage.output(frame))
             stage.passed_on(frame)
         elif op is Op.OUTPUT:
             if action.chunks == 1:
@@ -88,7 +103,7 @@ class Interpreter:
             grad = None if h == self.last else stage.received_grads.pop(action.grad_frame)
             stage.backward(frame, action.grad_frame, grad)
         elif op is Op.SEND_GRAD:
-            t.send("grad", h - 1, frame, stage.input_grads.pop(frame))
+            t.send("grad", h + SENDS[op][1], frame, stage.input_grads.pop(frame))
         elif op is Op.UPDATE:
             stage.update(keep_previous=action.stale)
         else:  # pragma: no cover - exhaustive over Op

@@ -78,6 +78,23 @@ def split(model: nn.Sequential, balance: list[int]) -> list[nn.Sequential]:
     return parts
 
 
+TensorMeta = tuple[tuple[int, ...], torch.dtype]
+
+
+def trace(parts: list[nn.Module], sample_input: torch.Tensor, devices: list[torch.device]) -> list[TensorMeta]:
+    """Run the sample through every part: shape errors surface now, clearly, and each stage's output
+    shape and dtype are known before any frame (for buffers allocated ahead of time)."""
+    x, metas = sample_input, []
+    with torch.no_grad():
+        for i, (part, device) in enumerate(zip(parts, devices, strict=True)):
+            try:
+                x = part(x.to(device))
+            except Exception as exc:
+                raise ValueError(f"stage {i} cannot run on sample_input: {exc}") from exc
+            metas.append((tuple(x.shape), x.dtype))
+    return metas
+
+
 def join(parts: list[nn.Module]) -> nn.Sequential:
     """The inverse of :func:`split`, on CPU, with the layer names of the original model."""
     layers: OrderedDict[str, nn.Module] = OrderedDict()

@@ -13,10 +13,22 @@ from torch import Tensor, nn
 from . import balance as balancing
 from .cuda_graph import StepGraphs
 from .interpreter import StepRecord
-from .partition import check_balance, check_sequential, equal_balance, join, resolve_devices, split, stage_devices
+from .partition import (
+    TensorMeta,
+    check_balance,
+    check_sequential,
+    equal_balance,
+    join,
+    resolve_devices,
+    split,
+    stage_devices,
+    trace,
+)
+from .processes import ProcessRuntime
 from .runtime import LocalRuntime
 from .schedules import Schedule, make_schedule
 from .stage import LossFn, Stage
+from .worker import check_whole_frames
 
 
 @dataclass
@@ -53,6 +65,7 @@ class Pipeline:
         schedule: str | Schedule = "partime",
         cuda_graph: bool | None = None,
         timeout: float = 120.0,
+        runtime: str = "local",
     ) -> None:
         model = check_sequential(model)
         resolved = resolve_devices(devices)
@@ -81,23 +94,24 @@ class Pipeline:
         ]
         self.schedule = make_schedule(schedule, len(self.stages))
         self.schedule.check_input(tuple(sample_input.shape))
-        self.runtime = LocalRuntime(self.stages, loss_fn, slots=self.schedule.message_slots(), timeout=timeout)
-        self._check_runs(sample_input)
+        outputs = trace([s.module for s in self.stages], sample_input, [s.device for s in self.stages])
+        self.runtime = self._make_runtime(runtime, outputs, timeout)
         self._graphs = self._make_graphs(cuda_graph)
         self._step = 0  # step within the current epoch (numbering restarts after a flush)
         self._fed = 0  # frames fed in the current epoch
         self._frame_base = 0  # global index of the current epoch's frame 0
 
     # -- construction helpers ------------------------------------------------------------------
-    def _check_runs(self, sample_input: Tensor) -> None:
-        """One forward of the sample through every stage: shape errors surface now, clearly."""
-        x = sample_input
-        with torch.no_grad():
-            for stage in self.stages:
-                try:
-                    x = stage.module(x.to(stage.device))
-                except Exception as exc:
-                    raise ValueError(f"stage {stage.index} cannot run on sample_input: {exc}") from exc
+    def _make_runtime(self, name: str, outputs: list[TensorMeta], timeout: float) -> LocalRuntime | ProcessRuntime:
+        """``local``: threads or CUDA streams in this process; ``processes``: one process per stage."""
+        slots = self.schedule.message_slots()
+        if name == "local":
+            return LocalRuntime(self.stages, self.loss_fn, slots=slots, timeout=timeout)
+        if name == "processes":
+            check_whole_frames(self.schedule)
+            sample = (tuple(self.sample_input.shape), self.sample_input.dtype)
+            return ProcessRuntime(self.stages, self.loss_fn, [sample, *outputs], slots=slots, timeout=timeout)
+        raise ValueError(f"unknown runtime {name!r}; choose 'local' or 'processes'")
 
     def _make_graphs(self, cuda_graph: bool | None) -> StepGraphs | None:
         wanted = self.runtime.cuda if cuda_graph is None else cuda_graph
@@ -176,9 +190,7 @@ class Pipeline:
         self._frame_base += self._fed
         self._step = 0
         self._fed = 0
-        self.runtime.transport.clear()
-        for stage in self.stages:
-            stage.reset()
+        self.runtime.new_epoch()
 
     # -- weights -------------------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -186,15 +198,14 @@ class Pipeline:
             "balance": list(self.balance),
             "schedule": self.schedule.name,
             "frames": self._frame_base + self._fed,
-            "stages": [stage.state_dict() for stage in self.stages],
+            "stages": self.runtime.state_dicts(),
         }
 
     def load_state_dict(self, state: dict) -> None:
         """Load weights and optimizer states; frames in flight are dropped (a fresh fill)."""
         if list(state["balance"]) != list(self.balance):
             raise ValueError(f"checkpoint balance {state['balance']} differs from this pipeline's {self.balance}")
-        for stage, stage_state in zip(self.stages, state["stages"], strict=True):
-            stage.load_state_dict(stage_state)
+        self.runtime.load_state_dicts(state["stages"])
         self._new_epoch()
         self._frame_base = int(state.get("frames", self._frame_base))
         if self._graphs is not None:
@@ -202,16 +213,13 @@ class Pipeline:
 
     def set_lr(self, lr: float) -> None:
         """Change every stage's learning rate (graphs bake it in, so they are re-captured)."""
-        for stage in self.stages:
-            if stage.optimizer is not None:
-                for group in stage.optimizer.param_groups:
-                    group["lr"] = lr
+        self.runtime.set_lr(lr)
         if self._graphs is not None:
             self._graphs.clear()
 
     def module(self) -> nn.Sequential:
         """The whole model with its current weights, on CPU."""
-        return join([stage.module for stage in self.stages])
+        return join(self.runtime.modules())
 
     # -- lifetime ------------------------------------------------------------------------------
     def close(self) -> None:

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import torch
+from torch import nn
 
 from .interpreter import Interpreter, StepRecord
 from .schedules import Action, StepActions
@@ -149,6 +150,27 @@ class LocalRuntime:
                 end.synchronize()
                 out.append(start.elapsed_time(end) / 1000.0)
         return out
+
+    # -- the stages' state ------------------------------------------------------------------------
+    def new_epoch(self) -> None:
+        """Forget every message and frame in flight (after a flush or a weight load)."""
+        self.transport.clear()
+        for stage in self.stages:
+            stage.reset()
+
+    def state_dicts(self) -> list[dict]:
+        return [stage.state_dict() for stage in self.stages]
+
+    def load_state_dicts(self, states: list[dict]) -> None:
+        for stage, state in zip(self.stages, states, strict=True):
+            stage.load_state_dict(state)
+
+    def set_lr(self, lr: float) -> None:
+        for stage in self.stages:
+            stage.set_lr(lr)
+
+    def modules(self) -> list[nn.Module]:
+        return [stage.module for stage in self.stages]
 
     def close(self) -> None:
         if self._pool is not None:

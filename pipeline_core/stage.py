@@ -123,6 +123,11 @@ class Stage:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=False)
 
+    def set_lr(self, lr: float) -> None:
+        if self.optimizer is not None:
+            for group in self.optimizer.param_groups:
+                group["lr"] = lr
+
     def end_step(self) -> None:
         """Drop forward-only results: they were needed only within the step."""
         for frame in [f for f, fwd in self.forwarded.items() if not fwd.keep]:

@@ -1,0 +1,190 @@
+"""runtime="processes" (one worker process per stage, gloo between them) against runtime="local".
+
+Both runtimes execute the same plans through the same interpreter, so with one intra-op thread per
+stage they must agree to the last bit; the tolerance only leaves room for nothing. Start-up costs
+seconds per pipeline (each worker imports torch), so each test reuses its pipeline for everything.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import time
+
+import pytest
+import torch
+from torch import nn
+
+from pipeline_core import Pipeline, PipelineError
+
+STEPS = 22
+TOL = 1e-6
+BALANCE = [2, 2]
+
+# Factories, not lambdas: the workers receive them pickled.
+OPTIMIZERS = {
+    "sgd": functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9),
+    "adam": functools.partial(torch.optim.Adam, lr=1e-2),
+}
+
+
+def loss_fn(out: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
+    """Supervised when a target comes with the frame, unsupervised otherwise."""
+    return out.pow(2).mean() if target is None else (out - target).pow(2).mean()
+
+
+@pytest.fixture(autouse=True)
+def one_thread_per_stage():
+    """Both runtimes split this process's intra-op budget between stages: one thread each."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def make_model() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Sequential(nn.Conv2d(3, 6, 3, padding=1), nn.Tanh()),
+        nn.Sequential(nn.Conv2d(6, 6, 3, padding=1), nn.Tanh()),
+        nn.Sequential(nn.Conv2d(6, 6, 3, padding=1), nn.Tanh()),
+        nn.Conv2d(6, 2, 3, padding=1),
+    )
+
+
+def stream(n: int, seed: int = 1):
+    """Frames with a target on even frames only: both loss paths run."""
+    gen = torch.Generator().manual_seed(seed)
+    xs = [torch.rand(1, 3, 8, 8, generator=gen) for _ in range(n)]
+    ys = [torch.rand(1, 2, 8, 8, generator=gen) if i % 2 == 0 else None for i in range(n)]
+    return xs, ys
+
+
+def run(pipe: Pipeline, xs, ys):
+    results = [pipe.step(x, y) for x, y in zip(xs, ys, strict=True)] + pipe.flush()
+    return {r.frame: (r.output, r.loss) for r in results if r.frame is not None}
+
+
+def assert_same_results(a: dict, b: dict) -> None:
+    assert sorted(a) == sorted(b) and a
+    for frame in a:
+        torch.testing.assert_close(a[frame][0], b[frame][0], atol=TOL, rtol=0)
+        assert abs(a[frame][1] - b[frame][1]) <= TOL, frame
+
+
+def assert_same_state(a: Pipeline, b: Pipeline) -> None:
+    for (name, wa), (_, wb) in zip(a.module().state_dict().items(), b.module().state_dict().items(), strict=True):
+        torch.testing.assert_close(wa, wb, atol=TOL, rtol=0, msg=name)
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa["frames"] == sb["frames"]
+    for stage_a, stage_b in zip(sa["stages"], sb["stages"], strict=True):
+        for state_a, state_b in zip(
+            stage_a["optimizer"]["state"].values(), stage_b["optimizer"]["state"].values(), strict=True
+        ):
+            for key in state_a:
+                torch.testing.assert_close(state_a[key], state_b[key], atol=TOL, rtol=0, msg=key)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def processes(timeout: float = 60.0, **kw) -> Pipeline:
+    x = torch.zeros(1, 3, 8, 8)
+    kw.setdefault("optimizer", OPTIMIZERS["sgd"])
+    return Pipeline(make_model(), x, balance=BALANCE, loss_fn=loss_fn, runtime="processes", timeout=timeout, **kw)
+
+
+@pytest.mark.parametrize("opt", sorted(OPTIMIZERS))
+@pytest.mark.parametrize("schedule", ["partime", "sequential", "stash"])
+def test_processes_compute_what_local_computes(schedule, opt):
+    xs, ys = stream(STEPS + 8)
+    kw = dict(balance=BALANCE, loss_fn=loss_fn, optimizer=OPTIMIZERS[opt], schedule=schedule)
+    with (
+        Pipeline(make_model(), xs[0], runtime="local", **kw) as local,
+        Pipeline(make_model(), xs[0], runtime="processes", timeout=60, **kw) as procs,
+    ):
+        pids = procs.runtime.pids()
+        assert len(pids) == 2 and all(alive(p) for p in pids)
+        # Outputs, losses, weights and optimizer state after >= 20 steps and a flush.
+        assert_same_results(run(local, xs[:STEPS], ys[:STEPS]), run(procs, xs[:STEPS], ys[:STEPS]))
+        assert_same_state(local, procs)
+        # The rest of the API goes to the workers too: learning rate, then loading weights.
+        local.set_lr(0.01)
+        procs.set_lr(0.01)
+        assert_same_results(run(local, xs[STEPS:], ys[STEPS:]), run(procs, xs[STEPS:], ys[STEPS:]))
+        checkpoint = make_state(opt)
+        local.load_state_dict(checkpoint)
+        procs.load_state_dict(checkpoint)
+        assert_same_results(run(local, xs[:4], ys[:4]), run(procs, xs[:4], ys[:4]))
+        assert_same_state(local, procs)
+    assert not any(alive(p) for p in pids), "close() left worker processes behind"
+
+
+def make_state(opt: str) -> dict:
+    """A checkpoint from a differently trained pipeline (the local runtime: no second spawn)."""
+    xs, ys = stream(6, seed=7)
+    with Pipeline(make_model(), xs[0], balance=BALANCE, loss_fn=loss_fn, optimizer=OPTIMIZERS[opt]) as other:
+        run(other, xs, ys)
+        return other.state_dict()
+
+
+def test_a_killed_worker_is_an_error_naming_its_stage_not_a_hang():
+    xs, _ = stream(4)
+    pipe = processes()
+    pids = pipe.runtime.pids()
+    for x in xs:
+        pipe.step(x)
+    os.kill(pids[1], signal.SIGKILL)
+    start = time.monotonic()
+    with pytest.raises(PipelineError, match=r"stage 1 worker \(pid \d+\) died from signal SIGKILL"):
+        pipe.step(xs[0])
+    assert time.monotonic() - start < 10
+    assert not any(alive(p) for p in pids), "the other workers must be stopped"
+    with pytest.raises(PipelineError, match="stopped after a failure"):
+        pipe.step(xs[0])
+    pipe.close()  # still fine
+
+
+def test_a_hung_worker_is_an_error_within_the_timeout():
+    xs, _ = stream(4)
+    pipe = processes(timeout=3.0)
+    pids = pipe.runtime.pids()
+    for x in xs:
+        pipe.step(x)
+    os.kill(pids[0], signal.SIGSTOP)
+    start = time.monotonic()
+    with pytest.raises(PipelineError, match=r"stage 0 did not answer within \d+s") as err:
+        pipe.step(xs[0])
+    assert time.monotonic() - start < 3.0 + 5
+    assert "stage 1 failed" in str(err.value)  # its neighbour gave up waiting for it
+    assert not any(alive(p) for p in pids), "a stopped worker must be killed too"
+
+
+def test_unpicklable_loss_is_refused_before_any_process_starts():
+    with pytest.raises(ValueError, match="picklable"):
+        Pipeline(
+            make_model(), torch.zeros(1, 3, 8, 8), balance=BALANCE, loss_fn=lambda o, t: o.sum(), runtime="processes"
+        )
+
+
+def test_unknown_runtime_is_refused():
+    with pytest.raises(ValueError, match="unknown runtime"):
+        Pipeline(make_model(), torch.zeros(1, 3, 8, 8), balance=BALANCE, runtime="fibers")
+
+
+def test_micro_batch_schedules_are_refused():
+    with pytest.raises(ValueError, match="micro-batches"):
+        Pipeline(
+            make_model(),
+            torch.zeros(2, 3, 8, 8),
+            balance=BALANCE,
+            loss_fn=loss_fn,
+            schedule="gpipe",
+            runtime="processes",
+        )
