@@ -1,0 +1,109 @@
+"""Unsupervised flow loss: brightness constancy (Charbonnier) plus first-order smoothness.
+
+Why this loss: the stream has no labels, so the flow is learned by asking that the current frame,
+warped back by the flow, reproduces the previous frame (PARTIME V.E, Marullo et al. 2022).
+``flow_loss(flow, frames)`` has the engine's ``loss_fn(output, target)`` signature: the target is the
+same (B, 6, H, W) frame pair the network saw.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+_GRIDS: dict[tuple, Tensor] = {}
+
+
+def pixel_grid(height: int, width: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """(1, 2, H, W) pixel coordinates (x, y), cached per size/device/dtype."""
+    key = (height, width, device, dtype)
+    grid = _GRIDS.get(key)
+    if grid is None:
+        ys, xs = torch.meshgrid(
+            torch.arange(height, device=device, dtype=dtype),
+            torch.arange(width, device=device, dtype=dtype),
+            indexing="ij",
+        )
+        grid = _GRIDS[key] = torch.stack([xs, ys])[None]
+    return grid
+
+
+def warp(image: Tensor, flow: Tensor) -> Tensor:
+    """Backward warp: output(x) = image(x + flow(x)), bilinear, border padding.
+
+    With ``image`` the current frame and ``flow`` the previous->current flow, the result is the
+    current frame brought back onto the previous one.
+    """
+    if image.shape[0] != flow.shape[0] or image.shape[-2:] != flow.shape[-2:] or flow.shape[1] != 2:
+        raise ValueError(f"image {tuple(image.shape)} and flow {tuple(flow.shape)} do not match (flow is B,2,H,W)")
+    _, _, h, w = flow.shape
+    pos = pixel_grid(h, w, flow.device, flow.dtype) + flow
+    scale = torch.tensor([2.0 / max(w - 1, 1), 2.0 / max(h - 1, 1)], device=flow.device, dtype=flow.dtype)
+    grid = (pos * scale.view(1, 2, 1, 1) - 1.0).permute(0, 2, 3, 1)
+    return F.grid_sample(image, grid, mode="bilinear", padding_mode="border", align_corners=True)
+
+
+def charbonnier(diff: Tensor, eps: float = 1e-3, alpha: float = 0.5) -> Tensor:
+    """(d² + ε²)^α elementwise: a differentiable L1 that tolerates outliers (occlusions)."""
+    return (diff * diff + eps * eps) ** alpha
+
+
+def in_frame_mask(flow: Tensor) -> Tensor:
+    """(B, 1, H, W) 1 where x + flow lands inside the frame: elsewhere the warp only sees padding."""
+    _, _, h, w = flow.shape
+    pos = pixel_grid(h, w, flow.device, flow.dtype) + flow.detach()
+    inside = (pos[:, :1] >= 0) & (pos[:, :1] <= w - 1) & (pos[:, 1:] >= 0) & (pos[:, 1:] <= h - 1)
+    return inside.to(flow.dtype)
+
+
+def photometric_loss(flow: Tensor, frames: Tensor, eps: float = 1e-3, alpha: float = 0.5) -> Tensor:
+    """Mean Charbonnier of warp(current, flow) - previous over pixels whose match is in the frame."""
+    prev, cur = frames[:, :3], frames[:, 3:6]
+    mask = in_frame_mask(flow)
+    err = charbonnier(warp(cur, flow) - prev, eps, alpha) * mask
+    return err.sum() / (mask.sum() * 3).clamp_min(1.0)
+
+
+def smoothness_loss(flow: Tensor, image: Tensor | None = None, edge_weight: float = 0.0) -> Tensor:
+    """Quadratic first-order smoothness of the flow; with ``edge_weight`` > 0 it is relaxed across
+    image edges (weights exp(-edge_weight·|∇I|)) so motion boundaries can follow object borders."""
+    dx = flow[..., :, 1:] - flow[..., :, :-1]
+    dy = flow[..., 1:, :] - flow[..., :-1, :]
+    sx, sy = dx.pow(2).sum(1, keepdim=True), dy.pow(2).sum(1, keepdim=True)
+    if edge_weight > 0 and image is not None:
+        sx = sx * torch.exp(-edge_weight * (image[..., :, 1:] - image[..., :, :-1]).abs().mean(1, keepdim=True))
+        sy = sy * torch.exp(-edge_weight * (image[..., 1:, :] - image[..., :-1, :]).abs().mean(1, keepdim=True))
+    return 0.5 * (sx.mean() + sy.mean())
+
+
+def flow_loss(
+    flow: Tensor,
+    frames: Tensor,
+    *,
+    smooth_weight: float = 0.05,
+    edge_weight: float = 10.0,
+    levels: int = 3,
+    eps: float = 1e-3,
+    alpha: float = 0.5,
+) -> Tensor:
+    """Photometric Charbonnier + ``smooth_weight`` · smoothness, averaged over ``levels`` scales.
+
+    Why several scales: on the full-resolution image the photometric gradient only sees a few
+    pixels around the current estimate; on 2x/4x downsampled frames (and flow / 2^k) it also pulls
+    flows that are still far from the truth, which makes online learning from scratch converge.
+    """
+    if frames.dim() != 4 or frames.shape[1] != 6:
+        raise ValueError(f"frames must be (B, 6, H, W) (previous RGB, current RGB), got {tuple(frames.shape)}")
+    if flow.shape[0] != frames.shape[0] or flow.shape[1] != 2 or flow.shape[-2:] != frames.shape[-2:]:
+        raise ValueError(f"flow must be (B, 2, H, W) matching frames {tuple(frames.shape)}, got {tuple(flow.shape)}")
+    total = flow.new_zeros(())
+    for level in range(levels):
+        if level:
+            if min(flow.shape[-2:]) < 8:
+                break
+            frames = F.avg_pool2d(frames, 2)
+            flow = F.avg_pool2d(flow, 2) / 2
+        photo = photometric_loss(flow, frames, eps, alpha)
+        total = total + photo + smooth_weight * smoothness_loss(flow, frames[:, :3], edge_weight)
+    return total / levels

@@ -1,0 +1,52 @@
+"""The online-learning set-up shared by the service and the bench: one frame pair, one step.
+
+Why one module: the optimiser, its learning rate for a D-stage pipeline and the frame-pair tensor
+must be identical wherever flow is learned, or bench numbers would not describe the service.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+import numpy as np
+import torch
+from torch import nn
+
+OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+
+#: Adam learning rate of a sequential (one-stage) learner.
+BASE_LR = 1e-3
+
+
+def flow_optimizer(lr: float = BASE_LR) -> OptimizerFactory:
+    """Adam factory (one optimiser per pipeline stage). beta2 = 0.99: on a non-stationary stream the
+    second-moment estimate must forget within ~100 frames, or a burst of large gradients (a fast
+    patch entering) keeps the step size wrong for a long time."""
+
+    def make(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+        return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.99))
+
+    return make
+
+
+def lr_for_stages(base_lr: float, stages: int) -> float:
+    """Learning rate for a D-stage PARTIME pipeline: ``base_lr / sqrt(D)``.
+
+    Why: stage h updates with gradients that are up to D-1 frames stale (PARTIME Sec. IV); the
+    stable step size of delayed gradient descent shrinks with the delay, and PARTIME lowers the
+    rate for deeper pipelines. 1/sqrt(D) keeps most of the speed of learning at D=2 while damping
+    the oscillations stale gradients cause at D=4+.
+    """
+    if stages < 1:
+        raise ValueError(f"stages must be >= 1, got {stages}")
+    return base_lr / math.sqrt(stages)
+
+
+def frame_pair(prev: np.ndarray, cur: np.ndarray, device: str | torch.device = "cpu") -> torch.Tensor:
+    """Two uint8 RGB frames [H, W, 3] -> (1, 6, H, W) float tensor in [0, 1] (previous, current)."""
+    prev, cur = np.asarray(prev), np.asarray(cur)
+    if prev.shape != cur.shape or prev.ndim != 3 or prev.shape[2] != 3:
+        raise ValueError(f"frames must both be [H, W, 3], got {prev.shape} and {cur.shape}")
+    pair = np.concatenate([prev, cur], axis=2).transpose(2, 0, 1)
+    return torch.from_numpy(np.ascontiguousarray(pair)).to(device=device, dtype=torch.float32).div_(255.0)[None]
