@@ -1,0 +1,123 @@
+"""Fuzzing the running server: schemathesis against the OpenAPI schema of /api finds no 5xx, and malformed webcam
+ingest (not JPEG, oversized, text, floods) gets an error message and a closed socket, never a crash."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+import schemathesis
+import websockets
+from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error
+
+from bench.harness import Server, until
+
+pytestmark = pytest.mark.timeout(240)
+EXAMPLES = 40  # per operation: enough to cover every field's edges, cheap enough for CI
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory):
+    server = Server(tmp_path_factory.mktemp("fuzz"), settings={"OVERTIME_MAX_STREAMS": "2"})
+    server.start()
+    yield server
+    assert server.proc.poll() is None, "the server died under fuzzing"
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def api_schema(srv):
+    auth = {"Authorization": f"Bearer {srv.token}"}
+    schema = schemathesis.openapi.from_url(f"{srv.url}/openapi.json", headers=auth, timeout=10)
+    return schema.include(path_regex="^/api/")
+
+
+schema = schemathesis.pytest.from_fixture("api_schema")
+
+
+@schema.parametrize()
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
+def test_api_has_no_5xx(case, srv):
+    with srv.client() as api:
+        response = case.call(base_url=srv.url, headers={"Authorization": f"Bearer {srv.token}"}, timeout=30)
+        try:
+            case.validate_response(response, checks=[not_a_server_error])
+        finally:  # whatever a case created goes again, so the fuzzer never hits the stream limit by accident
+            for s in api.http.get("/api/streams").json():
+                api.delete(s["id"])
+
+
+@pytest.fixture(scope="module")
+def webcam(srv):
+    with srv.client() as api:
+        sid = api.create("webcam", name="fuzz-webcam", fps=5)["id"]
+        yield sid
+        api.delete(sid)
+
+
+def jpeg(size: int = 64) -> bytes:
+    import cv2
+    import numpy as np
+
+    image = np.random.default_rng(0).integers(0, 255, (size, size, 3), np.uint8)
+    return cv2.imencode(".jpg", image)[1].tobytes()
+
+
+async def push(url: str, messages: list, read_s: float = 10.0) -> tuple[int | None, list]:
+    """Send ``messages`` (bytes or str) as fast as possible; return the close code and what the server said."""
+    said: list = []
+    try:
+        async with websockets.connect(url, open_timeout=10, max_size=2**20) as ws:
+            for m in messages:
+                await ws.send(m)
+            deadline = asyncio.get_running_loop().time() + read_s
+            while (left := deadline - asyncio.get_running_loop().time()) > 0:
+                said.append(await asyncio.wait_for(ws.recv(), left))
+    except websockets.ConnectionClosed as exc:
+        return (exc.rcvd.code if exc.rcvd else None), said
+    except TimeoutError:
+        return None, said
+    return None, said
+
+
+def errors_in(said: list) -> list[dict]:
+    return [m for m in (json.loads(x) for x in said if isinstance(x, str)) if m.get("type") == "error"]
+
+
+@pytest.mark.parametrize(
+    "label, messages, close_codes",
+    [
+        ("not-jpeg", [b"\x00\x01garbage" * 100], (1003, 1007, 1008)),
+        ("truncated-jpeg", [jpeg()[:200]], (1003, 1007, 1008)),
+        ("text-frame", ["not a frame"], (1003, 1008)),
+        ("oversized", [b"\xff\xd8" + b"\0" * (20 * 2**20)], (1009,)),
+        ("flood", [jpeg()] * 2000, (1008, 1013)),
+    ],
+)
+def test_malformed_ingest_gets_an_error_and_a_close(srv, webcam, label, messages, close_codes):
+    url = srv.ws_url(f"/ws/streams/{webcam}/ingest")
+    code, said = asyncio.run(push(url, messages))
+    assert code in close_codes, f"{label}: closed with {code}; server said {said[:3]}"
+    if code != 1009:  # 1009 comes from the WebSocket layer itself, with its reason in the close frame
+        assert errors_in(said), f"{label}: no error message before the close: {said[:3]}"
+    with srv.client() as api:
+        assert api.http.get("/healthz").status_code == 200
+        assert api.stream(webcam)["state"] != "error" or label != "flood"
+
+
+def test_good_ingest_still_works_after_the_abuse(srv, webcam):
+    """The webcam stream learns from well-formed frames sent at its own pace after all of the above."""
+    url = srv.ws_url(f"/ws/streams/{webcam}/ingest")
+
+    async def steady() -> None:
+        async with websockets.connect(url, open_timeout=10) as ws:
+            for _ in range(60):  # 12 s at 5 fps at most
+                await ws.send(jpeg())
+                await asyncio.sleep(0.2)
+
+    with srv.client() as api:
+        before = api.stream(webcam)["counters"]["processed"]
+        asyncio.run(steady())
+        until(lambda: api.stream(webcam)["counters"]["processed"] >= before + 5, 20, "frames learned from the webcam")
