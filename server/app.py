@@ -1,0 +1,53 @@
+"""The FastAPI application: routers, error format, the stream manager's lifetime, the browser client."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
+from fastapi.staticfiles import StaticFiles
+
+from .manager import RequestError, StreamManager
+from .metrics import Metrics
+from .routes import health, streams, ws
+from .schemas import StreamCreate
+from .settings import Settings
+
+log = logging.getLogger("overtime")
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        settings.media_dir.mkdir(parents=True, exist_ok=True)
+        settings.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        manager = StreamManager(settings, Metrics(), asyncio.get_running_loop())
+        app.state.manager = manager
+        if settings.demo_stream:
+            demo = await run_in_threadpool(manager.create, StreamCreate(source="demo", name="demo"))
+            log.info("demo stream %s started", demo.id)
+        try:
+            yield
+        finally:
+            await run_in_threadpool(manager.close_all)  # workers write their final checkpoints
+
+    app = FastAPI(title="Overtime", summary="video that learns optical flow while you watch", lifespan=lifespan)
+    app.state.settings = settings
+    app.include_router(health.router)
+    app.include_router(streams.router)
+    app.include_router(ws.router)
+
+    @app.exception_handler(RequestError)
+    async def request_error(_: Request, exc: RequestError) -> JSONResponse:
+        return JSONResponse({"detail": {"code": exc.code, "message": exc.message}}, status_code=exc.status)
+
+    if settings.web_dir.is_dir():
+        app.mount("/", StaticFiles(directory=settings.web_dir, html=True), name="web")
+    return app

@@ -1,0 +1,63 @@
+"""``overtime``: ``serve`` runs the service (flags mirror ``Settings``), ``watch`` is the command-line viewer."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import typing
+
+from .settings import Settings
+
+
+def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per setting, generated from the model so flags and env vars can never disagree."""
+    hints = typing.get_type_hints(Settings)
+    for name, field in Settings.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        kind = hints[name]
+        help_text = f"{field.description} (env OVERTIME_{name.upper()}, default {field.default!r})"
+        if kind is bool:
+            parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        elif typing.get_origin(kind) is list:
+            parser.add_argument(flag, dest=name, default=None, type=lambda v: [s for s in v.split(",") if s],
+                                metavar="A,B,...", help=help_text)  # fmt: skip
+        else:
+            convert = next((t for t in typing.get_args(kind) if t is not type(None)), kind)  # X | None -> X
+            parser.add_argument(flag, dest=name, default=None, type=convert, help=help_text)
+
+
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from .app import create_app
+
+    overrides = {name: getattr(args, name) for name in Settings.model_fields if getattr(args, name) is not None}
+    if args.demo:
+        overrides["demo_stream"] = True
+    settings = Settings(**overrides)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    url = f"http://{settings.host}:{settings.port}/"
+    print(f"Overtime serving on {url}  (open it in a browser; metrics at {url}metrics)", flush=True)
+    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["watch"]:
+        from clients.watch import main as watch_main  # the viewer pulls in nothing of the server
+
+        return watch_main(argv[1:])
+    parser = argparse.ArgumentParser(prog="overtime", description="Video that learns optical flow while it plays.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve_parser = commands.add_parser("serve", help="run the service")
+    _add_setting_flags(serve_parser)
+    serve_parser.add_argument("--demo", action="store_true", help="same as --demo-stream: learn on the bundled demo")
+    commands.add_parser("watch", help="watch a stream in the terminal (see `overtime watch --help`)")
+    args = parser.parse_args(argv)
+    return serve(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

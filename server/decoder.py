@@ -1,0 +1,246 @@
+"""The decoder process: open a source with PyAV, deliver RGB frames of the stream's size at its fixed rate.
+
+Resampling is by timestamps: a decoded frame is emitted when it falls on the next tick of the 1/fps grid
+(within a quarter tick), otherwise dropped and counted (``reason="resample"``); nothing is ever duplicated, so
+a slower source just yields fewer frames. Files are paced in real time (optionally looping); live sources
+(URLs, cameras, the browser webcam) arrive in real time by themselves. Frames go into the shared-memory ring;
+counts and state go to the API process on the ``events`` queue. Failures end the process with an error event
+carrying a code from ``errors`` — the API process decides whether to reconnect.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import av
+import numpy as np
+
+from . import errors
+from .errors import SourceError
+from .ring import FrameRing, RingSpec
+from .sources import SourceSpec, check_host
+
+log = logging.getLogger(__name__)
+
+# First bytes of container formats we recognise: a file that starts like a video but does not open is corrupt
+# or truncated (decode_error), anything else is not a video at all (not_video).
+VIDEO_SIGNATURES = (b"\x1a\x45\xdf\xa3", b"RIFF", b"\x47", b"\x00\x00\x01\xba", b"OggS", b"FLV")
+STATS_PERIOD_S = 0.25
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    source: SourceSpec
+    fps: float
+    width: int
+    height: int
+    loop: bool
+    open_timeout_s: float
+    read_timeout_s: float
+    start_at_s: float = 0.0  # resume position inside a file after a restart
+
+
+class Reporter:
+    """Batches counts to the API process (a few messages a second, also a heartbeat)."""
+
+    def __init__(self, events: Any) -> None:
+        self.events = events
+        self.decoded = 0
+        self.dropped: dict[str, int] = {}
+        self.position = 0.0
+        self._last = time.monotonic()
+
+    def drop(self, reason: str, n: int = 1) -> None:
+        if n:
+            self.dropped[reason] = self.dropped.get(reason, 0) + n
+
+    def tick(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last < STATS_PERIOD_S:
+            return
+        self._last = now
+        if self.decoded or self.dropped or force:
+            stats = {"decoded": self.decoded, "dropped": self.dropped, "position": self.position}
+            self.events.put({"type": "stats", **stats})
+            self.decoded, self.dropped = 0, {}
+
+    def send(self, message: dict) -> None:
+        self.tick(force=True)
+        self.events.put(message)
+
+
+def run_decoder(
+    cfg: DecoderConfig, ring_spec: RingSpec, slots: Any, events: Any, stop: Any, ready: Any, ingest: Any
+) -> None:
+    """Process entry point. ``ready`` is set by the worker once its pipeline exists; ``ingest`` carries webcam JPEGs."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the API process stops us through ``stop``
+    av.logging.set_level(av.logging.PANIC)
+    parent = os.getppid()
+    ring = FrameRing.attach(ring_spec)
+    slots.cancel_join_thread()  # unread slot indices are worthless once we exit
+    report = Reporter(events)
+    try:
+        frames = _frames(cfg, report, ingest, stop)
+        _emit(cfg, frames, ring, slots, report, stop, ready, parent)
+    except SourceError as exc:
+        report.send({"type": "error", "code": exc.code, "message": exc.message})
+    except Exception as exc:  # an unexpected failure still gets a code, never a silent death
+        log.exception("decoder failed")
+        report.send({"type": "error", "code": errors.DECODE_ERROR, "message": f"{type(exc).__name__}: {exc}"})
+    finally:
+        ring.close()
+
+
+def _emit(
+    cfg: DecoderConfig,
+    frames: Iterator[tuple[np.ndarray, float]],
+    ring: FrameRing,
+    slots: Any,
+    report: Reporter,
+    stop: Any,
+    ready: Any,
+    parent: int,
+) -> None:
+    ds = 1.0 / cfg.fps
+    tolerance = ds / 4
+    next_tick: float | None = None
+    wall0 = 0.0
+    for rgb, t in frames:
+        if stop.is_set() or os.getppid() != parent:
+            return
+        report.decoded += 1
+        if next_tick is None:
+            _wait_ready(ready, stop)
+            next_tick, wall0 = t, time.monotonic() - t
+        if t < next_tick - tolerance:
+            report.drop("resample")
+        else:
+            next_tick = max(next_tick + ds, t + ds - tolerance)
+            if not cfg.source.live:  # pace files in real time
+                delay = wall0 + t - time.monotonic()
+                if delay > 0 and stop.wait(delay):
+                    return
+            report.drop("worker_behind", ring.write(rgb, time.time(), slots))
+            report.position = t
+        report.tick()
+    report.send({"type": "ended"})
+
+
+def _wait_ready(ready: Any, stop: Any) -> None:
+    while not ready.wait(0.1):
+        if stop.is_set():
+            return
+
+
+# -- frame sources ------------------------------------------------------------------------------
+def _frames(cfg: DecoderConfig, report: Reporter, ingest: Any, stop: Any) -> Iterator[tuple[np.ndarray, float]]:
+    """Decoded RGB frames of the target size with a monotonic source time in seconds."""
+    if cfg.source.kind == "webcam":
+        return _webcam_frames(cfg, ingest, stop)
+    container = _open(cfg)
+    report.send({"type": "opened", "info": _describe(container)})
+    return _container_frames(cfg, container)
+
+
+def _open(cfg: DecoderConfig) -> av.container.InputContainer:
+    src = cfg.source
+    timeout = (cfg.open_timeout_s, cfg.read_timeout_s)
+    try:
+        if src.kind == "url":
+            check_host(src.host or "", src.allow_private)  # DNS may have changed since the request was checked
+            options = {"rtsp_transport": "tcp"} if src.target.startswith("rtsp") else {}
+            return av.open(src.target, options=options, timeout=timeout)
+        if src.kind == "camera":
+            return av.open(src.target, format="v4l2", timeout=timeout)
+        return av.open(src.target, timeout=timeout)
+    except av.error.HTTPNotFoundError as exc:
+        raise SourceError(errors.NOT_FOUND, f"the source answered 404: {exc}") from exc
+    except av.error.HTTPError as exc:
+        raise SourceError(errors.SOURCE_UNREACHABLE, f"the source answered with an HTTP error: {exc}") from exc
+    except av.error.InvalidDataError as exc:
+        if src.kind in ("file", "demo") and _looks_like_video(src.target):
+            raise SourceError(errors.DECODE_ERROR, f"corrupt or truncated video: {exc}") from exc
+        raise SourceError(errors.NOT_VIDEO, f"the source is not a video: {exc}") from exc
+    except (av.error.FileNotFoundError, FileNotFoundError) as exc:
+        code = errors.SOURCE_UNREACHABLE if src.live else errors.NOT_FOUND
+        raise SourceError(code, f"cannot open the source: {exc}") from exc
+    except (av.error.FFmpegError, OSError) as exc:
+        raise SourceError(errors.SOURCE_UNREACHABLE, f"cannot open the source: {exc}") from exc
+
+
+def _looks_like_video(path: str) -> bool:
+    with open(path, "rb") as f:
+        head = f.read(12)
+    return head[4:8] == b"ftyp" or head.startswith(VIDEO_SIGNATURES)
+
+
+def _describe(container: av.container.InputContainer) -> dict:
+    if not container.streams.video:
+        return {}
+    vs = container.streams.video[0]
+    rate = vs.average_rate or vs.guessed_rate
+    fps = float(rate) if rate else None
+    return {"codec": vs.codec_context.name, "width": vs.width, "height": vs.height, "fps": fps}
+
+
+def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer) -> Iterator[tuple[np.ndarray, float]]:
+    if not container.streams.video:
+        raise SourceError(errors.NOT_VIDEO, "the source has no video stream")
+    stream = container.streams.video[0]
+    if cfg.start_at_s > 0 and not cfg.source.live:
+        container.seek(int(cfg.start_at_s / stream.time_base), stream=stream)
+    size: tuple[int, int] | None = None
+    offset, last, count = 0.0, 0.0, 0
+    step = 1.0 / float(stream.average_rate or 30)
+    try:
+        while True:
+            for frame in container.decode(stream):
+                if size is None:
+                    size = (frame.width, frame.height)
+                elif size != (frame.width, frame.height):
+                    raise SourceError(
+                        errors.RESOLUTION_CHANGED,
+                        f"resolution changed mid-stream from {size[0]}x{size[1]} to {frame.width}x{frame.height}",
+                    )
+                t = frame.time if frame.time is not None else count * step
+                if t < cfg.start_at_s and offset == 0.0 and not cfg.source.live:
+                    continue
+                last, count = t, count + 1
+                rgb = frame.reformat(width=cfg.width, height=cfg.height, format="rgb24").to_ndarray()
+                yield rgb, offset + t
+            if not cfg.loop or cfg.source.live or count == 0:
+                return
+            container.seek(0, stream=stream)
+            offset += last + step
+    except SourceError:
+        raise
+    except (av.error.ExitError, av.error.TimeoutError, TimeoutError) as exc:
+        raise SourceError(errors.STALLED, f"no data from the source for {cfg.read_timeout_s:g} s") from exc
+    except (av.error.FFmpegError, OSError) as exc:
+        raise SourceError(errors.DECODE_ERROR, f"decoding failed: {exc}") from exc
+    finally:
+        container.close()
+
+
+def _webcam_frames(cfg: DecoderConfig, ingest: Any, stop: Any) -> Iterator[tuple[np.ndarray, float]]:
+    """JPEGs pushed by a browser over ``/ws/streams/{id}/ingest``; their arrival time is their timestamp."""
+    codec = av.CodecContext.create("mjpeg", "r")
+    t0 = time.monotonic()
+    while not stop.is_set():
+        try:
+            data = ingest.get(timeout=cfg.read_timeout_s)
+        except queue.Empty:
+            raise SourceError(errors.STALLED, f"no webcam frame for {cfg.read_timeout_s:g} s") from None
+        try:
+            decoded = codec.decode(av.Packet(data))
+        except av.error.FFmpegError as exc:
+            raise SourceError(errors.DECODE_ERROR, f"a webcam frame is not a JPEG: {exc}") from exc
+        for frame in decoded:
+            yield frame.reformat(width=cfg.width, height=cfg.height, format="rgb24").to_ndarray(), time.monotonic() - t0

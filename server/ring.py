@@ -1,0 +1,111 @@
+"""A shared-memory frame ring: pixels live in ``multiprocessing.shared_memory``; only ``(slot, seq)`` travel on a
+bounded queue from the decoder to the worker.
+
+The decoder writes frame ``seq`` into slot ``seq % slots``. The queue holds at most ``slots - 2`` unread
+frames, so the slot being written never holds a queued frame; when the queue is full the decoder drops the
+oldest unread frame (the worker is behind). Each slot header carries the sequence number of the frame in it
+(-1 while being written): the reader checks it before and after copying — a seqlock — so a slot that was
+overwritten under it is detected and counted as dropped instead of handing out torn pixels.
+"""
+
+from __future__ import annotations
+
+import queue
+from dataclasses import dataclass
+from multiprocessing import shared_memory
+from typing import Any
+
+import numpy as np
+
+WRITING = -1.0
+
+
+@dataclass(frozen=True)
+class RingSpec:
+    """Everything a process needs to attach to a ring (picklable)."""
+
+    name: str
+    slots: int
+    height: int
+    width: int
+
+    @property
+    def header_bytes(self) -> int:
+        return (self.slots + 1) * 2 * 8  # per slot (seq, capture time); one extra row for the next seq
+
+    @property
+    def frame_bytes(self) -> int:
+        return self.height * self.width * 3
+
+
+class FrameRing:
+    def __init__(self, spec: RingSpec, shm: shared_memory.SharedMemory, owner: bool) -> None:
+        self.spec = spec
+        self._shm = shm
+        self._owner = owner
+        self.header = np.ndarray((spec.slots + 1, 2), np.float64, shm.buf, 0)
+        self.frames = np.ndarray((spec.slots, spec.height, spec.width, 3), np.uint8, shm.buf, spec.header_bytes)
+
+    @classmethod
+    def create(cls, slots: int, height: int, width: int) -> FrameRing:
+        if slots < 3:
+            raise ValueError("a ring needs at least 3 slots (one written, one read, one queued)")
+        probe = RingSpec("", slots, height, width)
+        shm = shared_memory.SharedMemory(create=True, size=probe.header_bytes + slots * probe.frame_bytes)
+        ring = cls(RingSpec(shm.name, slots, height, width), shm, owner=True)
+        ring.header[:] = 0
+        ring.header[:slots, 0] = WRITING
+        return ring
+
+    @classmethod
+    def attach(cls, spec: RingSpec) -> FrameRing:
+        return cls(spec, shared_memory.SharedMemory(name=spec.name), owner=False)
+
+    @property
+    def queue_size(self) -> int:
+        return self.spec.slots - 2
+
+    # -- decoder side ----------------------------------------------------------------------------
+    def write(self, frame: np.ndarray, capture_time: float, slots_queue: Any) -> int:
+        """Publish ``frame``; return how many unread frames were dropped to make room (0 or more)."""
+        seq = int(self.header[-1, 0])
+        self.header[-1, 0] = seq + 1
+        slot = seq % self.spec.slots
+        self.header[slot, 0] = WRITING
+        self.frames[slot] = frame
+        self.header[slot, 1] = capture_time
+        self.header[slot, 0] = seq
+        dropped = 0
+        for _ in range(self.spec.slots):
+            try:
+                slots_queue.put_nowait((slot, seq))
+                return dropped
+            except queue.Full:
+                try:
+                    slots_queue.get_nowait()  # the oldest unread frame goes
+                    dropped += 1
+                except queue.Empty:
+                    pass
+        return dropped + 1  # could not even queue this one
+
+    # -- worker side -----------------------------------------------------------------------------
+    def read(self, slots_queue: Any, timeout: float) -> tuple[np.ndarray, float] | None | bool:
+        """The next frame and its capture time; None on timeout; False when its slot was overwritten."""
+        try:
+            slot, seq = slots_queue.get(timeout=timeout)
+        except queue.Empty:
+            return None
+        if self.header[slot, 0] != seq:
+            return False
+        frame = self.frames[slot].copy()
+        capture_time = float(self.header[slot, 1])
+        if self.header[slot, 0] != seq:
+            return False
+        return frame, capture_time
+
+    # -- lifetime --------------------------------------------------------------------------------
+    def close(self) -> None:
+        del self.header, self.frames
+        self._shm.close()
+        if self._owner:
+            self._shm.unlink()

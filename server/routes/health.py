@@ -1,0 +1,35 @@
+"""Liveness, readiness and the Prometheus scrape endpoint."""
+
+from __future__ import annotations
+
+import os
+
+from fastapi import APIRouter, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from ..deps import AppSettings, Manager
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict:
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(response: Response, manager: Manager, settings: AppSettings) -> dict:
+    """Ready = a new stream would be accepted: below max streams and the checkpoint dir is writable."""
+    active = sum(s.active for s in list(manager.sessions.values()))
+    problems = []
+    if active >= settings.max_streams:
+        problems.append(f"{active} of {settings.max_streams} streams running")
+    if not os.access(settings.checkpoint_dir, os.W_OK):
+        problems.append(f"checkpoint dir {settings.checkpoint_dir} is not writable")
+    response.status_code = 503 if problems else 200
+    return {"ready": not problems, "streams": active, "problems": problems}
+
+
+@router.get("/metrics")
+async def metrics(manager: Manager) -> Response:
+    return Response(generate_latest(manager.metrics.registry), media_type=CONTENT_TYPE_LATEST)

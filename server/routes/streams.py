@@ -1,0 +1,58 @@
+"""``/api/streams``: create, list, inspect, delete and checkpoint streams."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Response
+from fastapi.concurrency import run_in_threadpool
+
+from .. import errors
+from ..deps import Manager, require_token
+from ..manager import RequestError
+from ..schemas import Counters, ErrorInfo, StreamCreate, StreamInfo
+from ..session import StreamSession
+
+router = APIRouter(prefix="/api/streams", tags=["streams"], dependencies=[Depends(require_token)])
+
+
+def stream_info(session: StreamSession) -> StreamInfo:
+    cfg = session.cfg
+    return StreamInfo(
+        id=session.id, name=cfg.name, source=cfg.source, state=session.state,
+        error=ErrorInfo(**session.error) if session.error else None,
+        fps=cfg.fps, width=cfg.width, height=cfg.height, model=cfg.model, stages=cfg.stages, lr=session.lr,
+        schedule=cfg.schedule, loop=cfg.loop, counters=Counters(**session.counters), loss=session.loss,
+        resumed_from=session.resumed_from, checkpoint_frames=session.checkpoint_frames,
+        source_info=session.source_info, pids=session.pids(), ws=f"/ws/streams/{session.id}",
+        ingest=f"/ws/streams/{session.id}/ingest" if cfg.spec.kind == "webcam" else None,
+    )  # fmt: skip
+
+
+@router.post("", status_code=201, response_model=StreamInfo)
+async def create_stream(body: StreamCreate, manager: Manager) -> StreamInfo:
+    # run_in_threadpool: host names are resolved (getaddrinfo blocks) while validating the source
+    return stream_info(await run_in_threadpool(manager.create, body))
+
+
+@router.get("", response_model=list[StreamInfo])
+async def list_streams(manager: Manager) -> list[StreamInfo]:
+    return [stream_info(s) for s in list(manager.sessions.values())]
+
+
+@router.get("/{stream_id}", response_model=StreamInfo)
+async def get_stream(stream_id: str, manager: Manager) -> StreamInfo:
+    return stream_info(manager.get(stream_id))
+
+
+@router.delete("/{stream_id}", status_code=204)
+async def delete_stream(stream_id: str, manager: Manager) -> Response:
+    await run_in_threadpool(manager.delete, stream_id)
+    return Response(status_code=204)
+
+
+@router.post("/{stream_id}/checkpoint")
+async def checkpoint_stream(stream_id: str, manager: Manager) -> dict:
+    session = manager.get(stream_id)
+    frames = await run_in_threadpool(session.checkpoint)
+    if frames is None:
+        raise RequestError(409, errors.WORKER_FAILED, f"stream {stream_id} has no running worker to checkpoint")
+    return {"id": session.id, "name": session.cfg.name, "frames": frames}

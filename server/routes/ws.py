@@ -1,0 +1,114 @@
+"""WebSockets: watch a stream learn, and push browser-webcam frames into one.
+
+``WS /ws/streams/{id}[?token=...]`` — server to viewer, per processed frame, TWO messages in this order:
+
+1. text, JSON::
+
+     {"type": "frame", "frame": 812,          # true frame index (PARTIME: D-1 steps behind the newest input)
+      "loss": 0.0412,                         # unsupervised flow loss of this frame
+      "dp_s": 0.031, "ds_s": 0.0667,          # ΔP (whole pipeline step) and ΔS (1/fps), seconds
+      "stage_dp_s": [0.029, 0.030],           # ΔP of each stage in that step
+      "latency_s": 0.052,                     # capture (decoder) -> this message being sent
+      "dropped": 0}                           # frames the stream dropped so far because the worker was behind
+
+2. binary: one JPEG (image/jpeg), the stream's width x height: the frame blended 50/50 with the colour
+   coding of its learned flow (hue = direction, saturation = speed, white = no motion; ``server/overlay.py``).
+
+Also text JSON, whenever they happen: ``{"type": "state", "state": "starting|running|reconnecting|ended|error",
+"error": {"code", "message"} | null}`` (one is sent on connect), and ``{"type": "error", "code", "message"}``
+right before the server closes the socket (bad token: close code 1008; unknown stream: 4404).
+A slow viewer only gets the newest frame; skipped frames count in ``overtime_ws_dropped_total``.
+
+``WS /ws/streams/{id}/ingest[?token=...]`` — browser to server: binary messages, each one JPEG frame of the
+webcam (any size; the decoder scales it). Only for streams created with ``"source": "webcam"``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from fastapi import APIRouter, WebSocket, WebSocketDisconnect
+
+from .. import errors
+from ..deps import websocket_token_ok
+from ..manager import RequestError
+from ..session import StreamSession
+
+router = APIRouter(tags=["websocket"])
+POLICY_VIOLATION = 1008
+NOT_FOUND = 4404
+
+
+async def _open(ws: WebSocket, stream_id: str) -> StreamSession | None:
+    """Accept, then authenticate and find the stream; on failure send an error frame and close."""
+    await ws.accept()
+    if not websocket_token_ok(ws):
+        await _refuse(ws, errors.UNAUTHORIZED, "missing or wrong API token (?token=...)", POLICY_VIOLATION)
+        return None
+    try:
+        return ws.app.state.manager.get(stream_id)
+    except RequestError as exc:
+        await _refuse(ws, exc.code, exc.message, NOT_FOUND)
+        return None
+
+
+async def _refuse(ws: WebSocket, code: str, message: str, close_code: int) -> None:
+    await ws.send_text(json.dumps({"type": "error", "code": code, "message": message}))
+    await ws.close(close_code)
+
+
+@router.websocket("/ws/streams/{stream_id}")
+async def watch(ws: WebSocket, stream_id: str) -> None:
+    session = await _open(ws, stream_id)
+    if session is None:
+        return
+    viewer = session.broadcaster.join()
+    viewer.offer_notice({"type": "state", "state": session.state, "error": session.error})
+    latency = session.metrics.latency.labels(session.id)
+    pump = asyncio.create_task(_pump(ws, viewer, latency))
+    listen = asyncio.create_task(_until_disconnect(ws))
+    try:
+        await asyncio.wait({pump, listen}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        pump.cancel()
+        listen.cancel()
+        session.broadcaster.leave(viewer)
+
+
+async def _pump(ws: WebSocket, viewer, latency) -> None:
+    while True:
+        kind, item = await viewer.next()
+        if kind == "notice":
+            await ws.send_text(json.dumps(item))
+            continue
+        message, capture_time, jpeg = item
+        message = {**message, "latency_s": time.time() - capture_time}
+        latency.observe(message["latency_s"])
+        await ws.send_text(json.dumps(message))
+        await ws.send_bytes(jpeg)
+
+
+async def _until_disconnect(ws: WebSocket) -> None:
+    try:
+        while True:
+            await ws.receive_text()
+    except (WebSocketDisconnect, RuntimeError, KeyError):
+        return
+
+
+@router.websocket("/ws/streams/{stream_id}/ingest")
+async def ingest(ws: WebSocket, stream_id: str) -> None:
+    session = await _open(ws, stream_id)
+    if session is None:
+        return
+    if session.cfg.spec.kind != "webcam":
+        await _refuse(ws, errors.BAD_SOURCE, f"stream {stream_id} is not a webcam stream", POLICY_VIOLATION)
+        return
+    try:
+        while True:
+            data = await ws.receive_bytes()
+            session.push_jpeg(data)
+    except (WebSocketDisconnect, RuntimeError, KeyError):
+        return

@@ -1,0 +1,369 @@
+"""One stream's supervision: its decoder and worker processes, its state, its metrics and its viewers.
+
+A supervisor thread per stream runs *generations*: a generation is a fresh shared-memory ring, fresh queues
+and one decoder + one worker process. When either process fails (or a live source drops), the whole
+generation is stopped — the worker saves a checkpoint on the way out — and a new one starts with back-off.
+Fresh queues each time matter: a process killed while holding a ``multiprocessing.Queue`` lock would wedge
+whoever uses that queue next. A file source resumes from its last position; the worker from its checkpoint.
+
+Messages the processes send to this thread (dicts with a ``type``):
+decoder -> ``opened`` (source info), ``stats`` (decoded / dropped counts, position), ``ended``, ``error``;
+worker  -> ``ready``, ``frame``, ``dropped``, ``checkpoint``, ``nonfinite``, ``error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import math
+import multiprocessing as mp
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import errors
+from .broadcast import Broadcaster
+from .decoder import DecoderConfig, run_decoder
+from .demo import ensure_demo
+from .metrics import Metrics
+from .ring import FrameRing
+from .sources import SourceSpec
+from .worker import WorkerConfig, run_worker
+
+log = logging.getLogger(__name__)
+RING_SLOTS = 4
+WORKER_STOP_S = 20.0  # room for the final checkpoint
+HEALTHY_RUN_S = 10.0  # a generation that ran this long resets the back-off
+SPAWN = mp.get_context("spawn")  # never fork a process that runs threads (uvicorn, torch)
+
+
+@dataclass
+class StreamConfig:
+    """A stream's resolved parameters (request fields merged with the server's defaults)."""
+
+    name: str
+    source: str
+    spec: SourceSpec
+    fps: float
+    width: int
+    height: int
+    model: str
+    stages: int
+    lr: float | None
+    schedule: str
+    devices: tuple[str, ...] | None
+    loop: bool
+
+
+@dataclass
+class Outcome:
+    """Why a generation ended."""
+
+    kind: str  # "closing" | "decoder" | "worker" | "ended"
+    code: str | None = None
+    message: str = ""
+
+
+@dataclass
+class Generation:
+    ring: FrameRing
+    slots: Any
+    events: Any
+    out: Any
+    control: Any
+    ingest: Any
+    stop: Any
+    ready: Any
+    decoder: Any
+    worker: Any
+    started: float = field(default_factory=time.monotonic)
+
+    def shutdown(self, drain: Callable[[], object]) -> None:
+        """Stop both processes, ``drain`` what they sent on the way out, then free the queues and the ring."""
+        self.stop.set()
+        deadline = time.monotonic() + WORKER_STOP_S
+        while self.worker.is_alive() and time.monotonic() < deadline:
+            self.worker.join(0.1)
+            drain()  # keep the pipes flowing: a child blocks at exit until its queued messages are read
+        self.decoder.join(3.0)
+        for proc in (self.worker, self.decoder):
+            if proc.is_alive():
+                proc.kill()
+                proc.join(3.0)
+        drain()
+        for q in (self.slots, self.events, self.out, self.control, self.ingest):
+            q.cancel_join_thread()  # never block this thread on a queue whose reader is gone
+            q.close()
+        self.ring.close()
+
+
+class StreamSession:
+    def __init__(self, sid: str, cfg: StreamConfig, settings: Any, metrics: Metrics,
+                 loop: asyncio.AbstractEventLoop, on_state: Callable[[], None]) -> None:  # fmt: skip
+        self.id = sid
+        self.cfg = cfg
+        self.settings = settings
+        self.metrics = metrics
+        self.loop = loop
+        self._on_state = on_state
+        self.state = "starting"
+        self.error: dict | None = None
+        self.counters = {k: 0 for k in ("decoded", "processed", "dropped", "resampled", "reconnects",
+                                        "worker_restarts", "nonfinite_losses", "ws_clients")}  # fmt: skip
+        self.loss: float | None = None
+        self.lr = cfg.lr
+        self.resumed_from: int | None = None
+        self.checkpoint_frames: int | None = None
+        self.source_info: dict = {}
+        self.position = 0.0
+        self.broadcaster = Broadcaster(
+            on_drop=metrics.ws_dropped.labels(sid).inc,
+            on_count=self._set_viewers,
+        )
+        self._gen: Generation | None = None
+        self._closing = threading.Event()
+        self._requests = itertools.count(1)
+        self._acks: dict[int, tuple[threading.Event, list]] = {}
+        self._last_frame_at = time.monotonic()
+        metrics.frame_interval.labels(sid).set(1.0 / cfg.fps)
+        self._thread = threading.Thread(target=self._supervise, name=f"stream-{sid}", daemon=True)
+
+    # -- public (API side) ---------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop both processes (the worker checkpoints) and wait for it."""
+        self._closing.set()
+        self._thread.join(WORKER_STOP_S + 10)
+        self.metrics.forget(self.id)
+
+    @property
+    def active(self) -> bool:
+        return self.state not in ("ended", "error")
+
+    def pids(self) -> dict[str, int | None]:
+        gen = self._gen
+        return {"decoder": gen.decoder.pid if gen else None, "worker": gen.worker.pid if gen else None}
+
+    def checkpoint(self, timeout_s: float = 15.0) -> int | None:
+        """Ask the worker for a checkpoint now; the frame count saved, or None if it is not running."""
+        gen = self._gen
+        if gen is None or not gen.ready.is_set() or not gen.worker.is_alive():
+            return None
+        rid = next(self._requests)
+        done, result = threading.Event(), []
+        self._acks[rid] = (done, result)
+        gen.control.put({"type": "checkpoint", "id": rid})
+        ok = done.wait(timeout_s)
+        self._acks.pop(rid, None)
+        return result[0] if ok and result else None
+
+    def push_jpeg(self, data: bytes) -> bool:
+        """A webcam frame from the ingest WebSocket; False (and counted) when the decoder is behind."""
+        gen = self._gen
+        if gen is None:
+            return False
+        try:
+            gen.ingest.put_nowait(data)
+            return True
+        except queue.Full:
+            self.metrics.frames.labels(self.id, "dropped", "ingest_behind").inc()
+            return False
+
+    # -- supervision (its own thread) ------------------------------------------------------------
+    def _supervise(self) -> None:
+        attempt = 0
+        while not self._closing.is_set():
+            try:
+                if self.cfg.spec.kind == "demo":
+                    ensure_demo(Path(self.cfg.spec.target))
+                self._gen = self._start_generation()
+            except Exception as exc:
+                log.exception("stream %s could not start", self.id)
+                self._set_state("error", errors.WORKER_FAILED, f"could not start: {exc}")
+                return
+            outcome = self._watch(self._gen)
+            healthy = time.monotonic() - self._gen.started > HEALTHY_RUN_S and self.counters["processed"] > 0
+            gen = self._gen
+            gen.shutdown(drain=lambda: self._relay(gen, final=True))
+            if outcome.kind == "closing":
+                self._set_state("ended", None, "")
+                return
+            if not self._should_retry(outcome):
+                return
+            attempt = 0 if healthy else attempt + 1
+            delay = min(self.settings.reconnect_max_s, 0.5 * 2 ** max(0, attempt - 1))
+            if self._closing.wait(delay):
+                self._set_state("ended", None, "")
+                return
+
+    def _should_retry(self, outcome: Outcome) -> bool:
+        """Decide what an ended generation means for the stream; True to start another one."""
+        live = self.cfg.spec.live
+        if outcome.kind == "worker":
+            final = outcome.code in (errors.CHECKPOINT_MISMATCH, errors.WORKER_FAILED)
+            if final:
+                self._set_state("error", outcome.code, outcome.message)
+                return False
+            self.counters["worker_restarts"] += 1
+            self.metrics.worker_restarts.labels(self.id).inc()
+            self._set_state("reconnecting", outcome.code, outcome.message)
+            return True
+        if outcome.kind == "ended" and not live:
+            self._set_state("ended", None, "")
+            return False
+        retry = live and (outcome.kind == "ended" or outcome.code in errors.TRANSIENT)
+        retry = retry or outcome.code == errors.DECODER_DIED
+        if not retry:
+            self._set_state("error", outcome.code, outcome.message)
+            return False
+        self.counters["reconnects"] += 1
+        self.metrics.reconnects.labels(self.id).inc()
+        code = outcome.code or errors.ENDED
+        self._set_state("reconnecting", code, outcome.message or "the live source ended")
+        return True
+
+    def _start_generation(self) -> Generation:
+        cfg, s = self.cfg, self.settings
+        ring = FrameRing.create(RING_SLOTS, cfg.height, cfg.width)
+        slots = SPAWN.Queue(ring.queue_size)
+        events, out, control, ingest = SPAWN.Queue(), SPAWN.Queue(), SPAWN.Queue(), SPAWN.Queue(2)
+        stop, ready = SPAWN.Event(), SPAWN.Event()
+        dcfg = DecoderConfig(cfg.spec, cfg.fps, cfg.width, cfg.height, cfg.loop, s.open_timeout_s, s.read_timeout_s,
+                             start_at_s=self.position)  # fmt: skip
+        wcfg = WorkerConfig(cfg.name, cfg.model, cfg.stages, cfg.width, cfg.height, self.lr, cfg.schedule,
+                            cfg.devices, s.checkpoint_dir / f"{cfg.name}.pt", s.checkpoint_interval_s,
+                            s.jpeg_quality)  # fmt: skip
+        worker = SPAWN.Process(target=run_worker, args=(wcfg, ring.spec, slots, out, control, stop, ready),
+                               name=f"overtime-worker-{self.id}", daemon=True)  # fmt: skip
+        decoder = SPAWN.Process(target=run_decoder, args=(dcfg, ring.spec, slots, events, stop, ready, ingest),
+                                name=f"overtime-decoder-{self.id}", daemon=True)  # fmt: skip
+        worker.start()
+        decoder.start()
+        self._last_frame_at = time.monotonic()
+        return Generation(ring, slots, events, out, control, ingest, stop, ready, decoder, worker)
+
+    def _watch(self, gen: Generation) -> Outcome:
+        """Relay messages until the generation must end; return why."""
+        stall_s = self.settings.read_timeout_s + 5.0
+        while True:
+            if self._closing.is_set():
+                return Outcome("closing")
+            outcome = self._relay(gen)
+            if outcome is not None:
+                return outcome
+            if not gen.worker.is_alive():
+                return self._relay(gen, final=True) or Outcome(
+                    "worker", errors.WORKER_DIED, f"the worker process died (exit code {gen.worker.exitcode})"
+                )
+            if not gen.decoder.is_alive():
+                return self._relay(gen, final=True) or Outcome(
+                    "decoder", errors.DECODER_DIED, f"the decoder process died (exit code {gen.decoder.exitcode})"
+                )
+            if gen.ready.is_set() and time.monotonic() - self._last_frame_at > stall_s:
+                return Outcome("decoder", errors.STALLED, f"no frame from the source for {stall_s:g} s")
+
+    def _relay(self, gen: Generation, final: bool = False) -> Outcome | None:
+        """Handle what the processes sent; ``final`` drains everything left after a process exited."""
+        wait = 0.0 if final else 0.05
+        for q, handle in ((gen.out, self._on_worker), (gen.events, self._on_decoder)):
+            while True:
+                try:
+                    message = q.get(timeout=wait) if wait else q.get_nowait()
+                except (queue.Empty, OSError, EOFError):
+                    break
+                wait = 0.0
+                outcome = handle(message)
+                if outcome is not None:
+                    return outcome
+        return None
+
+    def _on_decoder(self, m: dict) -> Outcome | None:
+        kind = m["type"]
+        if kind == "stats":
+            if m["decoded"]:
+                self._last_frame_at = time.monotonic()
+                self.counters["decoded"] += m["decoded"]
+                self.metrics.frames.labels(self.id, "decoded", "").inc(m["decoded"])
+            for reason, n in m["dropped"].items():
+                self.counters["dropped" if reason == "worker_behind" else "resampled"] += n
+                self.metrics.frames.labels(self.id, "dropped", reason).inc(n)
+            self.position = m["position"]
+        elif kind == "opened":
+            self.source_info = m["info"]
+        elif kind == "ended":
+            return Outcome("ended", errors.ENDED, "the source ended")
+        elif kind == "error":
+            return Outcome("decoder", m["code"], m["message"])
+        return None
+
+    def _on_worker(self, m: dict) -> Outcome | None:
+        kind = m["type"]
+        if kind == "frame":
+            self._on_frame(m)
+        elif kind == "ready":
+            self.resumed_from, self.lr = m["resumed_from"], m["lr"]
+        elif kind == "dropped":
+            self.counters["dropped"] += 1
+            self.metrics.frames.labels(self.id, "dropped", m["reason"]).inc()
+        elif kind == "checkpoint":
+            if m["frames"] >= 0:
+                self.checkpoint_frames = m["frames"]
+            ack = self._acks.get(m["request"]) if m["request"] is not None else None
+            if ack is not None:
+                ack[1].append(m["frames"] if m["frames"] >= 0 else None)
+                ack[0].set()
+        elif kind == "nonfinite":
+            self.lr = m["lr"]
+            self.counters["nonfinite_losses"] += 1
+            self.metrics.nonfinite.labels(self.id).inc()
+        elif kind == "error":
+            return Outcome("worker", m["code"], m["message"])
+        return None
+
+    def _on_frame(self, m: dict) -> None:
+        sid, ds = self.id, 1.0 / self.cfg.fps
+        self.counters["processed"] += 1
+        self.loss = m["loss"]
+        self.metrics.frames.labels(sid, "processed", "").inc()
+        self.metrics.step.labels(sid).observe(m["dp_s"])
+        self.metrics.budget_ratio.labels(sid).set(m["dp_s"] / ds)
+        for stage, seconds in enumerate(m["stage_dp_s"]):
+            if seconds is not None:
+                self.metrics.stage_step.labels(sid, str(stage)).observe(seconds)
+        if m["loss"] is not None and math.isfinite(m["loss"]):
+            self.metrics.loss.labels(sid).set(m["loss"])
+        if self.state != "running":
+            self._set_state("running", None, "")
+        message = {
+            "type": "frame", "frame": m["frame"], "loss": m["loss"], "dp_s": m["dp_s"], "ds_s": ds,
+            "stage_dp_s": m["stage_dp_s"], "dropped": self.counters["dropped"],
+        }  # fmt: skip
+        self._post(self.broadcaster.frame, (message, m["capture_time"], m["jpeg"]))
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _set_state(self, state: str, code: str | None, message: str) -> None:
+        self.state = state
+        if code is not None:
+            self.error = {"code": code, "message": message}
+        elif state == "running":
+            self.error = None
+        notice = {"type": "state", "state": state, "error": self.error}
+        self._post(self.broadcaster.notice, notice)
+        self._on_state()
+
+    def _set_viewers(self, n: int) -> None:
+        self.counters["ws_clients"] = n
+        self.metrics.ws_clients.labels(self.id).set(n)
+
+    def _post(self, fn: Callable[[Any], None], arg: Any) -> None:
+        """Hand ``arg`` to the event loop (a no-op once the server's loop has closed)."""
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(fn, arg)

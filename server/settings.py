@@ -1,0 +1,41 @@
+"""Service settings: one pydantic-settings model, read from ``OVERTIME_*`` env vars and mirrored by CLI flags."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="OVERTIME_")
+
+    host: str = Field("127.0.0.1", description="address to bind")
+    port: int = Field(8000, ge=0, le=65535, description="port to bind")
+    token: str | None = Field(None, description="API token; when set every /api and /ws request needs it")
+    media_dir: Path = Field(Path("media"), description="file: sources must live here; the demo video is made here")
+    checkpoint_dir: Path = Field(Path("checkpoints"), description="one checkpoint per stream name")
+    web_dir: Path = Field(Path("clients/web"), description="browser client served at / when it exists")
+    max_streams: int = Field(4, ge=1, description="more concurrent streams get 429")
+    allowed_schemes: list[str] = Field(
+        ["http", "https", "rtsp", "rtsps", "file", "camera", "webcam", "demo"], description="source allow-list"
+    )
+    allow_private: bool = Field(False, description="allow sources on private, loopback and link-local addresses")
+    demo_stream: bool = Field(False, description="start a learning stream on the bundled demo at start-up")
+    # Per-stream defaults (a POST body may override them).
+    fps: float = Field(15.0, gt=0, le=120, description="default frame rate, 1/ΔS")
+    width: int = Field(128, ge=16, le=1920, description="default frame width")
+    height: int = Field(128, ge=16, le=1080, description="default frame height")
+    model: str = Field("fast", description="default flow network")
+    stages: int = Field(2, ge=1, le=16, description="default number of pipeline stages D")
+    lr: float | None = Field(None, gt=0, description="default learning rate (None: the model's own)")
+    # Supervision.
+    checkpoint_interval_s: float = Field(30.0, gt=0, description="seconds between periodic checkpoints")
+    open_timeout_s: float = Field(10.0, gt=0, description="timeout for opening a source")
+    read_timeout_s: float = Field(10.0, gt=0, description="a live source silent this long is stalled")
+    reconnect_max_s: float = Field(30.0, gt=0, description="cap on the reconnect back-off")
+    jpeg_quality: int = Field(80, ge=10, le=100, description="quality of the overlay JPEGs")
+
+    def schemes(self) -> set[str]:
+        return {s.strip().lower() for s in self.allowed_schemes if s.strip()}

@@ -1,0 +1,92 @@
+"""Source validation: turn the user's ``source`` string into a ``SourceSpec`` the decoder can open, or refuse it.
+
+Checked here (at request time): the scheme allow-list, ``file:`` paths confined to the media dir, camera
+indices, and that URL hosts do not resolve to private or loopback addresses unless the settings allow it.
+The decoder calls ``check_host`` again right before every (re)connect, since DNS answers can change.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from . import errors
+from .errors import SourceError
+
+URL_SCHEMES = ("http", "https", "rtsp", "rtsps")
+DEMO_FILE = "demo.mp4"
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """What the decoder opens. ``live`` sources reconnect with back-off; files end (or loop)."""
+
+    kind: str  # "file" | "url" | "camera" | "webcam" | "demo"
+    target: str  # file path, URL or device path ("" for webcam)
+    live: bool
+    host: str | None = None  # URL host, re-checked before each connect
+    allow_private: bool = False
+
+
+def parse_source(source: str, media_dir: Path, schemes: set[str], allow_private: bool) -> SourceSpec:
+    source = source.strip()
+    if source in ("demo", "webcam"):
+        _require_scheme(source, schemes)
+        if source == "demo":
+            return SourceSpec("demo", str(Path(media_dir).resolve() / DEMO_FILE), live=False)
+        return SourceSpec("webcam", "", live=True)
+    camera = re.fullmatch(r"camera:(\d{1,3})", source)
+    if camera:
+        _require_scheme("camera", schemes)
+        return SourceSpec("camera", f"/dev/video{int(camera.group(1))}", live=True)
+    parts = urlsplit(source)
+    scheme = parts.scheme.lower()
+    if not scheme:
+        raise SourceError(errors.BAD_SOURCE, f"source {source!r} is not a URL, camera:N, webcam or demo")
+    _require_scheme(scheme, schemes)
+    if scheme == "file":
+        return SourceSpec("file", str(media_path(unquote(parts.netloc + parts.path), media_dir)), live=False)
+    if scheme not in URL_SCHEMES:
+        raise SourceError(errors.SCHEME_NOT_ALLOWED, f"scheme {scheme!r} is not supported")
+    if not parts.hostname:
+        raise SourceError(errors.BAD_SOURCE, f"source {source!r} has no host")
+    check_host(parts.hostname, allow_private, unresolved_ok=True)
+    return SourceSpec("url", source, live=True, host=parts.hostname, allow_private=allow_private)
+
+
+def media_path(path: str, media_dir: Path) -> Path:
+    """Resolve ``path`` (relative to the media dir, or absolute) and insist it stays inside the media dir."""
+    root = Path(media_dir).resolve()
+    resolved = (root / path).resolve()  # an absolute ``path`` replaces ``root``; symlinks and .. are resolved
+    if not resolved.is_relative_to(root):
+        raise SourceError(errors.PATH_OUTSIDE_MEDIA, f"file sources must be inside the media dir {root}")
+    if not resolved.is_file():
+        raise SourceError(errors.FILE_NOT_FOUND, f"no file {resolved.relative_to(root)} in the media dir")
+    return resolved
+
+
+def check_host(host: str, allow_private: bool, *, unresolved_ok: bool = False) -> None:
+    """Resolve ``host``; refuse it when any address is not public (unless private networks are allowed)."""
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except (socket.gaierror, UnicodeError) as exc:
+        if unresolved_ok:
+            return  # the decoder reports it as source_unreachable, like any host that does not answer
+        raise SourceError(errors.SOURCE_UNREACHABLE, f"cannot resolve host {host!r}: {exc}") from exc
+    if allow_private:
+        return
+    for info in infos:
+        address = ipaddress.ip_address(info[4][0].split("%")[0])
+        if not address.is_global or address.is_multicast:
+            raise SourceError(
+                errors.PRIVATE_ADDRESS, f"host {host!r} resolves to non-public address {address}; not allowed"
+            )
+
+
+def _require_scheme(scheme: str, schemes: set[str]) -> None:
+    if scheme not in schemes:
+        raise SourceError(errors.SCHEME_NOT_ALLOWED, f"source type {scheme!r} is not in the allow-list")

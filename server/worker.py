@@ -1,0 +1,195 @@
+"""The worker process: owns one stream's ``pipeline_core.Pipeline`` and learns optical flow on every frame.
+
+Per frame it forms the pair (previous, current), calls ``Pipeline.step`` once, and publishes what leaves the
+pipeline (PARTIME: the output of step t belongs to frame t-(D-1)): the flow as an overlay JPEG, the loss, ΔP
+for the whole step and per stage, and the frame's capture time. It checkpoints atomically every N seconds, on
+request and on stop; a non-finite loss restores the last checkpoint and halves the learning rate.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import os
+import queue
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from models.flow_loss import flow_loss
+from models.flow_nets import build_flow_net
+from models.online import BASE_LR, flow_optimizer, frame_pair, lr_for_stages
+from pipeline_core import Pipeline, balance
+
+from . import checkpoints, errors
+from .overlay import overlay_jpeg
+from .ring import FrameRing, RingSpec
+
+log = logging.getLogger(__name__)
+POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    name: str
+    model: str
+    stages: int
+    width: int
+    height: int
+    lr: float | None
+    schedule: str
+    devices: tuple[str, ...] | None
+    checkpoint_path: Path
+    checkpoint_interval_s: float
+    jpeg_quality: int
+
+
+class CheckpointMismatch(Exception):
+    pass
+
+
+class Learner:
+    """The pipeline, its learning rate and its checkpoints."""
+
+    def __init__(self, cfg: WorkerConfig) -> None:
+        self.cfg = cfg
+        saved = checkpoints.load(cfg.checkpoint_path)
+        if saved is not None:
+            self._check_compatible(saved)
+        sample = torch.zeros(1, 6, cfg.height, cfg.width)
+        self.lr = float(saved["lr"]) if saved else cfg.lr or lr_for_stages(BASE_LR, cfg.stages)
+        model = build_flow_net(cfg.model)
+        devices = list(cfg.devices) if cfg.devices else None
+        # A resumed stream keeps its checkpoint's split (profiling could pick another one and the weights would
+        # not fit); a new one is balanced by measured layer costs.
+        layers = saved["pipeline"]["balance"] if saved else balance(model, sample, cfg.stages, devices, flow_loss)
+        self.pipe = Pipeline(
+            model,
+            sample,
+            balance=layers,
+            devices=devices,
+            loss_fn=flow_loss,
+            sample_target=sample,
+            optimizer=flow_optimizer(self.lr),
+            schedule=cfg.schedule,
+        )
+        self.resumed_from = 0
+        if saved:
+            self.pipe.load_state_dict(saved["pipeline"])
+            self.resumed_from = int(saved["pipeline"]["frames"])
+        self._initial = None if saved else copy.deepcopy(self.pipe.state_dict())
+        self.nonfinite = 0
+
+    def _check_compatible(self, saved: dict) -> None:
+        mine = {"model": self.cfg.model, "stages": self.cfg.stages, "width": self.cfg.width, "height": self.cfg.height}
+        theirs = {key: saved.get(key) for key in mine}
+        if mine != theirs:
+            raise CheckpointMismatch(
+                f"checkpoint {self.cfg.checkpoint_path.name} was made with {theirs}, this stream asks for {mine}; "
+                "use another name or the same settings"
+            )
+
+    def save(self) -> int:
+        """Checkpoint now (unless the weights are already non-finite); return the frame count saved."""
+        state = self.pipe.state_dict()
+        if not all(torch.isfinite(p).all() for p in self.pipe.module().parameters()):
+            return -1
+        cfg = self.cfg
+        checkpoints.save_atomic(
+            {"pipeline": state, "model": cfg.model, "stages": cfg.stages, "width": cfg.width, "height": cfg.height,
+             "lr": self.lr, "saved_at": time.time()},
+            cfg.checkpoint_path,
+        )  # fmt: skip
+        return int(state["frames"])
+
+    def recover(self) -> None:
+        """After a non-finite loss: back to the last good weights, half the step size."""
+        saved = checkpoints.load(self.cfg.checkpoint_path)
+        self.pipe.load_state_dict(saved["pipeline"] if saved else self._initial)
+        self.lr /= 2
+        self.pipe.set_lr(self.lr)
+        self.nonfinite += 1
+
+
+def run_worker(
+    cfg: WorkerConfig, ring_spec: RingSpec, slots: Any, out: Any, control: Any, stop: Any, ready: Any
+) -> None:
+    """Process entry point; publishes dict messages on ``out`` (see ``session.py`` for their use)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the API process stops us through ``stop``
+    parent = os.getppid()
+    ring = FrameRing.attach(ring_spec)
+    try:
+        learner = Learner(cfg)
+    except CheckpointMismatch as exc:
+        out.put({"type": "error", "code": errors.CHECKPOINT_MISMATCH, "message": str(exc)})
+        return
+    except Exception as exc:
+        log.exception("worker set-up failed")
+        out.put({"type": "error", "code": errors.WORKER_FAILED, "message": f"{type(exc).__name__}: {exc}"})
+        return
+    out.put({"type": "ready", "resumed_from": learner.resumed_from, "lr": learner.lr, "balance": learner.pipe.balance})
+    ready.set()
+    try:
+        _learn(cfg, learner, ring, slots, out, control, stop, parent)
+    finally:
+        frames = learner.save()
+        out.put({"type": "checkpoint", "frames": frames, "request": None})
+        learner.pipe.close()
+        ring.close()
+
+
+def _learn(cfg: WorkerConfig, learner: Learner, ring: FrameRing, slots: Any, out: Any, control: Any, stop: Any,
+           parent: int) -> None:  # fmt: skip
+    previous: np.ndarray | None = None
+    pending: deque[tuple[np.ndarray, float]] = deque()  # frames inside the pipeline, oldest first
+    last_save = time.monotonic()
+    while not stop.is_set() and os.getppid() == parent:
+        _serve_control(learner, control, out)
+        if time.monotonic() - last_save >= cfg.checkpoint_interval_s:
+            out.put({"type": "checkpoint", "frames": learner.save(), "request": None})
+            last_save = time.monotonic()
+        got = ring.read(slots, POLL_S)
+        if got is None:
+            continue
+        if got is False:
+            out.put({"type": "dropped", "reason": "worker_behind"})
+            continue
+        frame, capture_time = got
+        if previous is None:
+            previous = frame
+            continue
+        x = frame_pair(previous, frame)
+        previous = frame
+        pending.append((frame, capture_time))
+        r = learner.pipe.step(x, target=x)
+        if r.frame is None:
+            continue
+        shown, shown_capture = pending.popleft()
+        if r.loss is not None and not math.isfinite(r.loss):
+            learner.recover()
+            pending.clear()  # the pipeline restarted empty
+            out.put({"type": "nonfinite", "lr": learner.lr, "count": learner.nonfinite})
+            continue
+        flow = r.output[0].detach().permute(1, 2, 0).numpy()
+        out.put({
+            "type": "frame", "frame": r.frame, "loss": r.loss, "dp_s": r.step_seconds,
+            "stage_dp_s": list(r.stage_seconds), "capture_time": shown_capture,
+            "jpeg": overlay_jpeg(shown, flow, cfg.jpeg_quality),
+        })  # fmt: skip
+
+
+def _serve_control(learner: Learner, control: Any, out: Any) -> None:
+    while True:
+        try:
+            request = control.get_nowait()
+        except queue.Empty:
+            return
+        if request.get("type") == "checkpoint":
+            out.put({"type": "checkpoint", "frames": learner.save(), "request": request.get("id")})
