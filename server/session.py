@@ -253,6 +253,7 @@ class StreamSession:
     def _watch(self, gen: Generation) -> Outcome:
         """Relay messages until the generation must end; return why."""
         stall_s = self.settings.read_timeout_s + 5.0
+        ready_at: float | None = None  # the stall clock starts when the worker is ready: the decoder waits for it
         while True:
             if self._closing.is_set():
                 return Outcome("closing")
@@ -267,7 +268,9 @@ class StreamSession:
                 return self._relay(gen, final=True) or Outcome(
                     "decoder", errors.DECODER_DIED, f"the decoder process died (exit code {gen.decoder.exitcode})"
                 )
-            if gen.ready.is_set() and time.monotonic() - self._last_frame_at > stall_s:
+            if ready_at is None and gen.ready.is_set():
+                ready_at = time.monotonic()
+            if ready_at is not None and time.monotonic() - max(self._last_frame_at, ready_at) > stall_s:
                 return Outcome("decoder", errors.STALLED, f"no frame from the source for {stall_s:g} s")
 
     def _relay(self, gen: Generation, final: bool = False) -> Outcome | None:
