@@ -10,12 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import socket
 import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -26,16 +23,12 @@ import psutil
 import websockets
 from prometheus_client.parser import text_string_to_metric_families
 
+from server.launch import ServerProcess, free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
 HOST = "127.0.0.1"
 TOKEN = "reliability-token"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 def make_video(path: Path, frames: int = 60, size: int = 64, fps: int = 15, seed: int = 0) -> Path:
@@ -59,108 +52,59 @@ def until(check, timeout_s: float, what: str, poll_s: float = 0.1):
     raise TimeoutError(f"{what}: not reached within {timeout_s:g} s (last: {last!r})")
 
 
-@dataclass
-class Server:
-    """``overtime serve`` on a free loopback port, with its own media and checkpoint dirs under ``root``."""
+class Server(ServerProcess):
+    """``overtime serve`` (``server.launch``) with the API token and 64x64 streams by default, ``settings`` as
+    ``OVERTIME_*`` env vars, and a view of its whole process tree (API, decoders, workers, helpers)."""
 
-    root: Path
-    token: str | None = TOKEN
-    settings: dict[str, str] = field(default_factory=dict)
-    port: int = 0
-    proc: subprocess.Popen | None = None
+    def __init__(self, root: Path, token: str | None = TOKEN, settings: dict[str, str] | None = None) -> None:
+        env = {"OVERTIME_WIDTH": "64", "OVERTIME_HEIGHT": "64", "PYTHONUNBUFFERED": "1"}
+        env |= {"OVERTIME_TOKEN": token} if token else {}
+        super().__init__(root, env=env | (settings or {}))
+        self.root, self.token = Path(root), token
+        self.tmpfs: Path | None = None  # set by tests that put the checkpoint dir on a tiny filesystem
+        if token:
+            self.client.headers["Authorization"] = f"Bearer {token}"
 
     @property
     def media_dir(self) -> Path:
-        return self.root / "media"
+        return self.workdir / "media"
 
     @property
     def checkpoint_dir(self) -> Path:
-        return self.root / "checkpoints"
+        return self.workdir / "checkpoints"
 
-    @property
-    def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
-
-    @property
-    def log_path(self) -> Path:
-        return self.root / "server.log"
-
-    def env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OVERTIME_")}
-        env |= {
-            "OVERTIME_MEDIA_DIR": str(self.media_dir),
-            "OVERTIME_CHECKPOINT_DIR": str(self.checkpoint_dir),
-            "OVERTIME_WIDTH": "64",
-            "OVERTIME_HEIGHT": "64",
-            "PYTHONUNBUFFERED": "1",
-        }
-        if self.token:
-            env["OVERTIME_TOKEN"] = self.token
-        return env | self.settings
-
-    def start(self, timeout_s: float = 60.0) -> Server:
+    def start(self, timeout_s: float = 90.0) -> Server:
         self.media_dir.mkdir(parents=True, exist_ok=True)
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
-        cmd = [sys.executable, "-m", "server.cli", "serve", "--host", HOST, "--port", str(self.port)]
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=self.env(), stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-        try:
-            until(self._ready, timeout_s, f"server on port {self.port} ready")
-        except TimeoutError:
-            self.stop()
-            raise TimeoutError(f"the server did not become ready; log tail:\n{self.log_tail()}") from None
-        return self
+        return super().start(timeout_s)
 
-    def _ready(self) -> bool:
-        if self.proc.poll() is not None:
-            raise RuntimeError(f"the server exited with {self.proc.returncode}; log tail:\n{self.log_tail()}")
-        try:
-            return httpx.get(f"{self.url}/readyz", timeout=2.0).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def stop(self, timeout_s: float = 40.0) -> int | None:
-        """SIGTERM (streams checkpoint on the way out), SIGKILL the whole tree if it does not exit in time."""
-        if self.proc is None or self.proc.poll() is not None:
-            return self.proc.returncode if self.proc else None
-        tree = self.processes()
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            return self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            for p in tree:
-                with contextlib.suppress(psutil.Error):
-                    p.kill()
-            return self.proc.wait(10)
-        finally:
-            psutil.wait_procs([p for p in tree if p.pid != self.proc.pid], timeout=10)
+    def stop(self, timeout_s: float = 60.0) -> int | None:
+        """Graceful stop (streams checkpoint); whatever of the tree outlives it is killed, never left running."""
+        tree = self.processes()[1:]
+        code = super().stop(timeout_s)
+        _, alive = psutil.wait_procs(tree, timeout=10)
+        for p in alive:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        return code
 
     def processes(self) -> list[psutil.Process]:
-        """The server and every process it started (decoders, workers, helpers)."""
+        """The server first, then every process it started."""
         try:
             parent = psutil.Process(self.proc.pid)
             return [parent, *parent.children(recursive=True)]
-        except psutil.NoSuchProcess:
+        except (psutil.NoSuchProcess, AttributeError):
             return []
 
     def log_tail(self, chars: int = 4000) -> str:
         return self.log_path.read_text(errors="replace")[-chars:] if self.log_path.exists() else ""
 
-    def client(self, token: str | None = ...) -> Api:
+    def api(self, token: str | None = ...) -> Api:
         return Api(self, self.token if token is ... else token)
 
     def ws_url(self, path: str, token: str | None = ...) -> str:
         token = self.token if token is ... else token
-        query = f"?token={token}" if token else ""
-        return f"ws://{HOST}:{self.port}{path}{query}"
-
-    def __enter__(self) -> Server:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
+        return f"ws://{HOST}:{self.port}{path}" + (f"?token={token}" if token else "")
 
 
 class Api:
@@ -453,14 +397,3 @@ def rss_and_fds(procs: list[psutil.Process]) -> dict[int, dict]:
 
 def percentile(values: list[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else float("nan")
-
-
-@contextlib.contextmanager
-def server(root: Path, **settings: str) -> Iterator[Server]:
-    """``with server(tmp_path, OVERTIME_X="1") as srv:`` — a started server, always stopped."""
-    srv = Server(root, settings=settings)
-    srv.start()
-    try:
-        yield srv
-    finally:
-        srv.stop()

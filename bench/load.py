@@ -196,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
             },
         )
         make_video(srv.media_dir / CLIP, frames=150, fps=int(args.fps))
-        with srv, srv.client() as api:
+        with srv, srv.api() as api:
             if args.only in (None, "viewers"):
                 r = viewers_run(srv, api, args) | {"machine": machine_load(), "args": vars(args)}
                 write_results("load-viewers", r, viewers_table(r))

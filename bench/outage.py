@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             },
         )
         make_video(srv.media_dir / "clip.mp4", frames=90)
-        with srv, srv.client() as api:
+        with srv, srv.api() as api:
             result = outage(api, srv.media_dir / "clip.mp4", args.pause, "outage")
     result["ok"] = result["reconnected"] and result["resumed_from"] == result["checkpoint_on_disk"]
     RESULTS.mkdir(exist_ok=True)

@@ -34,9 +34,8 @@ def checkpoint_frames(path: Path) -> int | None:
 
 def soak(srv: Server, args: argparse.Namespace) -> dict:
     samples: list[dict] = []
-    with srv.client() as api:
-        body = {"width": args.size, "height": args.size} if args.size else {}
-        sid = api.create("demo", name="soak", **body)["id"]
+    with srv.api() as api:
+        sid = api.create("demo", name="soak")["id"]
         api.wait_processed(sid, 10, 300)
         viewers = ViewerPool(srv.ws_url(f"/ws/streams/{sid}"), args.viewers, 0, args.duration)
         t0 = time.monotonic()
@@ -145,8 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     args.sample = min(args.sample, args.duration / 8)
     interval = args.checkpoint_interval or max(2.0, args.duration / 20)
     with tempfile.TemporaryDirectory(prefix="overtime-soak-") as tmp:
-        srv = Server(Path(tmp), settings={"OVERTIME_CHECKPOINT_INTERVAL_S": str(interval)})
-        srv.settings |= {"OVERTIME_WIDTH": "128", "OVERTIME_HEIGHT": "128"}  # the demo's own size unless --size
+        size = str(args.size or 128)  # the demo's own size unless --size
+        settings = {"OVERTIME_CHECKPOINT_INTERVAL_S": str(interval), "OVERTIME_WIDTH": size, "OVERTIME_HEIGHT": size}
+        srv = Server(Path(tmp), settings=settings)
         with srv:
             r = soak(srv, args) | {"machine": machine_load(), "args": vars(args), "checkpoint_interval_s": interval}
     write_results("soak" if args.duration >= 600 else "soak-smoke", r, table(r, args))

@@ -65,7 +65,7 @@ def srv(tmp_path_factory):
 
 @pytest.fixture
 def api(srv):
-    with srv.client() as client:
+    with srv.api() as client:
         yield client
         for s in client.http.get("/api/streams").json():
             client.delete(s["id"])
@@ -227,4 +227,4 @@ def test_nan_loss_restores_the_checkpoint_and_halves_the_lr(srv, api):
 def test_faults_never_reach_the_server(srv):
     """After all of the above the API process is the one we started, and it is healthy."""
     assert srv.proc.poll() is None
-    until(lambda: srv.client().http.get("/healthz").status_code == 200, 10, "healthz")
+    until(lambda: srv.api().http.get("/healthz").status_code == 200, 10, "healthz")

@@ -40,7 +40,7 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 @schema.parametrize()
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
 def test_api_has_no_5xx(case, srv):
-    with srv.client() as api:
+    with srv.api() as api:
         response = case.call(base_url=srv.url, headers={"Authorization": f"Bearer {srv.token}"}, timeout=30)
         try:
             case.validate_response(response, checks=[not_a_server_error])
@@ -51,7 +51,7 @@ def test_api_has_no_5xx(case, srv):
 
 @pytest.fixture(scope="module")
 def webcam(srv):
-    with srv.client() as api:
+    with srv.api() as api:
         sid = api.create("webcam", name="fuzz-webcam", fps=5)["id"]
         yield sid
         api.delete(sid)
@@ -102,7 +102,7 @@ def test_malformed_ingest_gets_an_error_and_a_close(srv, webcam, label, messages
     assert code in close_codes, f"{label}: closed with {code}; server said {said[:3]}"
     if code != 1009:  # 1009 comes from the WebSocket layer itself, with its reason in the close frame
         assert errors_in(said), f"{label}: no error message before the close: {said[:3]}"
-    with srv.client() as api:
+    with srv.api() as api:
         assert api.http.get("/healthz").status_code == 200
         assert api.stream(webcam)["state"] != "error" or label != "flood"
 
@@ -117,7 +117,7 @@ def test_good_ingest_still_works_after_the_abuse(srv, webcam):
                 await ws.send(jpeg())
                 await asyncio.sleep(0.2)
 
-    with srv.client() as api:
+    with srv.api() as api:
         before = api.stream(webcam)["counters"]["processed"]
         asyncio.run(steady())
         until(lambda: api.stream(webcam)["counters"]["processed"] >= before + 5, 20, "frames learned from the webcam")

@@ -63,7 +63,7 @@ def srv(tmp_path_factory):
 @pytest.fixture(scope="module")
 def stream_id(srv):
     """A real stream, so a refusal below is about the token and never about an unknown id."""
-    with srv.client() as api:
+    with srv.api() as api:
         sid = api.create("webcam", fps=5)["id"]
         yield sid
         api.delete(sid)
@@ -88,7 +88,7 @@ def api_operations(srv) -> list[tuple[str, str]]:
     ids=["no-header", "wrong-token", "empty-bearer", "basic-scheme", "no-scheme"],
 )
 def test_every_api_call_needs_the_token(srv, stream_id, authorization):
-    with srv.client(token=None) as anon:
+    with srv.api(token=None) as anon:
         for method, path in api_operations(srv):
             url = path.replace("{stream_id}", stream_id)
             headers = {"Authorization": authorization.format(token=srv.token)} if authorization else {}
@@ -96,7 +96,7 @@ def test_every_api_call_needs_the_token(srv, stream_id, authorization):
             r = anon.http.request(method, url, headers=headers, json=body)
             assert r.status_code in (401, 403), f"{method} {url} without a valid token -> {r.status_code} {r.text}"
         # ...and nothing happened: the stream is still there, no new one was made.
-    with srv.client() as api:
+    with srv.api() as api:
         streams = api.http.get("/api/streams").json()
         assert [s["id"] for s in streams] == [stream_id]
 
@@ -161,7 +161,7 @@ def refused_sources(canary_port: int) -> dict[str, str]:
 def test_bad_sources_are_refused_before_any_connection(srv):
     canary = Canary()
     try:
-        with srv.client() as api:
+        with srv.api() as api:
             before = len(api.http.get("/api/streams").json())
             for label, source in refused_sources(canary.port).items():
                 r = api.http.post("/api/streams", json={"source": source})
@@ -175,13 +175,13 @@ def test_bad_sources_are_refused_before_any_connection(srv):
 
 def test_the_media_dir_itself_is_allowed(srv):
     """The refusals above are about where a file is, not about file: sources as such."""
-    with srv.client() as api:
+    with srv.api() as api:
         info = api.create("file:clip.mp4", name="inside", fps=5)
         api.delete(info["id"])
 
 
 def test_malformed_bodies_get_422_with_a_message(srv):
-    with srv.client() as api:
+    with srv.api() as api:
         for body in (
             {},
             {"source": ""},
