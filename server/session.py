@@ -31,6 +31,7 @@ from . import errors
 from .broadcast import Broadcaster
 from .decoder import DecoderConfig, run_decoder
 from .demo import ensure_demo
+from .flag import Flag
 from .metrics import Metrics
 from .ring import FrameRing
 from .sources import SourceSpec
@@ -235,7 +236,7 @@ class StreamSession:
         ring = FrameRing.create(RING_SLOTS, cfg.height, cfg.width)
         slots = SPAWN.Queue(ring.queue_size)
         events, out, control, ingest = SPAWN.Queue(), SPAWN.Queue(), SPAWN.Queue(), SPAWN.Queue(2)
-        stop, ready = SPAWN.Event(), SPAWN.Event()
+        stop, ready = Flag(SPAWN), Flag(SPAWN)
         dcfg = DecoderConfig(cfg.spec, cfg.fps, cfg.width, cfg.height, cfg.loop, s.open_timeout_s, s.read_timeout_s,
                              start_at_s=self.position)  # fmt: skip
         wcfg = WorkerConfig(cfg.name, cfg.model, cfg.stages, cfg.width, cfg.height, self.lr, cfg.schedule,
