@@ -132,6 +132,13 @@ class Api:
     def checkpoint(self, sid: str) -> httpx.Response:
         return self.http.post(f"/api/streams/{sid}/checkpoint", timeout=30.0)
 
+    def checkpoint_now(self, sid: str) -> int:
+        """Checkpoint and return the frame count saved (AssertionError with the stream's state if refused)."""
+        r = self.checkpoint(sid)
+        if r.status_code != 200:
+            raise AssertionError(f"checkpoint refused: {r.status_code} {r.text}; stream {self.stream(sid)}")
+        return r.json()["frames"]
+
     def wait(self, sid: str, timeout_s: float, what: str, check) -> dict:
         """Poll the stream until ``check(info)`` holds; on timeout the error shows the stream's last state."""
         last: list[dict] = [{}]

@@ -28,7 +28,7 @@ def outage(api: Api, video: Path, pause_s: float, name: str) -> dict:
     try:
         sid = api.create(live.url, name=name, fps=15)["id"]
         api.wait_processed(sid, 20, 90)
-        saved = api.checkpoint(sid).json()["frames"]
+        saved = api.checkpoint_now(sid)
         live.stop()
         gone = time.monotonic()
         down = api.wait(sid, 30, "the stream noticed the outage", lambda s: s["state"] == "reconnecting")

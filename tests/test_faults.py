@@ -50,7 +50,7 @@ def srv(tmp_path_factory):
             settings={
                 "OVERTIME_ALLOW_PRIVATE": "true",  # the live source is on loopback
                 "OVERTIME_CHECKPOINT_INTERVAL_S": "100000",
-                "OVERTIME_READ_TIMEOUT_S": "2",
+                "OVERTIME_READ_TIMEOUT_S": "3",
                 "OVERTIME_OPEN_TIMEOUT_S": "2",
                 "OVERTIME_RECONNECT_MAX_S": "1",
                 "OVERTIME_FAULT_INJECTION": "true",
@@ -96,12 +96,6 @@ def learning_stream(api, name: str, frames: int = 20, **body) -> dict:
     return api.wait_processed(info["id"], frames, 90)
 
 
-def checkpoint_now(api, sid: str) -> int:
-    r = api.checkpoint(sid)
-    assert r.status_code == 200, r.text
-    return r.json()["frames"]
-
-
 def metric(api, name: str, sid: str, **labels) -> float:
     return api.metrics().value(name, stream=sid, **labels)
 
@@ -123,7 +117,7 @@ def restarted(api, sid: str, role: str, old_pid: int, processed: int, timeout_s:
 def test_sigkill_worker_resumes_from_the_last_checkpoint(srv, api):
     info = learning_stream(api, "kill-worker")
     sid = info["id"]
-    saved = checkpoint_now(api, sid)
+    saved = api.checkpoint_now(sid)
     before = checkpoint_on_disk(srv, "kill-worker")
     assert before[0] == saved > 0
     info = api.stream(sid)
@@ -138,7 +132,7 @@ def test_sigkill_worker_resumes_from_the_last_checkpoint(srv, api):
 def test_sigkill_decoder_reconnects_and_keeps_the_weights(srv, api):
     info = learning_stream(api, "kill-decoder")
     sid = info["id"]
-    saved = checkpoint_now(api, sid)
+    saved = api.checkpoint_now(sid)
     info = api.stream(sid)
     os.kill(info["pids"]["decoder"], signal.SIGKILL)
     after = restarted(api, sid, "decoder", info["pids"]["decoder"], info["counters"]["processed"])
@@ -188,7 +182,7 @@ def test_disk_full_while_checkpointing_keeps_learning(srv, api):
         pytest.skip("cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN)")
     info = learning_stream(api, "disk-full")
     sid = info["id"]
-    saved = checkpoint_now(api, sid)
+    saved = api.checkpoint_now(sid)
     before = checkpoint_on_disk(srv, "disk-full")
     filler = fill(srv.tmpfs)
     try:
@@ -203,14 +197,14 @@ def test_disk_full_while_checkpointing_keeps_learning(srv, api):
         assert metric(api, "overtime_checkpoint_failures_total", sid) >= 1
     finally:
         filler.unlink()
-    assert checkpoint_now(api, sid) > saved, "checkpoints resume once there is space again"
+    assert api.checkpoint_now(sid) > saved, "checkpoints resume once there is space again"
 
 
 def test_nan_loss_restores_the_checkpoint_and_halves_the_lr(srv, api):
     info = learning_stream(api, "nan")
     sid = info["id"]
     lr = info["lr"]
-    saved = checkpoint_now(api, sid)
+    saved = api.checkpoint_now(sid)
     r = api.http.post(f"/api/streams/{sid}/faults", json={"fault": "nan_loss"})
     assert r.status_code == 202, r.text
     after = api.wait(sid, 30, "the non-finite loss handled", lambda s: s["counters"]["nonfinite_losses"] == 1)
@@ -220,7 +214,7 @@ def test_nan_loss_restores_the_checkpoint_and_halves_the_lr(srv, api):
     assert metric(api, "overtime_nonfinite_losses_total", sid) == 1
     after = api.wait_processed(sid, after["counters"]["processed"] + 10, 30)
     assert after["loss"] is not None and after["loss"] == after["loss"], "learning goes on with finite losses"
-    assert checkpoint_now(api, sid) >= saved
+    assert api.checkpoint_now(sid) >= saved
     checkpoint_on_disk(srv, "nan")  # finite weights
 
 
