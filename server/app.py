@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -18,8 +17,6 @@ from .routes import health, streams, ws
 from .schemas import StreamCreate
 from .settings import Settings
 
-log = logging.getLogger("overtime")
-
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
@@ -30,9 +27,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         manager = StreamManager(settings, Metrics(), asyncio.get_running_loop())
         app.state.manager = manager
+        url = f"http://{settings.host}:{settings.port}/"
         if settings.demo_stream:
             demo = await run_in_threadpool(manager.create, StreamCreate(source="demo", name="demo"))
-            log.info("demo stream %s started", demo.id)
+            url += f"?stream={demo.id}"
+        print(f"Overtime is serving: open {url}", flush=True)  # the line `make run` users look for
         try:
             yield
         finally:

@@ -33,12 +33,8 @@ def serve(args: argparse.Namespace) -> int:
     from .app import create_app
 
     overrides = {name: getattr(args, name) for name in Settings.model_fields if getattr(args, name) is not None}
-    if args.demo:
-        overrides["demo_stream"] = True
     settings = Settings(**overrides)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    url = f"http://{settings.host}:{settings.port}/"
-    print(f"Overtime serving on {url}  (open it in a browser; metrics at {url}metrics)", flush=True)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning")
     return 0
 
@@ -53,7 +49,6 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     serve_parser = commands.add_parser("serve", help="run the service")
     _add_setting_flags(serve_parser)
-    serve_parser.add_argument("--demo", action="store_true", help="same as --demo-stream: learn on the bundled demo")
     commands.add_parser("watch", help="watch a stream in the terminal (see `overtime watch --help`)")
     args = parser.parse_args(argv)
     return serve(args)

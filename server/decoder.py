@@ -143,6 +143,7 @@ def _wait_ready(ready: Any, stop: Any) -> None:
 def _frames(cfg: DecoderConfig, report: Reporter, ingest: Any, stop: Any) -> Iterator[tuple[np.ndarray, float]]:
     """Decoded RGB frames of the target size with a monotonic source time in seconds."""
     if cfg.source.kind == "webcam":
+        report.send({"type": "opened", "info": {"codec": "mjpeg"}})
         return _webcam_frames(cfg, ingest, stop)
     container = _open(cfg)
     report.send({"type": "opened", "info": _describe(container)})

@@ -23,6 +23,7 @@ STALLED = "stalled"
 ENDED = "ended"
 WORKER_FAILED = "worker_failed"
 WORKER_DIED = "worker_died"
+WORKER_CRASHED = "worker_crashed"
 DECODER_DIED = "decoder_died"
 CHECKPOINT_MISMATCH = "checkpoint_mismatch"
 

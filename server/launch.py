@@ -24,7 +24,7 @@ def free_port() -> int:
 class ServerProcess:
     """``with ServerProcess(workdir, "--allow-private") as srv: srv.post("/api/streams", json=...)``"""
 
-    def __init__(self, workdir: Path, *flags: str, port: int | None = None, env: dict[str, str] | None = None):
+    def __init__(self, workdir: Path, *flags: str, token: str | None = None, port: int | None = None):
         self.workdir = Path(workdir)
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -33,9 +33,11 @@ class ServerProcess:
         self.cmd = [sys.executable, "-m", "server.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
                     "--media-dir", str(self.workdir / "media"), "--checkpoint-dir", str(self.workdir / "checkpoints"),
                     *flags]  # fmt: skip
-        self.env = {**os.environ, **(env or {})}
+        self.token = token
+        self.env = {**os.environ, "OVERTIME_TOKEN": token or ""}
         self.proc: subprocess.Popen | None = None
-        self.client = httpx.Client(base_url=self.url, timeout=30.0)
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self.client = httpx.Client(base_url=self.url, timeout=30.0, headers=headers)
 
     def start(self, timeout_s: float = 90.0) -> ServerProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -81,6 +83,10 @@ class ServerProcess:
             time.sleep(0.25)
             info = self.stream(sid)
         return info
+
+    def ws(self, path: str) -> str:
+        """WebSocket URL of ``path`` (token in the query, as browsers send it)."""
+        return f"{self.ws_url}{path}" + (f"?token={self.token}" if self.token else "")
 
     def metrics(self) -> str:
         return self.client.get("/metrics").text

@@ -82,7 +82,7 @@ class FrameRing:
                 return dropped
             except queue.Full:
                 try:
-                    slots_queue.get_nowait()  # the oldest unread frame goes
+                    slots_queue.get(timeout=0.01)  # the oldest unread frame goes (a timeout: the pipe may lag)
                     dropped += 1
                 except queue.Empty:
                     pass

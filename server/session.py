@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import math
 import multiprocessing as mp
 import queue
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -42,6 +44,7 @@ RING_SLOTS = 4
 WORKER_STOP_S = 20.0  # room for the final checkpoint
 HEALTHY_RUN_S = 10.0  # a generation that ran this long resets the back-off
 SPAWN = mp.get_context("spawn")  # never fork a process that runs threads (uvicorn, torch)
+CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGFPE, signal.SIGABRT, signal.SIGBUS}
 
 
 @dataclass
@@ -88,13 +91,15 @@ class Generation:
     def shutdown(self, drain: Callable[[], object]) -> None:
         """Stop both processes, ``drain`` what they sent on the way out, then free the queues and the ring."""
         self.stop.set()
+        if not self.ready.is_set() and self.worker.is_alive():
+            self.worker.kill()  # still building its pipeline: nothing learned, nothing to save
         deadline = time.monotonic() + WORKER_STOP_S
         while self.worker.is_alive() and time.monotonic() < deadline:
             self.worker.join(0.1)
             drain()  # keep the pipes flowing: a child blocks at exit until its queued messages are read
         self.decoder.join(3.0)
         for proc in (self.worker, self.decoder):
-            if proc.is_alive():
+            if proc.pid is not None and proc.is_alive():
                 proc.kill()
                 proc.join(3.0)
         drain()
@@ -133,6 +138,9 @@ class StreamSession:
         self._acks: dict[int, tuple[threading.Event, list]] = {}
         self._last_frame_at = time.monotonic()
         metrics.frame_interval.labels(sid).set(1.0 / cfg.fps)
+        for counter in (metrics.reconnects, metrics.worker_restarts, metrics.nonfinite, metrics.ws_dropped):
+            counter.labels(sid)  # series exist (at 0) from the start, as Prometheus prefers
+        metrics.frames.labels(sid, "dropped", "worker_behind")
         self._thread = threading.Thread(target=self._supervise, name=f"stream-{sid}", daemon=True)
 
     # -- public (API side) ---------------------------------------------------------------------
@@ -193,7 +201,7 @@ class StreamSession:
             outcome = self._watch(self._gen)
             healthy = time.monotonic() - self._gen.started > HEALTHY_RUN_S and self.counters["processed"] > 0
             gen = self._gen
-            gen.shutdown(drain=lambda: self._relay(gen, final=True))
+            gen.shutdown(drain=functools.partial(self._relay, gen, final=True))
             if outcome.kind == "closing":
                 self._set_state("ended", None, "")
                 return
@@ -215,6 +223,8 @@ class StreamSession:
                 return False
             self.counters["worker_restarts"] += 1
             self.metrics.worker_restarts.labels(self.id).inc()
+            if outcome.code == errors.WORKER_CRASHED and self.lr:
+                self.lr /= 2  # numeric blow-ups can crash native kernels too: restart gentler, like a NaN loss
             self._set_state("reconnecting", outcome.code, outcome.message)
             return True
         if outcome.kind == "ended" and not live:
@@ -246,8 +256,7 @@ class StreamSession:
                                name=f"overtime-worker-{self.id}", daemon=True)  # fmt: skip
         decoder = SPAWN.Process(target=run_decoder, args=(dcfg, ring.spec, slots, events, stop, ready, ingest),
                                 name=f"overtime-decoder-{self.id}", daemon=True)  # fmt: skip
-        worker.start()
-        decoder.start()
+        decoder.start()  # the worker starts once the source opened: a bad source never costs a pipeline
         self._last_frame_at = time.monotonic()
         return Generation(ring, slots, events, out, control, ingest, stop, ready, decoder, worker)
 
@@ -261,9 +270,13 @@ class StreamSession:
             outcome = self._relay(gen)
             if outcome is not None:
                 return outcome
-            if not gen.worker.is_alive():
+            if gen.worker.pid is not None and not gen.worker.is_alive():
+                code = gen.worker.exitcode
+                crashed = code is not None and -code in CRASH_SIGNALS
                 return self._relay(gen, final=True) or Outcome(
-                    "worker", errors.WORKER_DIED, f"the worker process died (exit code {gen.worker.exitcode})"
+                    "worker",
+                    errors.WORKER_CRASHED if crashed else errors.WORKER_DIED,
+                    f"the worker process died (exit code {code})",
                 )
             if not gen.decoder.is_alive():
                 return self._relay(gen, final=True) or Outcome(
@@ -302,6 +315,8 @@ class StreamSession:
             self.position = m["position"]
         elif kind == "opened":
             self.source_info = m["info"]
+            if self._gen is not None and self._gen.worker.pid is None:
+                self._gen.worker.start()
         elif kind == "ended":
             return Outcome("ended", errors.ENDED, "the source ended")
         elif kind == "error":
@@ -314,6 +329,7 @@ class StreamSession:
             self._on_frame(m)
         elif kind == "ready":
             self.resumed_from, self.lr = m["resumed_from"], m["lr"]
+            self._last_frame_at = time.monotonic()  # the decoder held its frames until now
         elif kind == "dropped":
             self.counters["dropped"] += 1
             self.metrics.frames.labels(self.id, "dropped", m["reason"]).inc()

@@ -7,6 +7,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+WEB_DIR = Path(__file__).resolve().parent.parent / "clients" / "web"
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="OVERTIME_")
@@ -16,13 +18,13 @@ class Settings(BaseSettings):
     token: str | None = Field(None, description="API token; when set every /api and /ws request needs it")
     media_dir: Path = Field(Path("media"), description="file: sources must live here; the demo video is made here")
     checkpoint_dir: Path = Field(Path("checkpoints"), description="one checkpoint per stream name")
-    web_dir: Path = Field(Path("clients/web"), description="browser client served at / when it exists")
+    web_dir: Path = Field(WEB_DIR, description="browser client served at / when it exists")
     max_streams: int = Field(4, ge=1, description="more concurrent streams get 429")
     allowed_schemes: list[str] = Field(
         ["http", "https", "rtsp", "rtsps", "file", "camera", "webcam", "demo"], description="source allow-list"
     )
     allow_private: bool = Field(False, description="allow sources on private, loopback and link-local addresses")
-    demo_stream: bool = Field(False, description="start a learning stream on the bundled demo at start-up")
+    demo_stream: bool = Field(True, description="start a learning stream on the bundled demo at start-up")
     # Per-stream defaults (a POST body may override them).
     fps: float = Field(15.0, gt=0, le=120, description="default frame rate, 1/ΔS")
     width: int = Field(128, ge=16, le=1920, description="default frame width")

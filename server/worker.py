@@ -26,7 +26,7 @@ import torch
 from models.flow_loss import flow_loss
 from models.flow_nets import build_flow_net
 from models.online import BASE_LR, flow_optimizer, frame_pair, lr_for_stages
-from pipeline_core import Pipeline, balance
+from pipeline_core import Pipeline, StepResult, balance
 
 from . import checkpoints, errors
 from .overlay import overlay_jpeg
@@ -55,6 +55,18 @@ class CheckpointMismatch(Exception):
     pass
 
 
+MAX_FLOW_PX = 1e4  # no real motion is this large; such a flow means the weights have blown up
+
+
+def guarded_flow_loss(flow: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
+    """``flow_loss``, but a blown-up flow gives a NaN loss instead of reaching ``grid_sample``, whose CPU backward
+    crashes the process on NaN or huge coordinates (the NaN loss then triggers the learner's recovery)."""
+    magnitude = flow.detach().abs().max()
+    if not bool(torch.isfinite(magnitude)) or float(magnitude) > MAX_FLOW_PX:
+        return flow.sum() * float("nan")
+    return flow_loss(flow, frames)
+
+
 class Learner:
     """The pipeline, its learning rate and its checkpoints."""
 
@@ -64,18 +76,22 @@ class Learner:
         if saved is not None:
             self._check_compatible(saved)
         sample = torch.zeros(1, 6, cfg.height, cfg.width)
-        self.lr = float(saved["lr"]) if saved else cfg.lr or lr_for_stages(BASE_LR, cfg.stages)
+        # An explicit lr wins (a restart after a crash passes a halved one); else the checkpoint's; else the default.
+        self.lr = cfg.lr or (float(saved["lr"]) if saved else lr_for_stages(BASE_LR, cfg.stages))
         model = build_flow_net(cfg.model)
         devices = list(cfg.devices) if cfg.devices else None
         # A resumed stream keeps its checkpoint's split (profiling could pick another one and the weights would
         # not fit); a new one is balanced by measured layer costs.
-        layers = saved["pipeline"]["balance"] if saved else balance(model, sample, cfg.stages, devices, flow_loss)
+        layers = saved["pipeline"]["balance"] if saved else None
+        if layers is None and cfg.stages > 1:
+            layers = balance(model, sample, cfg.stages, devices, guarded_flow_loss)
         self.pipe = Pipeline(
             model,
             sample,
+            stages=cfg.stages,
             balance=layers,
             devices=devices,
-            loss_fn=flow_loss,
+            loss_fn=guarded_flow_loss,
             sample_target=sample,
             optimizer=flow_optimizer(self.lr),
             schedule=cfg.schedule,
@@ -108,6 +124,14 @@ class Learner:
             cfg.checkpoint_path,
         )  # fmt: skip
         return int(state["frames"])
+
+    def step(self, x: torch.Tensor) -> StepResult | None:
+        """One frame pair in; what left the pipeline out — None while filling and after a non-finite loss."""
+        r = self.pipe.step(x, target=x)
+        if r.loss is not None and not math.isfinite(r.loss):
+            self.recover()
+            return None
+        return r if r.frame is not None else None
 
     def recover(self) -> None:
         """After a non-finite loss: back to the last good weights, half the step size."""
@@ -168,15 +192,14 @@ def _learn(cfg: WorkerConfig, learner: Learner, ring: FrameRing, slots: Any, out
         x = frame_pair(previous, frame)
         previous = frame
         pending.append((frame, capture_time))
-        r = learner.pipe.step(x, target=x)
-        if r.frame is None:
-            continue
-        shown, shown_capture = pending.popleft()
-        if r.loss is not None and not math.isfinite(r.loss):
-            learner.recover()
+        nonfinite = learner.nonfinite
+        r = learner.step(x)
+        if learner.nonfinite != nonfinite:
             pending.clear()  # the pipeline restarted empty
             out.put({"type": "nonfinite", "lr": learner.lr, "count": learner.nonfinite})
+        if r is None:
             continue
+        shown, shown_capture = pending.popleft()
         flow = r.output[0].detach().permute(1, 2, 0).numpy()
         out.put({
             "type": "frame", "frame": r.frame, "loss": r.loss, "dp_s": r.step_seconds,

@@ -1,0 +1,179 @@
+"""`overtime watch STREAM_ID_OR_SOURCE`: follow a stream from the terminal, optionally recording it.
+
+Given a source (a URL, `demo`, `camera:N`, `file:...`) instead of a stream id, it first creates the stream (and
+deletes it again on exit unless --keep). Shows one progress line (fps, loss, ΔP/ΔS, drops), and saves the overlay
+video (--save, H.264 MP4) and the per-frame metrics (--csv).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+from pathlib import Path
+
+from clients.recording import MetricsCsv, VideoRecorder, overlay_image
+from clients.stream_api import ApiError, Frame, StreamApi, error_words
+
+# Exit codes: one per way of failing, so scripts can tell them apart.
+OK = 0
+USAGE = 2  # argparse's own code for bad arguments
+UNREACHABLE = 3  # the server cannot be reached
+UNAUTHORISED = 4  # missing or wrong token
+REJECTED = 5  # no such stream, or the server refused to create it (bad source, too many streams)
+STREAM_FAILED = 6  # the stream reported an error state (source unreachable, not video, ...)
+NO_FRAMES = 7  # connected, but no message for --idle-timeout seconds
+INTERRUPTED = 130
+
+SOURCE_PREFIXES = ("demo", "camera:", "file:", "webcam")
+
+
+def is_source(arg: str) -> bool:
+    return "://" in arg or arg.startswith(SOURCE_PREFIXES)
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="overtime watch", description=__doc__.splitlines()[0])
+    p.add_argument("target", metavar="STREAM_ID_OR_SOURCE", help="a stream id, or a source to create a stream from")
+    p.add_argument("--save", type=Path, metavar="OUT.mp4", help="record the flow overlay as H.264 MP4")
+    p.add_argument("--csv", type=Path, metavar="LOSSES.csv", help="write per-frame metrics as CSV")
+    p.add_argument("--url", default=os.environ.get("OVERTIME_URL", "http://127.0.0.1:8000"), help="server base URL")
+    p.add_argument("--token", default=os.environ.get("OVERTIME_TOKEN"), help="API token (or $OVERTIME_TOKEN)")
+    p.add_argument("--frames", type=int, metavar="N", help="stop after N frames (default: until the stream ends)")
+    p.add_argument("--idle-timeout", type=float, default=30.0, metavar="S", help="give up after S s without frames")
+    p.add_argument("--keep", action="store_true", help="keep a stream this command created when it exits")
+    new = p.add_argument_group("new stream (when given a source)")
+    new.add_argument("--fps", type=float)
+    new.add_argument("--width", type=int)
+    new.add_argument("--height", type=int)
+    new.add_argument("--stages", type=int)
+    new.add_argument("--lr", type=float)
+    new.add_argument("--name")
+    new.add_argument("--loop", action="store_true", default=None)
+    args = p.parse_args(argv)
+    if args.frames is not None and args.frames < 1:
+        p.error("--frames must be at least 1")
+    if args.target == "webcam":
+        p.error("a webcam stream needs a browser to send its frames; use the web client")
+    return args
+
+
+class Progress:
+    """One status line, rewritten in place on a terminal and printed about once a second otherwise."""
+
+    def __init__(self, out=None):
+        self.out = out or sys.stderr
+        self.tty = self.out.isatty()
+        self.times: list[float] = []
+        self.last_print = 0.0
+
+    def update(self, m: dict) -> None:
+        now = time.monotonic()
+        self.times = [t for t in self.times if now - t < 3.0] + [now]
+        fps = (len(self.times) - 1) / (self.times[-1] - self.times[0]) if len(self.times) > 1 else 0.0
+        ratio = m["dp_s"] / m["ds_s"] if m.get("ds_s") else float("nan")
+        line = (
+            f"frame {m['frame']:>6}  fps {fps:5.1f}  loss {m['loss']:.4g}  "
+            f"ΔP/ΔS {ratio:4.2f}{' OVER' if ratio > 1 else ''}  drops {m.get('dropped', 0)}"
+        )
+        if self.tty:
+            self.out.write("\r" + line.ljust(78))
+            self.out.flush()
+        elif now - self.last_print >= 1.0:
+            self.out.write(line + "\n")
+            self.last_print = now
+
+    def done(self) -> None:
+        if self.tty:
+            self.out.write("\n")
+
+
+def fail(code: int, message: str) -> int:
+    print(f"overtime watch: {message}", file=sys.stderr)
+    return code
+
+
+def api_failure(err: ApiError) -> int:
+    if err.status == 0:
+        return fail(UNREACHABLE, str(err))
+    if err.status in (401, 403):
+        return fail(UNAUTHORISED, f"unauthorised: {err} (pass --token or set OVERTIME_TOKEN)")
+    return fail(REJECTED, f"{err} (HTTP {err.status})")
+
+
+def stream_spec(args: argparse.Namespace) -> dict:
+    spec = {"source": args.target}
+    for key in ("fps", "width", "height", "stages", "lr", "name", "loop"):
+        if getattr(args, key) is not None:
+            spec[key] = getattr(args, key)
+    return spec
+
+
+def follow(api: StreamApi, stream: dict, args: argparse.Namespace) -> int:
+    """Reads frames until --frames, the end of the stream or an error; records what was asked for."""
+    video = VideoRecorder(args.save, stream.get("fps") or 10) if args.save else None
+    metrics_csv = MetricsCsv(args.csv) if args.csv else None
+    progress = Progress()
+    received = 0
+    try:
+        for item in api.frames(stream["id"], idle_timeout=args.idle_timeout):
+            if not isinstance(item, Frame):
+                if item.get("state") == "error" or item.get("type") == "error":
+                    progress.done()
+                    return fail(STREAM_FAILED, f"stream {stream['id']}: {error_words(item.get('error') or item)}")
+                continue
+            m = item.metrics
+            if video is not None:
+                if video.container is None and m.get("ds_s"):
+                    video.fps = type(video.fps)(1 / m["ds_s"]).limit_denominator(1000)
+                video.write(overlay_image(item.images))
+            if metrics_csv is not None:
+                metrics_csv.write(m)
+            progress.update(m)
+            received += 1
+            if args.frames is not None and received >= args.frames:
+                break
+    except TimeoutError:
+        progress.done()
+        return fail(NO_FRAMES, f"no frames for {args.idle_timeout:g} s from stream {stream['id']}")
+    finally:
+        if video is not None:
+            video.close()
+        if metrics_csv is not None:
+            metrics_csv.close()
+    progress.done()
+    if args.frames is not None and received < args.frames:
+        state = api.get(stream["id"])
+        words = error_words(state.get("error"))
+        why = f"stream {state.get('state', 'closed')} after {received} of {args.frames} frames"
+        return fail(STREAM_FAILED, f"{why}: {words}" if words else why)
+    print(f"{received} frames" + (f" -> {args.save}" if args.save else "") + (f", {args.csv}" if args.csv else ""))
+    return OK
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    api = StreamApi(args.url, args.token)
+    created = False
+    try:
+        if is_source(args.target):
+            stream = api.create(stream_spec(args))
+            created = True
+            print(f"created stream {stream['id']} from {args.target}", file=sys.stderr)
+        else:
+            stream = api.get(args.target)
+        return follow(api, stream, args)
+    except ApiError as err:
+        return api_failure(err)
+    except KeyboardInterrupt:
+        return INTERRUPTED
+    finally:
+        if created and not args.keep:
+            with contextlib.suppress(ApiError):
+                api.delete(stream["id"])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,411 @@
+// Wires the page together: the new-stream form, the stream list, the live view and its charts, deep links.
+import { api } from "./api.js";
+import { budgetSeries, LiveChart, lossSeries, COLORS } from "./charts.js";
+import { drawLegend } from "./colorwheel.js";
+import { errorWords, ms, num, shortSource } from "./format.js";
+import { LiveStream } from "./live.js";
+import { renderStreams } from "./streams.js";
+import { askToken } from "./token.js";
+import { FlowView } from "./view.js";
+import { WebcamPump } from "./webcam.js";
+
+const $ = (id) => document.getElementById(id);
+const POLL_MS = 2000;
+const LIVE_STATES = ["running", "reconnecting", "starting"];
+
+const state = {
+  selected: null, // stream id on screen
+  live: null, // LiveStream
+  streams: [],
+  pumps: new Map(), // stream id -> WebcamPump (webcam streams started from this tab)
+  budgetMs: 0,
+  stages: 0,
+  arrivals: [],
+  smoothLoss: null,
+};
+
+const view = new FlowView($("view"));
+const charts = {
+  loss: new LiveChart($("chart-loss"), { series: lossSeries(), yLabel: "loss", log: true }),
+  budget: new LiveChart($("chart-budget"), { series: budgetSeries(0, () => state.budgetMs), yLabel: "ms" }),
+  dropped: new LiveChart($("chart-dropped"), {
+    series: [{ label: "dropped", stroke: COLORS.bad, fill: "rgba(255,93,108,.12)", width: 1.5, legendColor: COLORS.bad }],
+    yLabel: "frames",
+    yRange: (u, min, max) => [0, Math.max(5, max * 1.1)],
+  }),
+  latency: new LiveChart($("chart-latency"), {
+    series: [{ label: "latency", stroke: COLORS.loss, fill: "rgba(122,162,255,.12)", width: 1.5, legendColor: COLORS.loss }],
+    yLabel: "ms",
+  }),
+};
+
+// ---------- new-stream form ----------
+function selectedKind() {
+  return document.querySelector('input[name="kind"]:checked').value;
+}
+
+function showKindFields() {
+  const kind = selectedKind();
+  document.querySelectorAll("#stream-form [data-for]").forEach((node) => (node.hidden = node.dataset.for !== kind));
+}
+
+function streamSpec() {
+  const kind = selectedKind();
+  const [width, height] = $("size").value.split("x").map(Number);
+  const spec = { fps: Number($("fps").value), width, height, stages: Number($("stages").value) };
+  if ($("lr").value) spec.lr = Number($("lr").value);
+  const name = $("name").value.trim();
+  if (name) spec.name = name;
+  if (kind === "demo") spec.source = "demo";
+  else if (kind === "webcam") spec.source = "webcam";
+  else if (kind === "camera") spec.source = `camera:${Number($("camera-index").value) || 0}`;
+  else {
+    spec.source = $("source-url").value.trim();
+    spec.loop = $("loop").checked;
+    if (!spec.source) throw new Error("type a video URL first");
+  }
+  return spec;
+}
+
+async function onSubmit(ev) {
+  ev.preventDefault();
+  const button = $("start-button");
+  const errorBox = $("form-error");
+  errorBox.hidden = true;
+  button.disabled = true;
+  try {
+    const spec = streamSpec();
+    const stream = await api.create(spec);
+    if (spec.source === "webcam") {
+      try {
+        state.pumps.set(stream.id, await WebcamPump.start(stream.id, spec, (msg) => ($("live-sub").textContent = msg)));
+      } catch (err) {
+        await api.remove(stream.id).catch(() => {});
+        throw err;
+      }
+    }
+    await refreshList();
+    open(stream.id);
+  } catch (err) {
+    errorBox.textContent = err.message;
+    errorBox.hidden = false;
+  } finally {
+    button.disabled = false;
+  }
+}
+
+// ---------- stream list ----------
+async function refreshList() {
+  try {
+    state.streams = await api.list();
+    setServerStatus("ok", "server ok");
+  } catch (err) {
+    setServerStatus("down", err.status === 401 ? "token needed" : "server unreachable");
+    return;
+  }
+  $("stream-count").textContent = state.streams.length ? `(${state.streams.length})` : "";
+  renderStreams($("stream-list"), state.streams, state.selected, { open, checkpoint, remove });
+  const current = state.streams.find((s) => s.id === state.selected);
+  if (current) {
+    $("live-title").textContent = current.name || current.id;
+    if (!state.pumps.has(current.id)) $("live-sub").textContent = describe(current);
+    showStreamInfo(current);
+  }
+}
+
+function setServerStatus(kind, text) {
+  const pill = $("server-status");
+  pill.dataset.state = kind;
+  pill.textContent = text;
+}
+
+async function checkpoint(id, button) {
+  button.disabled = true;
+  try {
+    const res = await api.checkpoint(id);
+    const type = res.headers.get("content-type") || "";
+    if (type.includes("json")) {
+      const info = await res.json();
+      if (info.url) window.location.assign(info.url);
+      else toast(`checkpoint saved${info.frames != null ? ` after ${info.frames} frames` : ""}${info.name ? ` as “${info.name}”` : ""}`, "good");
+      return;
+    }
+    const blob = await res.blob();
+    const disposition = res.headers.get("content-disposition") || "";
+    const filename = /filename="?([^";]+)"?/.exec(disposition)?.[1] || `overtime-${id}.pt`;
+    const a = Object.assign(document.createElement("a"), { href: URL.createObjectURL(blob), download: filename });
+    a.click();
+    setTimeout(() => URL.revokeObjectURL(a.href), 10_000);
+  } catch (err) {
+    toast(`checkpoint failed: ${err.message}`, "bad");
+  } finally {
+    button.disabled = false;
+  }
+}
+
+async function remove(id, button) {
+  button.disabled = true;
+  try {
+    state.pumps.get(id)?.stop();
+    state.pumps.delete(id);
+    await api.remove(id);
+    if (state.selected === id) close();
+  } catch (err) {
+    toast(`could not delete: ${err.message}`, "bad");
+  }
+  await refreshList();
+}
+
+/** A short notice in the corner that goes away by itself. */
+function toast(text, kind = "good") {
+  const box = $("toast");
+  box.textContent = text;
+  box.dataset.kind = kind;
+  box.hidden = false;
+  clearTimeout(toast.timer);
+  toast.timer = setTimeout(() => (box.hidden = true), 5000);
+}
+
+// ---------- live view ----------
+function open(id, { push = true } = {}) {
+  if (state.selected === id && state.live) return;
+  close({ push: false });
+  state.selected = id;
+  if (push) history.pushState({ stream: id }, "", `?stream=${encodeURIComponent(id)}`);
+  const info = state.streams.find((s) => s.id === id);
+  $("live-title").textContent = info?.name || id;
+  $("live-sub").textContent = info ? describe(info) : `stream ${id}`;
+  $("view-empty").textContent = "waiting for frames…";
+  $("view-empty").hidden = false;
+  if (info) showStreamInfo(info);
+  resetCharts(info?.stages || 0);
+  state.live = new LiveStream(id, { onFrame, onStatus, onConnection });
+  renderStreams($("stream-list"), state.streams, state.selected, { open, checkpoint, remove });
+}
+
+function close({ push = true } = {}) {
+  state.live?.close();
+  state.live = null;
+  state.selected = null;
+  view.clear();
+  $("live-title").textContent = "Nothing playing";
+  $("live-sub").textContent = "Start a stream or pick one from the list.";
+  $("view-empty").textContent = "no stream selected";
+  $("view-empty").hidden = false;
+  $("live-error").hidden = true;
+  setLiveState("idle");
+  if (push) history.pushState({}, "", window.location.pathname);
+}
+
+function describe(s) {
+  const parts = [shortSource(s.source)];
+  if (s.fps) parts.push(`${s.fps} fps (ΔS ${ms(1 / s.fps)})`);
+  if (s.width) parts.push(`${s.width}×${s.height}`);
+  if (s.stages) parts.push(`${s.stages} stages`);
+  if (s.lr) parts.push(`lr ${num(s.lr, 2)}`);
+  if (s.model) parts.push(`${s.model} net`);
+  if (s.resumed_from) parts.push(`resumed after ${s.resumed_from} frames`);
+  return parts.join(" · ");
+}
+
+function resetCharts(stages) {
+  state.stages = stages;
+  state.budgetMs = 0;
+  state.arrivals = [];
+  state.smoothLoss = null;
+  charts.loss.reset();
+  charts.budget.reset(budgetSeries(stages, () => state.budgetMs));
+  charts.dropped.reset();
+  charts.latency.reset();
+  $("stage-bars").replaceChildren();
+  for (const id of ["frame", "fps", "loss", "budget", "dropped", "latency"]) $(`stat-${id}`).textContent = "–";
+  setVerdict(null);
+}
+
+function setLiveState(text, kind = text) {
+  const pill = $("live-state");
+  pill.dataset.state = kind;
+  pill.textContent = text;
+}
+
+/** Stream state and last error from the REST API or a WebSocket state message. */
+function showStreamInfo(s) {
+  if (s.state) setLiveState(s.state);
+  const words = s.state === "error" || s.state === "reconnecting" || s.state === "ended" ? errorWords(s.error) : "";
+  const banner = $("live-error");
+  banner.hidden = !words;
+  banner.textContent = words;
+  if (s.state === "error" || s.state === "ended") {
+    $("view-empty").textContent = s.state === "ended" ? "the stream has ended" : words || "error";
+    $("view-empty").hidden = Boolean(view.images);
+  }
+}
+
+function onStatus(msg) {
+  if (msg.state) showStreamInfo(msg);
+  else if (msg.error || msg.type === "error") {
+    const banner = $("live-error");
+    banner.textContent = errorWords(msg.error || msg);
+    banner.hidden = false;
+  }
+}
+
+function onConnection(kind, detail) {
+  if (kind === "open") return;
+  if (kind === "reconnecting") setLiveState(`reconnecting (${detail})`, "reconnecting");
+  else if (kind === "connecting") setLiveState("connecting");
+  else if (kind === "closed" && detail) {
+    setLiveState("closed", "error");
+    const banner = $("live-error");
+    banner.textContent = detail;
+    banner.hidden = false;
+  }
+}
+
+function onFrame({ metrics: m, images }) {
+  if (images && Object.keys(images).length) {
+    view.show(images);
+    $("view-empty").hidden = true;
+    applyCapabilities(view.capabilities(images));
+    fitAspect();
+  }
+  setLiveState("running");
+  const now = performance.now();
+  state.arrivals.push(now);
+  while (state.arrivals.length > 2 && now - state.arrivals[0] > 3000) state.arrivals.shift();
+  const span = (now - state.arrivals[0]) / 1000;
+  const fps = span > 0 ? (state.arrivals.length - 1) / span : null;
+
+  const stages = Array.isArray(m.stage_dp_s) ? m.stage_dp_s : [];
+  if (stages.length !== state.stages) {
+    state.stages = stages.length;
+    charts.budget.reset(budgetSeries(stages.length, () => state.budgetMs));
+  }
+  state.budgetMs = m.ds_s * 1000;
+  if (Number.isFinite(m.loss)) state.smoothLoss = state.smoothLoss == null ? m.loss : 0.9 * state.smoothLoss + 0.1 * m.loss;
+
+  charts.loss.push(m.frame, [m.loss, state.smoothLoss]);
+  charts.budget.push(m.frame, [m.dp_s * 1000, ...stages.map((s) => s * 1000), state.budgetMs]);
+  charts.dropped.push(m.frame, [m.dropped]);
+  charts.latency.push(m.frame, [m.latency_s * 1000]);
+
+  $("stat-frame").textContent = String(m.frame);
+  $("stat-fps").textContent = fps == null ? "–" : fps.toFixed(1);
+  $("stat-loss").textContent = num(m.loss);
+  const ratio = m.ds_s > 0 ? m.dp_s / m.ds_s : null;
+  const budget = $("stat-budget");
+  budget.textContent = ratio == null ? "–" : `${ratio.toFixed(2)}`;
+  budget.className = ratio == null ? "" : ratio <= 1 ? "under" : "over";
+  $("stat-dropped").textContent = m.dropped ?? "–";
+  $("stat-latency").textContent = ms(m.latency_s);
+  setVerdict(ratio);
+  renderStageBars(m.dp_s, stages, m.ds_s);
+}
+
+function setVerdict(ratio) {
+  const pill = $("budget-verdict");
+  if (ratio == null) {
+    pill.dataset.state = "idle";
+    pill.textContent = "–";
+    return;
+  }
+  pill.dataset.state = ratio <= 1 ? "under" : "over";
+  pill.textContent = `${ratio <= 1 ? "under" : "over"} budget · ${Math.round(ratio * 100)}%`;
+}
+
+/** One bar per stage and one for the whole step; the amber tick is ΔS. The track spans 1.5 ΔS. */
+function renderStageBars(step, stages, ds) {
+  const box = $("stage-bars");
+  const rows = [["step", step], ...stages.map((s, k) => [`stage ${k}`, s])];
+  if (box.children.length !== rows.length) {
+    box.replaceChildren(
+      ...rows.map(() => {
+        const row = document.createElement("div");
+        row.className = "stage-bar";
+        row.innerHTML = '<span class="name"></span><span class="track"><span class="fill"></span><span class="budget"></span></span><span class="val"></span>';
+        return row;
+      }),
+    );
+  }
+  const full = ds * 1.5;
+  rows.forEach(([name, value], i) => {
+    const row = box.children[i];
+    row.classList.toggle("over", value > ds);
+    row.querySelector(".name").textContent = name;
+    row.querySelector(".fill").style.width = `${Math.min(100, (value / full) * 100)}%`;
+    row.querySelector(".budget").style.left = `${(ds / full) * 100}%`;
+    row.querySelector(".val").textContent = ms(value);
+  });
+}
+
+/** The picture box takes the stream's aspect ratio (twice as wide side by side), so nothing is letterboxed. */
+function fitAspect() {
+  const img = view.images && Object.values(view.images)[0];
+  if (!img) return;
+  const split = view.mode === "split" && view.capabilities(view.images).split;
+  $("view").parentElement.style.aspectRatio = `${img.width * (split ? 2 : 1)} / ${img.height}`;
+}
+
+function applyCapabilities(caps) {
+  for (const mode of ["split", "raw", "flow"]) {
+    const input = $(`mode-${mode}`);
+    input.disabled = !caps[mode];
+    input.nextElementSibling.title = caps[mode] ? "" : "the server sends the overlay pre-blended";
+  }
+  $("opacity").disabled = !caps.opacity;
+  $("arrows").disabled = !caps.arrows;
+}
+
+// ---------- controls ----------
+function bindControls() {
+  document.querySelectorAll('input[name="kind"]').forEach((r) => r.addEventListener("change", showKindFields));
+  showKindFields();
+  $("stream-form").addEventListener("submit", onSubmit);
+  document.querySelectorAll('input[name="mode"]').forEach((r) =>
+    r.addEventListener("change", () => {
+      view.mode = r.value;
+      fitAspect();
+      view.render();
+    }),
+  );
+  $("opacity").addEventListener("input", (ev) => {
+    view.opacity = ev.target.value / 100;
+    view.render();
+  });
+  $("arrows").addEventListener("change", (ev) => {
+    view.arrows = ev.target.checked;
+    view.render();
+  });
+  $("loss-log").addEventListener("change", (ev) => charts.loss.setLog(ev.target.checked));
+  $("token-button").addEventListener("click", async () => {
+    if (await askToken()) refreshList();
+  });
+  new ResizeObserver(() => view.render()).observe($("view"));
+  window.addEventListener("popstate", () => routeFromUrl());
+}
+
+function routeFromUrl() {
+  const id = new URLSearchParams(window.location.search).get("stream");
+  if (id) open(id, { push: false });
+  else if (state.selected) close({ push: false });
+  return Boolean(id);
+}
+
+async function boot() {
+  drawLegend($("legend"));
+  bindControls();
+  const linked = routeFromUrl();
+  await refreshList();
+  if (!linked && !state.selected) {
+    const running = LIVE_STATES.map((st) => state.streams.find((s) => s.state === st)).find(Boolean);
+    if (running) {
+      history.replaceState({ stream: running.id }, "", `?stream=${encodeURIComponent(running.id)}`);
+      open(running.id, { push: false });
+    }
+  }
+  setInterval(refreshList, POLL_MS);
+}
+
+// A read-only handle for people poking at the page from the console, and for the browser tests.
+window.overtime = { state, charts, view };
+boot();

@@ -1,0 +1,197 @@
+"""The browser client, end to end: real headless Chromium (Debian's) driven by Playwright, against a real server.
+
+Screenshots land in bench/results/client-*.png.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import urllib.request
+from pathlib import Path
+
+import av
+import cv2
+import numpy as np
+import pytest
+
+from tests.live_server import live_server
+
+sync_api = pytest.importorskip("playwright.sync_api")
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+if not Path(CHROMIUM).exists():
+    pytest.skip("Debian's chromium is not installed (apt-get install chromium)", allow_module_level=True)
+
+pytestmark = pytest.mark.slow
+RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--use-fake-device-for-media-stream",
+    "--use-fake-ui-for-media-stream",
+]
+UNREACHABLE = "http://127.0.0.1:9/nothing.mp4"  # the discard port: nothing listens, connection refused
+
+# Page-side probes: the live canvas's pixel statistics, and whether a chart's canvas has anything drawn on it.
+CANVAS_STATS = """sel => {
+  const c = document.querySelector(sel);
+  const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  let sum = 0, sq = 0, hash = 0, n = 0;
+  for (let i = 0; i < d.length; i += 16) { const v = d[i] + d[i + 1] + d[i + 2]; sum += v; sq += v * v; n++;
+    hash = (hash * 31 + v) | 0; }
+  const mean = sum / n; return { std: Math.sqrt(sq / n - mean * mean), hash };
+}"""
+CHART_INK = """sel => {
+  const c = document.querySelector(sel + ' canvas');
+  const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+  let ink = 0; for (let i = 3; i < d.length; i += 4) if (d[i] > 0) ink++; return ink;
+}"""
+
+
+def fake_camera_y4m(path: Path, frames: int = 60) -> Path:
+    """A textured scene panning diagonally: real motion for the webcam stream to learn."""
+    rng = np.random.default_rng(0)
+    texture = cv2.GaussianBlur(rng.integers(0, 255, (480, 480, 3), dtype=np.uint8), (0, 0), 3)
+    texture = cv2.normalize(texture, None, 0, 255, cv2.NORM_MINMAX)
+    with av.open(str(path), "w", format="yuv4mpegpipe") as out:
+        stream = out.add_stream("rawvideo", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 160, 120, "yuv420p"
+        for i in range(frames):
+            crop = np.ascontiguousarray(texture[20 + 2 * i : 140 + 2 * i, 20 + 3 * i : 180 + 3 * i])
+            out.mux(stream.encode(av.VideoFrame.from_ndarray(crop, format="rgb24").reformat(format="yuv420p")))
+        out.mux(stream.encode(None))
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    with live_server(tmp_path_factory.mktemp("server")) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    camera = fake_camera_y4m(tmp_path_factory.mktemp("camera") / "camera.y4m")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=[*ARGS, f"--use-file-for-fake-video-capture={camera}"])
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser, server):
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+    pg.goto(server)
+    yield pg
+    context.close()
+    assert not errors, f"JavaScript errors on the page: {errors}"
+
+
+def delete_all(server: str) -> None:
+    with urllib.request.urlopen(server + "/api/streams", timeout=5) as res:
+        body = json.load(res)
+    for s in body if isinstance(body, list) else body["streams"]:
+        urllib.request.urlopen(urllib.request.Request(f"{server}/api/streams/{s['id']}", method="DELETE"), timeout=5)
+
+
+def start(page, kind: str, url: str = "") -> str:
+    page.click(f"label[for=kind-{kind}]")
+    if url:
+        page.fill("#source-url", url)
+    page.fill("#fps", "10")
+    page.click("#start-button")
+    page.wait_for_url("**/?stream=*", timeout=15_000)
+    return page.url.split("stream=")[1]
+
+
+def wait_for_points(page, chart: str, n: int, timeout_s: float) -> None:
+    """Waits until a chart holds n points; on timeout saves what the page showed and says what state it was in."""
+    try:
+        page.wait_for_function(
+            f"() => +document.querySelector('{chart}').dataset.points >= {n}", timeout=timeout_s * 1e3
+        )
+    except sync_api.TimeoutError:
+        page.screenshot(path=str(RESULTS / "client-failure.png"), full_page=True)
+        state, error = page.inner_text("#live-state"), page.inner_text("#live-error")
+        points = page.get_attribute(chart, "data-points")
+        raise AssertionError(f"{chart}: {points} of {n} points after {timeout_s} s; state {state!r}, error {error!r}")
+
+
+def losses(page) -> list[float]:
+    return page.evaluate("() => window.overtime.charts.loss.data[1]")
+
+
+def test_demo_stream_draws_overlay_loss_and_budget(page, server):
+    stream_id = start(page, "demo")
+    wait_for_points(page, "#chart-loss", 20, timeout_s=90)
+    first = page.evaluate(CANVAS_STATS, "#view")
+    page.wait_for_timeout(600)
+    second = page.evaluate(CANVAS_STATS, "#view")
+    assert first["std"] > 5 and second["std"] > 5, "the live canvas is blank"
+    assert first["hash"] != second["hash"], "the live canvas does not change"
+    assert int(page.get_attribute("#chart-budget", "data-points")) >= 20
+    assert page.evaluate(CHART_INK, "#chart-budget") > 500, "the ΔP/ΔS chart is not drawn"
+    assert page.evaluate(CHART_INK, "#chart-loss") > 500
+    assert len(page.locator("#stage-bars .stage-bar").all()) >= 2  # the whole step and at least one stage
+    assert page.locator("#stream-list .stream-item.selected").get_attribute("data-id") == stream_id
+    page.screenshot(path=str(RESULTS / "client-demo.png"), full_page=True)
+    page.click("#stream-list .stream-item.selected button:has-text('Checkpoint')")
+    page.locator("#toast").wait_for(state="visible", timeout=20_000)
+    assert "checkpoint saved" in page.inner_text("#toast")
+
+    # Deep link: a fresh page on /?stream=<id> shows that stream; a fresh page on / opens the running one.
+    for url in (f"{server}/?stream={stream_id}", server):
+        other = page.context.new_page()
+        other.goto(url)
+        wait_for_points(other, "#chart-loss", 3, timeout_s=30)
+        assert other.url.endswith(f"?stream={stream_id}")
+        other.close()
+
+    phone = page.context.browser.new_context(viewport={"width": 390, "height": 844}, device_scale_factor=2)
+    mobile = phone.new_page()
+    mobile.goto(f"{server}/?stream={stream_id}")
+    wait_for_points(mobile, "#chart-loss", 3, timeout_s=30)
+    assert mobile.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth + 1"), "sideways scroll"
+    mobile.screenshot(path=str(RESULTS / "client-phone.png"), full_page=True)
+    phone.close()
+    delete_all(server)
+
+
+def test_webcam_stream_learns(page, server):
+    start(page, "webcam")
+    wait_for_points(page, "#chart-loss", 40, timeout_s=90)
+    values = [v for v in losses(page) if v is not None]
+    head, tail = np.mean(values[:10]), np.mean(values[-10:])
+    page.screenshot(path=str(RESULTS / "client-webcam.png"), full_page=True)
+    delete_all(server)
+    assert tail < head, f"webcam loss did not go down: first 10 frames {head:.4g}, last 10 {tail:.4g}"
+
+
+def test_unreachable_url_shows_its_error(page, server):
+    start(page, "url", UNREACHABLE)
+    banner = page.locator("#live-error")
+    banner.wait_for(state="visible", timeout=30_000)
+    text = banner.inner_text().lower()
+    assert "unreachable" in text or "refused" in text, text
+    assert "_" not in text, f"error code not put into words: {text}"
+    item = page.locator("#stream-list .stream-item .err")
+    item.wait_for(state="visible", timeout=10_000)
+    page.screenshot(path=str(RESULTS / "client-bad-url.png"), full_page=True)
+    delete_all(server)
+
+
+def test_rejected_source_shows_server_message(page):
+    page.click("label[for=kind-url]")
+    page.fill("#source-url", "ftp://example.com/video.mp4")
+    page.click("#start-button")
+    error = page.locator("#form-error")
+    error.wait_for(state="visible", timeout=10_000)
+    assert "ftp" in error.inner_text().lower()

@@ -1,0 +1,69 @@
+"""The shared-memory frame ring: ordered delivery, drop-oldest when the reader is behind, torn reads detected."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+
+import numpy as np
+import pytest
+
+from server.ring import FrameRing
+
+CTX = mp.get_context("spawn")
+
+
+@pytest.fixture
+def ring():
+    r = FrameRing.create(4, 8, 8)
+    yield r
+    r.close()
+
+
+def frame(value: int) -> np.ndarray:
+    return np.full((8, 8, 3), value, np.uint8)
+
+
+def test_frames_arrive_in_order_with_their_capture_time(ring):
+    q = CTX.Queue(ring.queue_size)
+    for i in range(2):
+        assert ring.write(frame(i), 100.0 + i, q) == 0
+    for i in range(2):
+        got, t = ring.read(q, timeout=5)
+        assert (got == i).all() and t == 100.0 + i
+    assert ring.read(q, timeout=0.05) is None
+
+
+def test_a_full_queue_drops_the_oldest_unread_frame(ring):
+    q = CTX.Queue(ring.queue_size)  # 2 unread frames at most
+    dropped = [ring.write(frame(i), float(i), q) for i in range(5)]
+    assert sum(dropped) == 3
+    values = [int(ring.read(q, timeout=5)[0][0, 0, 0]) for _ in range(2)]
+    assert values == [3, 4]  # the newest survive
+
+
+def test_an_overwritten_slot_is_reported_not_torn(ring):
+    q = CTX.Queue(ring.queue_size)
+    ring.write(frame(1), 1.0, q)
+    slot, seq = q.get(timeout=5)
+    ring.header[slot, 0] = seq + 4  # the writer lapped the reader on this slot
+    stale = CTX.Queue(2)
+    stale.put((slot, seq))
+    assert ring.read(stale, timeout=5) is False
+
+
+def test_other_processes_attach_by_spec(ring):
+    q = CTX.Queue(ring.queue_size)
+    proc = CTX.Process(target=_write_one, args=(ring.spec, q))
+    proc.start()
+    proc.join(60)
+    got, t = ring.read(q, timeout=5)
+    assert (got == 7).all() and t == 7.0
+    with pytest.raises(queue.Empty):
+        q.get_nowait()
+
+
+def _write_one(spec, q) -> None:
+    r = FrameRing.attach(spec)
+    r.write(frame(7), 7.0, q)
+    r.close()

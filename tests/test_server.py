@@ -1,0 +1,328 @@
+"""The streaming service end to end: a real ``overtime serve`` in a subprocess on 127.0.0.1.
+
+One server (loopback sources allowed, a token, short timeouts) is shared by the tests in this file; the last
+test restarts it to show that a stream of the same name resumes its weights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import json
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+import websockets
+
+from models.streams import generate, write_mp4
+from server.launch import ServerProcess, free_port
+
+pytestmark = pytest.mark.slow
+TOKEN = "test-token"
+SIZE = 64
+FLAGS = (
+    "--allow-private",
+    "--checkpoint-interval-s",
+    "3",
+    "--read-timeout-s",
+    "2",
+    "--open-timeout-s",
+    "3",
+    "--reconnect-max-s",
+    "2",
+    "--max-streams",
+    "2",
+    "--stages",
+    "2",
+    "--width",
+    "64",
+    "--height",
+    "64",
+)
+
+
+@pytest.fixture(scope="module")
+def media(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("overtime")
+    media = work / "media"
+    media.mkdir()
+    frames = generate(SIZE, 150, seed=1).frames
+    write_mp4(frames, media / "clip.mp4", fps=25)
+    write_mp4(frames[:20], media / "short.mp4", fps=25)
+    (media / "notes.mp4").write_text("this is not a video\n" * 50)
+    data = (media / "clip.mp4").read_bytes()
+    (media / "truncated.mp4").write_bytes(data[: len(data) // 2])
+    write_mp4(frames[:40], work / "a.ts", fps=25)
+    big = np.stack([cv2.resize(f, (96, 96)) for f in frames[40:80]])
+    write_mp4(big, work / "b.ts", fps=25)
+    (media / "resized.ts").write_bytes((work / "a.ts").read_bytes() + (work / "b.ts").read_bytes())
+    return media
+
+
+@pytest.fixture(scope="module")
+def server(media):
+    with ServerProcess(media.parent, *FLAGS, token=TOKEN) as srv:
+        yield srv
+
+
+def create(srv: ServerProcess, **body) -> dict:
+    r = srv.client.post("/api/streams", json=body)
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def delete(srv: ServerProcess, sid: str) -> None:
+    assert srv.client.delete(f"/api/streams/{sid}").status_code == 204
+
+
+def watch(srv: ServerProcess, sid: str, frames: int, timeout_s: float = 90.0) -> list[tuple[dict, bytes]]:
+    """Collect ``frames`` (JSON, JPEG) pairs from the stream's WebSocket."""
+
+    async def run() -> list[tuple[dict, bytes]]:
+        got: list[tuple[dict, bytes]] = []
+        async with websockets.connect(srv.ws(f"/ws/streams/{sid}"), max_size=2**22) as ws:
+            async with asyncio.timeout(timeout_s):
+                while len(got) < frames:
+                    message = json.loads(await ws.recv())
+                    if message["type"] == "frame":
+                        got.append((message, await ws.recv()))
+        return got
+
+    return asyncio.run(run())
+
+
+def metric(text: str, name: str, **labels: str) -> float:
+    """Sum of the samples of ``name`` whose labels include ``labels``."""
+    total, found = 0.0, False
+    for line in text.splitlines():
+        named = line.startswith(name + "{") or line.startswith(name + " ")
+        if named and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+            found = True
+    assert found, f"{name}{labels} not in /metrics"
+    return total
+
+
+def loss_falls(frames: list[tuple[dict, bytes]]) -> tuple[float, float]:
+    losses = [m["loss"] for m, _ in frames]
+    return float(np.mean(losses[:10])), float(np.mean(losses[-10:]))
+
+
+# -- learning on a file, metrics, recovery ---------------------------------------------------------
+def test_file_stream_learns_and_recovers(server):
+    info = create(server, source="file:clip.mp4", name="clip", fps=15, loop=True)
+    sid = info["id"]
+    frames = watch(server, sid, 60)
+    first, last = loss_falls(frames)
+    assert last < 0.8 * first, f"loss did not trend down: first 10 {first:.4f}, last 10 {last:.4f}"
+    meta, jpeg = frames[-1]
+    assert set(meta) >= {"frame", "loss", "dp_s", "ds_s", "stage_dp_s", "latency_s", "dropped"}
+    assert meta["ds_s"] == pytest.approx(1 / 15) and len(meta["stage_dp_s"]) == 2
+    assert 0 < meta["latency_s"] < 5 and meta["dp_s"] > 0
+    image = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
+    assert image.shape == (SIZE, SIZE, 3)
+    assert [m["frame"] for m, _ in frames] == sorted(m["frame"] for m, _ in frames)
+
+    text = server.metrics()
+    assert metric(text, "overtime_frames_total", stream=sid, outcome="processed") >= 60
+    assert metric(text, "overtime_frames_total", stream=sid, outcome="decoded") >= 60
+    assert metric(text, "overtime_step_seconds_count", stream=sid) >= 60
+    assert metric(text, "overtime_stage_step_seconds_count", stream=sid, stage="1") >= 60
+    assert metric(text, "overtime_latency_seconds_count", stream=sid) >= 60
+    assert metric(text, "overtime_frame_interval_seconds", stream=sid) == pytest.approx(1 / 15)
+    assert metric(text, "overtime_budget_ratio", stream=sid) > 0
+    assert metric(text, "overtime_loss", stream=sid) > 0
+    assert metric(text, "overtime_streams", state="running") == 1
+    for name in ("overtime_source_reconnects_total", "overtime_ws_clients", "overtime_ws_dropped_total"):
+        metric(text, name, stream=sid)
+
+    saved = server.client.post(f"/api/streams/{sid}/checkpoint")
+    assert saved.status_code == 200, saved.text
+    assert saved.json()["frames"] > 0
+
+    # Kill the decoder: the stream reconnects and keeps learning.
+    os.kill(server.stream(sid)["pids"]["decoder"], signal.SIGKILL)
+    info = server.wait_for(sid, lambda i: i["counters"]["reconnects"] >= 1, what="a reconnect")
+    assert info["error"] is None or info["error"]["code"] == "decoder_died"
+    processed = info["counters"]["processed"]
+    server.wait_for(sid, lambda i: i["state"] == "running" and i["counters"]["processed"] > processed + 10,
+                    what="running again after the decoder was killed")  # fmt: skip
+    assert metric(server.metrics(), "overtime_source_reconnects_total", stream=sid) >= 1
+
+    # Kill the worker: it restarts from the checkpoint with the learned weights.
+    saved = server.client.post(f"/api/streams/{sid}/checkpoint").json()["frames"]
+    os.kill(server.stream(sid)["pids"]["worker"], signal.SIGKILL)
+    info = server.wait_for(sid, lambda i: i["counters"]["worker_restarts"] >= 1, what="a worker restart")
+    info = server.wait_for(sid, lambda i: i["state"] == "running", what="running after the worker was killed")
+    assert info["resumed_from"] >= saved > 0
+    resumed = watch(server, sid, 5)
+    assert np.mean([m["loss"] for m, _ in resumed]) < 0.8 * first, "the restarted worker forgot what it learned"
+    delete(server, sid)
+    assert server.client.get(f"/api/streams/{sid}").status_code == 404
+
+
+# -- a live HTTP MPEG-TS source --------------------------------------------------------------------
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the ffmpeg command (apt-get install ffmpeg)")
+def test_live_mpegts_source_learns(server, media):
+    port = free_port()
+    ffmpeg = subprocess.Popen(
+        ["ffmpeg", "-hide_banner", "-loglevel", "error", "-re", "-stream_loop", "-1", "-i", str(media / "clip.mp4"),
+         "-c", "copy", "-f", "mpegts", "-listen", "1", f"http://127.0.0.1:{port}/live.ts"],
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        time.sleep(0.5)
+        sid = create(server, source=f"http://127.0.0.1:{port}/live.ts", name="live", fps=15)["id"]
+        frames = watch(server, sid, 50)
+        first, last = loss_falls(frames)
+        assert last < 0.8 * first, f"loss did not trend down: first 10 {first:.4f}, last 10 {last:.4f}"
+        assert server.stream(sid)["source_info"]["codec"] == "h264"
+        delete(server, sid)
+    finally:
+        ffmpeg.kill()
+        ffmpeg.wait(10)
+
+
+# -- bad input -------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"source": "ftp://example.com/a.mp4"}, 400, "scheme_not_allowed"),
+        ({"source": "/etc/passwd"}, 400, "bad_source"),
+        ({"source": "file:///etc/passwd"}, 400, "path_outside_media"),
+        ({"source": "file:../../etc/passwd"}, 400, "path_outside_media"),
+        ({"source": "file:missing.mp4"}, 400, "file_not_found"),
+        ({"source": "demo", "model": "nope"}, 400, "bad_request"),
+        ({"source": "http://"}, 400, "bad_source"),
+    ],
+)
+def test_bad_requests_get_clear_errors(server, body, status, code):
+    r = server.client.post("/api/streams", json=body)
+    assert r.status_code == status, r.text
+    assert r.json()["detail"]["code"] == code and r.json()["detail"]["message"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{}, {"source": 3}, {"source": "demo", "fps": -1}, {"source": "demo", "width": 63}, {"source": "demo", "x": 1}],
+)
+def test_malformed_bodies_are_422(server, body):
+    r = server.client.post("/api/streams", json=body)
+    assert r.status_code == 422 and r.json()["detail"]
+
+
+def test_token_is_required(server):
+    assert server.client.get("/api/streams", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert server.client.get("/api/streams", headers={"Authorization": ""}).status_code == 401
+    assert server.client.get("/healthz", headers={"Authorization": ""}).status_code == 200
+
+    async def ws_without_token() -> tuple[dict, int]:
+        async with websockets.connect(f"{server.ws_url}/ws/streams/x?token=wrong") as ws:
+            message = json.loads(await ws.recv())
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await ws.recv()
+            return message, closed.value.rcvd.code
+
+    message, close_code = asyncio.run(ws_without_token())
+    assert message == {"type": "error", "code": "unauthorized", "message": message["message"]} and close_code == 1008
+
+
+class _Sources(http.server.BaseHTTPRequestHandler):
+    """/stall.ts sends the start of a stream, then nothing; anything else is a 404."""
+
+    payload = b""
+    release = threading.Event()
+
+    def do_GET(self) -> None:  # noqa: N802 - the http.server API
+        if self.path != "/stall.ts":
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "video/mp2t")
+        self.end_headers()
+        self.wfile.write(self.payload)
+        self.wfile.flush()
+        self.release.wait(30)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def http_sources(media):
+    _Sources.payload = (media / "resized.ts").read_bytes()[:20_000]
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Sources)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    _Sources.release.set()
+    httpd.shutdown()
+
+
+def _settles(server, source: str, state: str, code: str | None, **body) -> dict:
+    sid = create(server, source=source, **body)["id"]
+    try:
+        return server.wait_for(
+            sid, lambda i: i["state"] == state and (i["error"] or {}).get("code") == code, 60, f"{state}/{code}"
+        )
+    finally:
+        delete(server, sid)
+
+
+def test_runtime_source_errors(server, http_sources):
+    _settles(server, "file:notes.mp4", "error", "not_video")
+    _settles(server, "file:truncated.mp4", "error", "decode_error")
+    _settles(server, f"{http_sources}/missing.ts", "error", "not_found")
+    _settles(server, f"http://127.0.0.1:{free_port()}/live.ts", "reconnecting", "source_unreachable")
+
+
+def test_stream_end_resolution_change_and_stall(server, http_sources):
+    info = _settles(server, "file:short.mp4", "ended", None)
+    assert info["counters"]["processed"] > 0
+    _settles(server, "file:resized.ts", "error", "resolution_changed")
+    _settles(server, f"{http_sources}/stall.ts", "reconnecting", "stalled")
+
+
+def test_max_streams_is_429(server):
+    dead = f"http://127.0.0.1:{free_port()}/x.ts"
+    sids = [create(server, source=dead)["id"] for _ in range(2)]
+    try:
+        r = server.client.post("/api/streams", json={"source": dead})
+        assert r.status_code == 429 and r.json()["detail"]["code"] == "too_many_streams"
+    finally:
+        for sid in sids:
+            delete(server, sid)
+
+
+def test_nonfinite_loss_halves_lr_and_keeps_going(server):
+    sid = create(server, source="file:clip.mp4", name="blowup", fps=15, loop=True, lr=10.0)["id"]
+    info = server.wait_for(sid, lambda i: i["counters"]["nonfinite_losses"] >= 3, what="non-finite losses")
+    assert info["lr"] <= 10.0 / 8 and info["state"] in ("starting", "running")
+    assert metric(server.metrics(), "overtime_nonfinite_losses_total", stream=sid) >= 3
+    server.wait_for(sid, lambda i: i["counters"]["processed"] > 0, what="frames processed after the blow-ups")
+    delete(server, sid)
+
+
+# -- the whole server restarts ---------------------------------------------------------------------
+def test_server_restart_resumes_weights_by_name(server):
+    sid = create(server, source="file:clip.mp4", name="resume", fps=15, loop=True)["id"]
+    first, _ = loss_falls(watch(server, sid, 40))
+    server.stop()  # SIGTERM: the worker writes its final checkpoint
+    assert (server.workdir / "checkpoints" / "resume.pt").is_file()
+    server.start()
+    info = create(server, source="file:clip.mp4", name="resume", fps=15, loop=True)
+    assert info["name"] == "resume"
+    info = server.wait_for(info["id"], lambda i: i["state"] == "running", what="running after the restart")
+    assert info["resumed_from"] >= 39
+    resumed = watch(server, info["id"], 5)
+    assert np.mean([m["loss"] for m, _ in resumed]) < 0.8 * first, "the resumed stream did not keep its weights"
+    delete(server, info["id"])
