@@ -163,8 +163,7 @@ def run_worker(
     try:
         _learn(cfg, learner, ring, slots, out, control, stop, parent)
     finally:
-        frames = learner.save()
-        out.put({"type": "checkpoint", "frames": frames, "request": None})
+        _checkpoint(learner, out)
         learner.pipe.close()
         ring.close()
 
@@ -177,7 +176,7 @@ def _learn(cfg: WorkerConfig, learner: Learner, ring: FrameRing, slots: Any, out
     while not stop.is_set() and os.getppid() == parent:
         _serve_control(learner, control, out)
         if time.monotonic() - last_save >= cfg.checkpoint_interval_s:
-            out.put({"type": "checkpoint", "frames": learner.save(), "request": None})
+            _checkpoint(learner, out)
             last_save = time.monotonic()
         got = ring.read(slots, POLL_S)
         if got is None:
@@ -215,4 +214,15 @@ def _serve_control(learner: Learner, control: Any, out: Any) -> None:
         except queue.Empty:
             return
         if request.get("type") == "checkpoint":
-            out.put({"type": "checkpoint", "frames": learner.save(), "request": request.get("id")})
+            _checkpoint(learner, out, request.get("id"))
+
+
+def _checkpoint(learner: Learner, out: Any, request: int | None = None) -> None:
+    """Save and report. A failed write (disk full, read-only dir) is reported with its reason and never fatal: the
+    weights live on in memory, the old checkpoint is intact (atomic save), and the next checkpoint tries again."""
+    try:
+        frames, error = learner.save(), None
+    except OSError as exc:
+        frames, error = -1, f"cannot write the checkpoint: {exc.strerror or exc}"
+        log.warning("%s", error)
+    out.put({"type": "checkpoint", "frames": frames, "request": request, "error": error})
