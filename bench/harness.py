@@ -57,13 +57,11 @@ class Server(ServerProcess):
     ``OVERTIME_*`` env vars, and a view of its whole process tree (API, decoders, workers, helpers)."""
 
     def __init__(self, root: Path, token: str | None = TOKEN, settings: dict[str, str] | None = None) -> None:
-        env = {"OVERTIME_WIDTH": "64", "OVERTIME_HEIGHT": "64", "PYTHONUNBUFFERED": "1"}
-        env |= {"OVERTIME_TOKEN": token} if token else {}
-        super().__init__(root, env=env | (settings or {}))
-        self.root, self.token = Path(root), token
+        super().__init__(root, token=token)
+        self.env |= {"OVERTIME_WIDTH": "64", "OVERTIME_HEIGHT": "64", "OVERTIME_DEMO_STREAM": "false"}
+        self.env |= {"PYTHONUNBUFFERED": "1"} | (settings or {})
+        self.root = Path(root)
         self.tmpfs: Path | None = None  # set by tests that put the checkpoint dir on a tiny filesystem
-        if token:
-            self.client.headers["Authorization"] = f"Bearer {token}"
 
     @property
     def media_dir(self) -> Path:
