@@ -181,6 +181,14 @@ class StreamSession:
             raise result[0]
         return result[0] if ok and result else None
 
+    def inject_fault(self, fault: str) -> bool:
+        """A reliability-test hook (``settings.fault_injection``): ask the worker to suffer ``fault``."""
+        gen = self._gen
+        if gen is None or not gen.ready.is_set() or not gen.worker.is_alive():
+            return False
+        gen.control.put({"type": "fault", "fault": fault})
+        return True
+
     def push_jpeg(self, data: bytes) -> bool:
         """A webcam frame from the ingest WebSocket; False (and counted) when the decoder is behind."""
         gen = self._gen
@@ -350,7 +358,7 @@ class StreamSession:
                 ack[1].append(CheckpointFailed(m["error"]) if m["error"] else m["frames"] if m["frames"] >= 0 else None)
                 ack[0].set()
         elif kind == "nonfinite":
-            self.lr = m["lr"]
+            self.lr, self.resumed_from = m["lr"], m["restored_from"]
             self.counters["nonfinite_losses"] += 1
             self.metrics.nonfinite.labels(self.id).inc()
         elif kind == "error":

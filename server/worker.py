@@ -102,6 +102,7 @@ class Learner:
             self.resumed_from = int(saved["pipeline"]["frames"])
         self._initial = None if saved else copy.deepcopy(self.pipe.state_dict())
         self.nonfinite = 0
+        self.poison_next = False  # fault-injection hook: the next frame is all NaN, so its loss is NaN
 
     def _check_compatible(self, saved: dict) -> None:
         mine = {"model": self.cfg.model, "stages": self.cfg.stages, "width": self.cfg.width, "height": self.cfg.height}
@@ -127,6 +128,8 @@ class Learner:
 
     def step(self, x: torch.Tensor) -> StepResult | None:
         """One frame pair in; what left the pipeline out — None while filling and after a non-finite loss."""
+        if self.poison_next:
+            x, self.poison_next = torch.full_like(x, float("nan")), False
         r = self.pipe.step(x, target=x)
         if r.loss is not None and not math.isfinite(r.loss):
             self.recover()
@@ -136,7 +139,9 @@ class Learner:
     def recover(self) -> None:
         """After a non-finite loss: back to the last good weights, half the step size."""
         saved = checkpoints.load(self.cfg.checkpoint_path)
-        self.pipe.load_state_dict(saved["pipeline"] if saved else self._initial)
+        state = saved["pipeline"] if saved else self._initial
+        self.pipe.load_state_dict(state)
+        self.resumed_from = int(state["frames"])
         self.lr /= 2
         self.pipe.set_lr(self.lr)
         self.nonfinite += 1
@@ -195,7 +200,8 @@ def _learn(cfg: WorkerConfig, learner: Learner, ring: FrameRing, slots: Any, out
         r = learner.step(x)
         if learner.nonfinite != nonfinite:
             pending.clear()  # the pipeline restarted empty
-            out.put({"type": "nonfinite", "lr": learner.lr, "count": learner.nonfinite})
+            out.put({"type": "nonfinite", "lr": learner.lr, "count": learner.nonfinite,
+                     "restored_from": learner.resumed_from})  # fmt: skip
         if r is None:
             continue
         shown, shown_capture = pending.popleft()
@@ -215,6 +221,8 @@ def _serve_control(learner: Learner, control: Any, out: Any) -> None:
             return
         if request.get("type") == "checkpoint":
             _checkpoint(learner, out, request.get("id"))
+        elif request.get("type") == "fault" and request.get("fault") == "nan_loss":
+            learner.poison_next = True
 
 
 def _checkpoint(learner: Learner, out: Any, request: int | None = None) -> None:
