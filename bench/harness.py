@@ -100,7 +100,7 @@ class Server(ServerProcess):
     def api(self, token: str | None = ...) -> Api:
         return Api(self, self.token if token is ... else token)
 
-    def ws_url(self, path: str, token: str | None = ...) -> str:
+    def ws_endpoint(self, path: str, token: str | None = ...) -> str:
         token = self.token if token is ... else token
         return f"ws://{HOST}:{self.port}{path}" + (f"?token={token}" if token else "")
 

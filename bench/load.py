@@ -48,7 +48,7 @@ def processed_rates(api: Api, sids: list[str], window_s: float) -> tuple[dict[st
 def viewers_run(srv: Server, api: Api, args: argparse.Namespace) -> dict:
     sid = api.create(f"file:{CLIP}", name="load", fps=args.fps, loop=True)["id"]
     api.wait_processed(sid, 3 * int(args.fps), 120)  # warm-up
-    url = srv.ws_url(f"/ws/streams/{sid}")
+    url = srv.ws_endpoint(f"/ws/streams/{sid}")
     runs = {}
     for label, fast, slow in (("one", 1, 0), ("many", args.viewers - args.viewers // 2, args.viewers // 2)):
         dropped0 = api.metrics().value("overtime_ws_dropped_total", stream=sid)

@@ -37,7 +37,7 @@ def soak(srv: Server, args: argparse.Namespace) -> dict:
     with srv.api() as api:
         sid = api.create("demo", name="soak")["id"]
         api.wait_processed(sid, 10, 300)
-        viewers = ViewerPool(srv.ws_url(f"/ws/streams/{sid}"), args.viewers, 0, args.duration)
+        viewers = ViewerPool(srv.ws_endpoint(f"/ws/streams/{sid}"), args.viewers, 0, args.duration)
         t0 = time.monotonic()
         for _ in range(int(args.duration / args.sample) + 1):  # bounded by count and by the duration
             info = api.stream(sid)

@@ -104,7 +104,7 @@ def test_every_api_call_needs_the_token(srv, stream_id, authorization):
 @pytest.mark.parametrize("path", ["/ws/streams/{id}", "/ws/streams/{id}/ingest"])
 @pytest.mark.parametrize("token", [None, "wrong-token"], ids=["no-token", "wrong-token"])
 def test_every_websocket_needs_the_token(srv, stream_id, path, token):
-    url = srv.ws_url(path.format(id=stream_id), token=token)
+    url = srv.ws_endpoint(path.format(id=stream_id), token=token)
 
     async def attempt() -> tuple[int | None, list]:
         got = []
