@@ -386,14 +386,14 @@ def write_results(name: str, result: dict, table: str) -> None:
     print(table)
 
 
-def rss_and_fds(procs: list[psutil.Process]) -> dict[int, dict]:
-    """Resident memory (bytes) and open file descriptors of each live process, by pid."""
+def rss_and_fds(procs: list[psutil.Process], roles: dict[int, str]) -> dict[int, dict]:
+    """Resident memory (bytes) and open file descriptors of each live process, by pid; ``roles`` names them."""
     out = {}
     for p in procs:
         with contextlib.suppress(psutil.Error), p.oneshot():
             out[p.pid] = {
                 "name": p.name(),
-                "cmd": " ".join(p.cmdline()[-2:]),
+                "cmd": roles.get(p.pid) or " ".join(p.cmdline()[-2:])[-40:],
                 "rss": p.memory_info().rss,
                 "fds": p.num_fds(),
             }

@@ -32,6 +32,10 @@ def checkpoint_frames(path: Path) -> int | None:
         return None
 
 
+def roles(srv: Server, info: dict) -> dict[int, str]:
+    return {srv.proc.pid: "API process"} | {pid: role for role, pid in info["pids"].items() if pid}
+
+
 def soak(srv: Server, args: argparse.Namespace) -> dict:
     samples: list[dict] = []
     with srv.api() as api:
@@ -44,7 +48,7 @@ def soak(srv: Server, args: argparse.Namespace) -> dict:
             samples.append(
                 {
                     "t": round(time.monotonic() - t0, 1),
-                    "procs": rss_and_fds(srv.processes()),
+                    "procs": rss_and_fds(srv.processes(), roles(srv, info)),
                     "processed": info["counters"]["processed"],
                     "dropped": info["counters"]["dropped"],
                     "loss": info["loss"],
@@ -119,7 +123,7 @@ def table(r: dict, args: argparse.Namespace) -> str:
         "|---|---|---|---|---|---|",
     ]
     lines += [
-        f"| {p['cmd'][-40:]} | {p['rss_warm_mb']} | {p['rss_end_mb']} | {p['rss_growth_pct']} | {p['fds_warm']} | "
+        f"| {p['cmd']} | {p['rss_warm_mb']} | {p['rss_end_mb']} | {p['rss_growth_pct']} | {p['fds_warm']} | "
         f"{p['fds_end']} |"
         for p in r["processes"].values()
     ]
