@@ -4,7 +4,8 @@ Every ``--sample`` s it records the resident memory and open file descriptors of
 (API, decoder, worker and helpers, through psutil) and the stream's checkpoint. Pass: after the warm-up (the
 first ``--warmup`` fraction of the run) no process's RSS grows by 5 % or more and none gains file descriptors;
 no process was replaced (no silent restarts); checkpoints kept being written (the frame count in the checkpoint
-file rose in every quarter of the run). Writes ``bench/results/soak.{json,md}`` (``soak-smoke`` for short runs).
+file rose in every quarter of the run after the warm-up). Writes ``bench/results/soak.{json,md}``
+(``soak-smoke`` for short runs).
 
     python -m bench.soak                       # 10 minutes
     python -m bench.soak --duration 60         # a smoke run
@@ -90,7 +91,8 @@ def analyse(samples: list[dict], args: argparse.Namespace) -> dict:
             "alive_to_the_end": alive,
         }
     replaced = set(samples[-1]["procs"]) - set(warm["procs"])
-    quarters = [samples[int(i * (len(samples) - 1) / 4)]["checkpoint"] for i in range(5)]
+    after = samples[samples.index(warm) :]  # the first checkpoint comes one interval into the run
+    quarters = [after[int(i * (len(after) - 1) / 4)]["checkpoint"] for i in range(5)]
     checks = {
         "rss_growth_under_5pct": all(p["rss_growth_pct"] < 5 for p in procs.values()),
         "no_fd_growth": all(
