@@ -134,7 +134,10 @@ class Api:
         """Checkpoint and return the frame count saved (AssertionError with the stream's state if refused)."""
         r = self.checkpoint(sid)
         if r.status_code != 200:
-            raise AssertionError(f"checkpoint refused: {r.status_code} {r.text}; stream {self.stream(sid)}")
+            raise AssertionError(
+                f"checkpoint refused: {r.status_code} {r.text}; stream {self.stream(sid)}\n"
+                f"server log tail:\n{self.server.log_tail(3000)}"
+            )
         return r.json()["frames"]
 
     def wait(self, sid: str, timeout_s: float, what: str, check) -> dict:
