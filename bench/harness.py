@@ -216,7 +216,12 @@ async def view(url: str, duration_s: float, read_delay_s: float = 0.0) -> Viewer
     deadline = time.monotonic() + duration_s
     try:
         async with websockets.connect(
-            url, sock=sock, max_queue=1 if slow else 64, open_timeout=10, max_size=2**24
+            url,
+            sock=sock,
+            max_queue=1 if slow else 64,
+            ping_interval=None if slow else 20,  # a slow reader would miss its own pongs behind queued frames
+            open_timeout=10,
+            max_size=2**24,
         ) as ws:
             while (left := deadline - time.monotonic()) > 0:
                 try:
@@ -234,7 +239,8 @@ async def view(url: str, duration_s: float, read_delay_s: float = 0.0) -> Viewer
                 if slow:
                     await asyncio.sleep(read_delay_s)
     except websockets.ConnectionClosed as exc:
-        stats.closed = f"closed {exc.rcvd.code if exc.rcvd else None}"
+        who, frame = ("server", exc.rcvd) if exc.rcvd else ("client", exc.sent)
+        stats.closed = f"{who} closed after {duration_s - (deadline - time.monotonic()):.0f} s: {frame}"
     finally:
         sock.close()
     return stats

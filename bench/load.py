@@ -5,8 +5,9 @@
    a tiny socket buffer) for ``--duration`` s each. Pass: the rate with many viewers is within 5 % of the rate
    with one; the slow viewers' skipped frames show in ``overtime_ws_dropped_total``; REST p95 < 100 ms throughout.
 2. Streams. Streams are added one at a time (each measured ``--window`` s) until one falls below 95 % of its fps
-   or drops frames: the last count that held is what this machine sustains. Then that many streams run with one
-   more whose live source is killed mid-run: the others' rates after the failure stay within 5 % of before.
+   or its worker falls behind on more than 2 % of its frames: the last count that held is what this machine
+   sustains. Then that many streams run with one more whose live source is killed mid-run: the others' rates
+   after the failure stay within 5 % of before.
 
 Writes ``bench/results/load-viewers.{json,md}`` and ``load-streams.{json,md}``.
 
@@ -88,7 +89,8 @@ def streams_run(srv: Server, api: Api, args: argparse.Namespace) -> dict:
         sids.append(api.create(f"file:{CLIP}", name=f"s{k}", fps=args.fps, loop=True)["id"])
         api.wait_processed(sids[-1], 2 * int(args.fps), 120)
         rates, behind = processed_rates(api, sids, args.window)
-        held = all(r >= 0.95 * args.fps for r in rates.values()) and not any(behind.values())
+        # held: every stream at >= 95 % of its fps, and the worker behind for at most 2 % of its frames
+        held = all(rates[s] >= 0.95 * args.fps and behind[s] <= 0.02 * rates[s] * args.window for s in sids)
         steps.append(
             {
                 "streams": k,
