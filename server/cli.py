@@ -16,7 +16,7 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
     for name, field in Settings.model_fields.items():
         flag = "--" + name.replace("_", "-")
         kind = hints[name]
-        help_text = f"{field.description} (env OVERTIME_{name.upper()}, default {field.default!r})"
+        help_text = f"{field.description} (env OVERTIME_{name.upper()}, default {field.default})"
         if kind is bool:
             parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif typing.get_origin(kind) is list:

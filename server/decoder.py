@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 VIDEO_SIGNATURES = (b"\x1a\x45\xdf\xa3", b"RIFF", b"\x47", b"\x00\x00\x01\xba", b"OggS", b"FLV")
 STATS_PERIOD_S = 0.25
 MAX_BAD_PACKETS = 25  # corrupt packets in a row before a source counts as broken (decode_error)
+Frame = tuple[np.ndarray, float, float]
 
 
 @dataclass(frozen=True)
@@ -77,19 +78,17 @@ class Reporter:
         self.events.put(message)
 
 
-def run_decoder(
-    cfg: DecoderConfig, ring_spec: RingSpec, slots: Any, events: Any, stop: Any, ready: Any, ingest: Any
-) -> None:
-    """Process entry point. ``ready`` is set by the worker once its pipeline exists; ``ingest`` carries webcam JPEGs."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the API process stops us through ``stop``
+def run_decoder(cfg: DecoderConfig, ring_spec: RingSpec, slots: Any, events: Any, ingest: Any) -> None:
+    """Process entry point. Frames wait until the worker is ready (a ring flag); ``ingest`` carries webcam JPEGs."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the API process stops us through the ring's stop flag
     av.logging.set_level(av.logging.PANIC)
     parent = os.getppid()
     ring = FrameRing.attach(ring_spec)
     slots.cancel_join_thread()  # unread slot indices are worthless once we exit
     report = Reporter(events)
     try:
-        frames = _frames(cfg, report, ingest, stop)
-        _emit(cfg, frames, ring, slots, report, stop, ready, parent)
+        frames = _frames(cfg, report, ingest, ring)
+        _emit(cfg, frames, ring, slots, report, parent)
     except SourceError as exc:
         report.send({"type": "error", "code": exc.code, "message": exc.message})
     except Exception as exc:  # an unexpected failure still gets a code, never a silent death
@@ -101,24 +100,24 @@ def run_decoder(
 
 def _emit(
     cfg: DecoderConfig,
-    frames: Iterator[tuple[np.ndarray, float]],
+    frames: Iterator[Frame],
     ring: FrameRing,
     slots: Any,
     report: Reporter,
-    stop: Any,
-    ready: Any,
     parent: int,
 ) -> None:
     ds = 1.0 / cfg.fps
     tolerance = ds / 4
     next_tick: float | None = None
     wall0 = 0.0
-    for rgb, t in frames:
-        if stop.is_set() or os.getppid() != parent:
+    for rgb, t, position in frames:
+        if ring.stopping or os.getppid() != parent:
             return
         report.decoded += 1
         if next_tick is None:
-            _wait_ready(ready, stop)
+            while not ring.ready:
+                if ring.sleep(0.05):
+                    return
             next_tick, wall0 = t, time.monotonic() - t
         if t < next_tick - tolerance:
             report.drop("resample")
@@ -126,26 +125,20 @@ def _emit(
             next_tick = max(next_tick + ds, t + ds - tolerance)
             if not cfg.source.live:  # pace files in real time
                 delay = wall0 + t - time.monotonic()
-                if delay > 0 and stop.wait(delay):
+                if delay > 0 and ring.sleep(delay):
                     return
             report.drop("worker_behind", ring.write(rgb, time.time(), slots))
-            report.position = t
+            report.position = position
         report.tick()
     report.send({"type": "ended"})
 
 
-def _wait_ready(ready: Any, stop: Any) -> None:
-    while not ready.wait(0.1):
-        if stop.is_set():
-            return
-
-
 # -- frame sources ------------------------------------------------------------------------------
-def _frames(cfg: DecoderConfig, report: Reporter, ingest: Any, stop: Any) -> Iterator[tuple[np.ndarray, float]]:
-    """Decoded RGB frames of the target size with a monotonic source time in seconds."""
+def _frames(cfg: DecoderConfig, report: Reporter, ingest: Any, ring: FrameRing) -> Iterator[Frame]:
+    """Decoded RGB frames of the target size: (pixels, monotonic source time, position in the file) in seconds."""
     if cfg.source.kind == "webcam":
         report.send({"type": "opened", "info": {"codec": "mjpeg"}})
-        return _webcam_frames(cfg, ingest, stop)
+        return _webcam_frames(cfg, ingest, ring)
     container = _open(cfg)
     report.send({"type": "opened", "info": _describe(container)})
     return _container_frames(cfg, container, report)
@@ -209,19 +202,19 @@ def _decoded(container: av.container.InputContainer, stream: Any, report: Report
         yield from frames
 
 
-def _container_frames(
-    cfg: DecoderConfig, container: av.container.InputContainer, report: Reporter
-) -> Iterator[tuple[np.ndarray, float]]:
+def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer, report: Reporter) -> Iterator[Frame]:
     if not container.streams.video:
         raise SourceError(errors.NOT_VIDEO, "the source has no video stream")
     stream = container.streams.video[0]
     if cfg.start_at_s > 0 and not cfg.source.live:
         container.seek(int(cfg.start_at_s / stream.time_base), stream=stream)
     size: tuple[int, int] | None = None
-    offset, last, count = 0.0, 0.0, 0
+    skip_until = 0.0 if cfg.source.live else cfg.start_at_s
+    offset, last, last_at = 0.0, 0.0, time.monotonic()
     step = 1.0 / float(stream.average_rate or 30)
     try:
         while True:
+            count = 0
             for frame in _decoded(container, stream, report):
                 if size is None:
                     size = (frame.width, frame.height)
@@ -231,30 +224,35 @@ def _container_frames(
                         f"resolution changed mid-stream from {size[0]}x{size[1]} to {frame.width}x{frame.height}",
                     )
                 t = frame.time if frame.time is not None else count * step
-                if t < cfg.start_at_s and offset == 0.0 and not cfg.source.live:
+                if t < skip_until:
                     continue
-                last, count = t, count + 1
+                last, count, last_at = t, count + 1, time.monotonic()
                 rgb = frame.reformat(width=cfg.width, height=cfg.height, format="rgb24").to_ndarray()
-                yield rgb, offset + t
-            if not cfg.loop or cfg.source.live or count == 0:
-                return
+                yield rgb, offset + t, t
+            if not cfg.loop or cfg.source.live or (count == 0 and not skip_until):
+                return  # the end (an empty video never loops)
             container.seek(0, stream=stream)
             offset += last + step
+            skip_until = 0.0
     except SourceError:
         raise
-    except (av.error.ExitError, av.error.TimeoutError, TimeoutError) as exc:
-        raise SourceError(errors.STALLED, f"no data from the source for {cfg.read_timeout_s:g} s") from exc
     except (av.error.FFmpegError, OSError) as exc:
+        # A read timeout surfaces as whatever the protocol makes of it (EIO, "ends prematurely", exit requested):
+        # a live source that went silent for the read timeout before failing has stalled.
+        # PyAV's own timeout interrupts the read: that is "Immediate exit requested" (ExitError).
+        silent = time.monotonic() - last_at
+        if isinstance(exc, av.error.ExitError) or (cfg.source.live and silent >= 0.8 * cfg.read_timeout_s):
+            raise SourceError(errors.STALLED, f"no data from the source for {silent:.1f} s ({exc})") from exc
         raise SourceError(errors.DECODE_ERROR, f"decoding failed: {exc}") from exc
     finally:
         container.close()
 
 
-def _webcam_frames(cfg: DecoderConfig, ingest: Any, stop: Any) -> Iterator[tuple[np.ndarray, float]]:
+def _webcam_frames(cfg: DecoderConfig, ingest: Any, ring: FrameRing) -> Iterator[Frame]:
     """JPEGs pushed by a browser over ``/ws/streams/{id}/ingest``; their arrival time is their timestamp."""
     codec = av.CodecContext.create("mjpeg", "r")
     t0 = time.monotonic()
-    while not stop.is_set():
+    while not ring.stopping:
         try:
             data = ingest.get(timeout=cfg.read_timeout_s)
         except queue.Empty:
@@ -264,4 +262,5 @@ def _webcam_frames(cfg: DecoderConfig, ingest: Any, stop: Any) -> Iterator[tuple
         except av.error.FFmpegError as exc:
             raise SourceError(errors.DECODE_ERROR, f"a webcam frame is not a JPEG: {exc}") from exc
         for frame in decoded:
-            yield frame.reformat(width=cfg.width, height=cfg.height, format="rgb24").to_ndarray(), time.monotonic() - t0
+            rgb = frame.reformat(width=cfg.width, height=cfg.height, format="rgb24").to_ndarray()
+            yield rgb, time.monotonic() - t0, 0.0

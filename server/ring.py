@@ -11,13 +11,16 @@ overwritten under it is detected and counted as dropped instead of handing out t
 from __future__ import annotations
 
 import queue
+import time
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 from typing import Any
 
 import numpy as np
 
+POLL_S = 0.02
 WRITING = -1.0
+NEXT_SEQ, FLAGS = -2, -1  # header rows after the slots: (next seq, -) and (stop requested, worker ready)
 
 
 @dataclass(frozen=True)
@@ -31,7 +34,7 @@ class RingSpec:
 
     @property
     def header_bytes(self) -> int:
-        return (self.slots + 1) * 2 * 8  # per slot (seq, capture time); one extra row for the next seq
+        return (self.slots + 2) * 2 * 8  # per slot (seq, capture time); then (next seq, -), (stop, ready)
 
     @property
     def frame_bytes(self) -> int:
@@ -43,7 +46,7 @@ class FrameRing:
         self.spec = spec
         self._shm = shm
         self._owner = owner
-        self.header = np.ndarray((spec.slots + 1, 2), np.float64, shm.buf, 0)
+        self.header = np.ndarray((spec.slots + 2, 2), np.float64, shm.buf, 0)
         self.frames = np.ndarray((spec.slots, spec.height, spec.width, 3), np.uint8, shm.buf, spec.header_bytes)
 
     @classmethod
@@ -65,11 +68,36 @@ class FrameRing:
     def queue_size(self) -> int:
         return self.spec.slots - 2
 
+    # -- flags: plain shared memory, not multiprocessing.Event (whose set() hangs once a waiter was killed) -----
+    def request_stop(self) -> None:
+        self.header[FLAGS, 0] = 1.0
+
+    @property
+    def stopping(self) -> bool:
+        return bool(self.header[FLAGS, 0])
+
+    def set_ready(self) -> None:
+        self.header[FLAGS, 1] = 1.0
+
+    @property
+    def ready(self) -> bool:
+        return bool(self.header[FLAGS, 1])
+
+    def sleep(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``; True (early) when a stop was requested."""
+        deadline = time.monotonic() + seconds
+        while not self.stopping:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(left, POLL_S))
+        return True
+
     # -- decoder side ----------------------------------------------------------------------------
     def write(self, frame: np.ndarray, capture_time: float, slots_queue: Any) -> int:
         """Publish ``frame``; return how many unread frames were dropped to make room (0 or more)."""
-        seq = int(self.header[-1, 0])
-        self.header[-1, 0] = seq + 1
+        seq = int(self.header[NEXT_SEQ, 0])
+        self.header[NEXT_SEQ, 0] = seq + 1
         slot = seq % self.spec.slots
         self.header[slot, 0] = WRITING
         self.frames[slot] = frame

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import itertools
 import logging
 import math
@@ -25,7 +24,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,6 @@ from . import errors
 from .broadcast import Broadcaster
 from .decoder import DecoderConfig, run_decoder
 from .demo import ensure_demo
-from .flag import Flag
 from .metrics import Metrics
 from .ring import FrameRing
 from .sources import SourceSpec
@@ -42,6 +40,7 @@ from .worker import WorkerConfig, run_worker
 log = logging.getLogger(__name__)
 RING_SLOTS = 4
 WORKER_STOP_S = 20.0  # room for the final checkpoint
+FINAL_DRAIN_S = 0.3  # a reader thread polls every 0.1 s
 HEALTHY_RUN_S = 10.0  # a generation that ran this long resets the back-off
 SPAWN = mp.get_context("spawn")  # never fork a process that runs threads (uvicorn, torch)
 CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGFPE, signal.SIGABRT, signal.SIGBUS}
@@ -78,36 +77,59 @@ class Outcome:
     message: str = ""
 
 
-@dataclass
 class Generation:
-    ring: FrameRing
-    slots: Any
-    events: Any
-    out: Any
-    control: Any
-    ingest: Any
-    stop: Any
-    ready: Any
-    decoder: Any
-    worker: Any
-    started: float = field(default_factory=time.monotonic)
+    """One ring, its queues, one decoder and one worker.
 
-    def shutdown(self, drain: Callable[[], object]) -> None:
-        """Stop both processes, ``drain`` what they sent on the way out, then free the queues and the ring."""
-        self.stop.set()
-        if not self.ready.is_set() and self.worker.is_alive():
+    Reader threads move the processes' messages into ``inbox``: a process killed halfway through writing a
+    message would block a direct reader forever; here it strands only its own reader thread. Flags go through
+    the ring's shared memory, not ``multiprocessing.Event``, whose ``set()`` hangs once a waiter was killed.
+    """
+
+    def __init__(self, ring: FrameRing, slots: Any, events: Any, out: Any, control: Any, ingest: Any,
+                 decoder: Any, worker: Any) -> None:  # fmt: skip
+        self.ring, self.slots, self.control, self.ingest = ring, slots, control, ingest
+        self.decoder, self.worker = decoder, worker
+        self.started = time.monotonic()
+        self.inbox: queue.Queue[tuple[str, dict]] = queue.Queue()
+        self._done = threading.Event()
+        self._readers = {
+            tag: (q, threading.Thread(target=self._read, args=(q, tag), daemon=True))
+            for tag, q in (("worker", out), ("decoder", events))
+        }
+        for _, thread in self._readers.values():
+            thread.start()
+
+    def _read(self, q: Any, tag: str) -> None:
+        while True:
+            try:
+                message = q.get(timeout=0.1)
+            except queue.Empty:
+                if self._done.is_set():
+                    return
+                continue
+            except (OSError, EOFError, ValueError):
+                return
+            self.inbox.put((tag, message))
+
+    def shutdown(self) -> None:
+        """Stop both processes (the worker checkpoints on the way out), then free the queues and the ring."""
+        self.ring.request_stop()
+        if not self.ring.ready and self.worker.is_alive():
             self.worker.kill()  # still building its pipeline: nothing learned, nothing to save
-        deadline = time.monotonic() + WORKER_STOP_S
-        while self.worker.is_alive() and time.monotonic() < deadline:
-            self.worker.join(0.1)
-            drain()  # keep the pipes flowing: a child blocks at exit until its queued messages are read
+        if self.worker.pid is not None:
+            self.worker.join(WORKER_STOP_S)
         self.decoder.join(3.0)
         for proc in (self.worker, self.decoder):
             if proc.pid is not None and proc.is_alive():
                 proc.kill()
                 proc.join(3.0)
-        drain()
-        for q in (self.slots, self.events, self.out, self.control, self.ingest):
+        self._done.set()
+        queues = [self.slots, self.control, self.ingest]
+        for q, thread in self._readers.values():
+            thread.join(2.0)
+            if not thread.is_alive():  # a reader stuck on a half-written message keeps its queue (and fd)
+                queues.append(q)
+        for q in queues:
             q.cancel_join_thread()  # never block this thread on a queue whose reader is gone
             q.close()
         self.ring.close()
@@ -140,7 +162,7 @@ class StreamSession:
         self._closing = threading.Event()
         self._requests = itertools.count(1)
         self._acks: dict[int, tuple[threading.Event, list]] = {}
-        self._last_frame_at = time.monotonic()
+        self._last_frame_at: float | None = None
         metrics.frame_interval.labels(sid).set(1.0 / cfg.fps)
         for counter in (metrics.reconnects, metrics.worker_restarts, metrics.nonfinite, metrics.ws_dropped):
             counter.labels(sid)  # series exist (at 0) from the start, as Prometheus prefers
@@ -169,7 +191,7 @@ class StreamSession:
         """Ask the worker for a checkpoint now; the frame count saved, or None if it is not running.
         ``CheckpointFailed`` when the worker could not write it (the stream goes on learning)."""
         gen = self._gen
-        if gen is None or not gen.ready.is_set() or not gen.worker.is_alive():
+        if gen is None or not gen.ring.ready or not gen.worker.is_alive():
             return None
         rid = next(self._requests)
         done, result = threading.Event(), []
@@ -184,7 +206,7 @@ class StreamSession:
     def inject_fault(self, fault: str) -> bool:
         """A reliability-test hook (``settings.fault_injection``): ask the worker to suffer ``fault``."""
         gen = self._gen
-        if gen is None or not gen.ready.is_set() or not gen.worker.is_alive():
+        if gen is None or not gen.ring.ready or not gen.worker.is_alive():
             return False
         gen.control.put({"type": "fault", "fault": fault})
         return True
@@ -215,8 +237,8 @@ class StreamSession:
                 return
             outcome = self._watch(self._gen)
             healthy = time.monotonic() - self._gen.started > HEALTHY_RUN_S and self.counters["processed"] > 0
-            gen = self._gen
-            gen.shutdown(drain=functools.partial(self._relay, gen, final=True))
+            self._gen.shutdown()
+            self._relay(self._gen, final=True)  # what they sent on the way out (the final checkpoint) counts
             if outcome.kind == "closing":
                 self._set_state("ended", None, "")
                 return
@@ -261,24 +283,22 @@ class StreamSession:
         ring = FrameRing.create(RING_SLOTS, cfg.height, cfg.width)
         slots = SPAWN.Queue(ring.queue_size)
         events, out, control, ingest = SPAWN.Queue(), SPAWN.Queue(), SPAWN.Queue(), SPAWN.Queue(2)
-        stop, ready = Flag(SPAWN), Flag(SPAWN)
         dcfg = DecoderConfig(cfg.spec, cfg.fps, cfg.width, cfg.height, cfg.loop, s.open_timeout_s, s.read_timeout_s,
                              start_at_s=self.position)  # fmt: skip
         wcfg = WorkerConfig(cfg.name, cfg.model, cfg.stages, cfg.width, cfg.height, self.lr, cfg.schedule,
                             cfg.devices, s.checkpoint_dir / f"{cfg.name}.pt", s.checkpoint_interval_s,
                             s.jpeg_quality)  # fmt: skip
-        worker = SPAWN.Process(target=run_worker, args=(wcfg, ring.spec, slots, out, control, stop, ready),
+        worker = SPAWN.Process(target=run_worker, args=(wcfg, ring.spec, slots, out, control),
                                name=f"overtime-worker-{self.id}", daemon=True)  # fmt: skip
-        decoder = SPAWN.Process(target=run_decoder, args=(dcfg, ring.spec, slots, events, stop, ready, ingest),
+        decoder = SPAWN.Process(target=run_decoder, args=(dcfg, ring.spec, slots, events, ingest),
                                 name=f"overtime-decoder-{self.id}", daemon=True)  # fmt: skip
         decoder.start()  # the worker starts once the source opened: a bad source never costs a pipeline
-        self._last_frame_at = time.monotonic()
-        return Generation(ring, slots, events, out, control, ingest, stop, ready, decoder, worker)
+        self._last_frame_at = None  # the stall watchdog starts when the worker is ready (frames flow from then on)
+        return Generation(ring, slots, events, out, control, ingest, decoder, worker)
 
     def _watch(self, gen: Generation) -> Outcome:
         """Relay messages until the generation must end; return why."""
         stall_s = self.settings.read_timeout_s + 5.0
-        ready_at: float | None = None  # the stall clock starts when the worker is ready: the decoder waits for it
         while True:
             if self._closing.is_set():
                 return Outcome("closing")
@@ -297,25 +317,22 @@ class StreamSession:
                 return self._relay(gen, final=True) or Outcome(
                     "decoder", errors.DECODER_DIED, f"the decoder process died (exit code {gen.decoder.exitcode})"
                 )
-            if ready_at is None and gen.ready.is_set():
-                ready_at = time.monotonic()
-            if ready_at is not None and time.monotonic() - max(self._last_frame_at, ready_at) > stall_s:
+            quiet = self._last_frame_at is not None and time.monotonic() - self._last_frame_at > stall_s
+            if quiet:
                 return Outcome("decoder", errors.STALLED, f"no frame from the source for {stall_s:g} s")
 
     def _relay(self, gen: Generation, final: bool = False) -> Outcome | None:
-        """Handle what the processes sent; ``final`` drains everything left after a process exited."""
-        wait = 0.0 if final else 0.05
-        for q, handle in ((gen.out, self._on_worker), (gen.events, self._on_decoder)):
-            while True:
-                try:
-                    message = q.get(timeout=wait) if wait else q.get_nowait()
-                except (queue.Empty, OSError, EOFError):
-                    break
-                wait = 0.0
-                outcome = handle(message)
-                if outcome is not None:
-                    return outcome
-        return None
+        """Handle what the processes sent. ``final``: a process exited — give its reader a moment to deliver
+        its last messages (an error event, the final checkpoint) before deciding what happened."""
+        deadline = time.monotonic() + (FINAL_DRAIN_S if final else 0.05)
+        while True:
+            try:
+                tag, message = gen.inbox.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                return None
+            outcome = (self._on_worker if tag == "worker" else self._on_decoder)(message)
+            if outcome is not None:
+                return outcome
 
     def _on_decoder(self, m: dict) -> Outcome | None:
         kind = m["type"]

@@ -15,6 +15,7 @@ import os
 import queue
 import signal
 import time
+import zlib
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,6 +77,7 @@ class Learner:
         if saved is not None:
             self._check_compatible(saved)
         sample = torch.zeros(1, 6, cfg.height, cfg.width)
+        torch.manual_seed(zlib.crc32(cfg.name.encode()))  # a new stream's initial weights depend on its name only
         # An explicit lr wins (a restart after a crash passes a halved one); else the checkpoint's; else the default.
         self.lr = cfg.lr or (float(saved["lr"]) if saved else lr_for_stages(BASE_LR, cfg.stages))
         model = build_flow_net(cfg.model)
@@ -147,13 +149,14 @@ class Learner:
         self.nonfinite += 1
 
 
-def run_worker(
-    cfg: WorkerConfig, ring_spec: RingSpec, slots: Any, out: Any, control: Any, stop: Any, ready: Any
-) -> None:
+def run_worker(cfg: WorkerConfig, ring_spec: RingSpec, slots: Any, out: Any, control: Any) -> None:
     """Process entry point; publishes dict messages on ``out`` (see ``session.py`` for their use)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the API process stops us through ``stop``
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the API process stops us through the ring's stop flag
     parent = os.getppid()
-    ring = FrameRing.attach(ring_spec)
+    try:
+        ring = FrameRing.attach(ring_spec)
+    except FileNotFoundError:
+        return  # the stream was stopped before this process got going
     try:
         learner = Learner(cfg)
     except CheckpointMismatch as exc:
@@ -164,21 +167,21 @@ def run_worker(
         out.put({"type": "error", "code": errors.WORKER_FAILED, "message": f"{type(exc).__name__}: {exc}"})
         return
     out.put({"type": "ready", "resumed_from": learner.resumed_from, "lr": learner.lr, "balance": learner.pipe.balance})
-    ready.set()
+    ring.set_ready()
     try:
-        _learn(cfg, learner, ring, slots, out, control, stop, parent)
+        _learn(cfg, learner, ring, slots, out, control, parent)
     finally:
         _checkpoint(learner, out)
         learner.pipe.close()
         ring.close()
 
 
-def _learn(cfg: WorkerConfig, learner: Learner, ring: FrameRing, slots: Any, out: Any, control: Any, stop: Any,
+def _learn(cfg: WorkerConfig, learner: Learner, ring: FrameRing, slots: Any, out: Any, control: Any,
            parent: int) -> None:  # fmt: skip
     previous: np.ndarray | None = None
     pending: deque[tuple[np.ndarray, float]] = deque()  # frames inside the pipeline, oldest first
     last_save = time.monotonic()
-    while not stop.is_set() and os.getppid() == parent:
+    while not ring.stopping and os.getppid() == parent:
         _serve_control(learner, control, out)
         if time.monotonic() - last_save >= cfg.checkpoint_interval_s:
             _checkpoint(learner, out)

@@ -114,15 +114,15 @@ def start(page, kind: str, url: str = "") -> str:
 
 def wait_for_points(page, chart: str, n: int, timeout_s: float) -> None:
     """Waits until a chart holds n points; on timeout saves what the page showed and says what state it was in."""
+    enough = f"() => +document.querySelector('{chart}').dataset.points >= {n}"
     try:
-        page.wait_for_function(
-            f"() => +document.querySelector('{chart}').dataset.points >= {n}", timeout=timeout_s * 1e3
-        )
+        page.wait_for_function(enough, timeout=timeout_s * 1e3)
     except sync_api.TimeoutError:
         page.screenshot(path=str(RESULTS / "client-failure.png"), full_page=True)
         state, error = page.inner_text("#live-state"), page.inner_text("#live-error")
         points = page.get_attribute(chart, "data-points")
-        raise AssertionError(f"{chart}: {points} of {n} points after {timeout_s} s; state {state!r}, error {error!r}")
+        message = f"{chart}: {points} of {n} points after {timeout_s} s; state {state!r}, error {error!r}"
+        raise AssertionError(message) from None
 
 
 def losses(page) -> list[float]:
@@ -131,7 +131,7 @@ def losses(page) -> list[float]:
 
 def test_demo_stream_draws_overlay_loss_and_budget(page, server):
     stream_id = start(page, "demo")
-    wait_for_points(page, "#chart-loss", 20, timeout_s=90)
+    wait_for_points(page, "#chart-loss", 20, timeout_s=150)
     first = page.evaluate(CANVAS_STATS, "#view")
     page.wait_for_timeout(600)
     second = page.evaluate(CANVAS_STATS, "#view")
@@ -167,7 +167,7 @@ def test_demo_stream_draws_overlay_loss_and_budget(page, server):
 
 def test_webcam_stream_learns(page, server):
     start(page, "webcam")
-    wait_for_points(page, "#chart-loss", 40, timeout_s=90)
+    wait_for_points(page, "#chart-loss", 40, timeout_s=150)
     values = [v for v in losses(page) if v is not None]
     head, tail = np.mean(values[:10]), np.mean(values[-10:])
     page.screenshot(path=str(RESULTS / "client-webcam.png"), full_page=True)
@@ -195,3 +195,19 @@ def test_rejected_source_shows_server_message(page):
     error = page.locator("#form-error")
     error.wait_for(state="visible", timeout=10_000)
     assert "ftp" in error.inner_text().lower()
+
+
+def test_token_is_asked_once_per_tab(browser, tmp_path):
+    with live_server(tmp_path, token="s3cret") as url:
+        context = browser.new_context()
+        pg = context.new_page()
+        pg.goto(url)
+        pg.locator("#token-dialog").wait_for(state="visible", timeout=10_000)
+        pg.fill("#token-input", "s3cret")
+        pg.click("#token-form button.primary")
+        pg.wait_for_function("() => document.querySelector('#server-status').dataset.state === 'ok'", timeout=10_000)
+        pg.reload()  # same tab: the token is remembered, nothing is asked
+        pg.wait_for_function("() => document.querySelector('#server-status').dataset.state === 'ok'", timeout=10_000)
+        assert not pg.locator("#token-dialog").is_visible()
+        assert pg.evaluate("() => sessionStorage.getItem('overtime.token')") == "s3cret"
+        context.close()
