@@ -233,7 +233,7 @@ def _checkpoint(learner: Learner, out: Any, request: int | None = None) -> None:
     weights live on in memory, the old checkpoint is intact (atomic save), and the next checkpoint tries again."""
     try:
         frames, error = learner.save(), None
-    except OSError as exc:
-        frames, error = -1, f"cannot write the checkpoint: {exc.strerror or exc}"
+    except (OSError, RuntimeError) as exc:  # torch.save reports a short write (disk full) as a RuntimeError
+        frames, error = -1, f"cannot write the checkpoint: {getattr(exc, 'strerror', None) or exc}"
         log.warning("%s", error)
     out.put({"type": "checkpoint", "frames": frames, "request": request, "error": error})
