@@ -10,16 +10,13 @@ scenario with a short pause. Writes ``bench/results/outage.json`` and ``.md``.
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-from bench.harness import Api, LiveSource, Server, make_video
-
-RESULTS = Path(__file__).parent / "results"
+from bench.harness import Api, LiveSource, Server, machine_load, make_video, write_results
 
 
 def outage(api: Api, video: Path, pause_s: float, name: str) -> dict:
@@ -84,11 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         with srv, srv.api() as api:
             result = outage(api, srv.media_dir / "clip.mp4", args.pause, "outage")
     result["ok"] = result["reconnected"] and result["resumed_from"] == result["checkpoint_on_disk"]
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "outage.json").write_text(json.dumps(result, indent=2) + "\n")
+    result["machine"] = machine_load()
     rows = "\n".join(f"| {k} | {v} |" for k, v in result.items())
-    (RESULTS / "outage.md").write_text(f"# Live-source outage ({args.pause:g} s)\n\n| | |\n|---|---|\n{rows}\n")
-    print(json.dumps(result, indent=2))
+    write_results("outage", result, f"# Live-source outage ({args.pause:g} s)\n\n| | |\n|---|---|\n{rows}\n")
     return 0 if result["ok"] else 1
 
 
