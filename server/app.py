@@ -13,7 +13,7 @@ from fastapi.staticfiles import StaticFiles
 
 from .manager import RequestError, StreamManager
 from .metrics import Metrics
-from .routes import health, streams, ws
+from .routes import faults, health, streams, ws
 from .schemas import StreamCreate
 from .settings import Settings
 
@@ -42,6 +42,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(streams.router)
     app.include_router(ws.router)
+    if settings.fault_injection:
+        app.include_router(faults.router)
 
     @app.exception_handler(RequestError)
     async def request_error(_: Request, exc: RequestError) -> JSONResponse:

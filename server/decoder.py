@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 # or truncated (decode_error), anything else is not a video at all (not_video).
 VIDEO_SIGNATURES = (b"\x1a\x45\xdf\xa3", b"RIFF", b"\x47", b"\x00\x00\x01\xba", b"OggS", b"FLV")
 STATS_PERIOD_S = 0.25
+MAX_BAD_PACKETS = 25  # corrupt packets in a row before a source counts as broken (decode_error)
 Frame = tuple[np.ndarray, float, float]
 
 
@@ -140,7 +141,7 @@ def _frames(cfg: DecoderConfig, report: Reporter, ingest: Any, ring: FrameRing) 
         return _webcam_frames(cfg, ingest, ring)
     container = _open(cfg)
     report.send({"type": "opened", "info": _describe(container)})
-    return _container_frames(cfg, container)
+    return _container_frames(cfg, container, report)
 
 
 def _open(cfg: DecoderConfig) -> av.container.InputContainer:
@@ -184,7 +185,24 @@ def _describe(container: av.container.InputContainer) -> dict:
     return {"codec": vs.codec_context.name, "width": vs.width, "height": vs.height, "fps": fps}
 
 
-def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer) -> Iterator[Frame]:
+def _decoded(container: av.container.InputContainer, stream: Any, report: Reporter) -> Iterator[av.VideoFrame]:
+    """The stream's frames. A packet that does not decode (corrupt bytes) is skipped and counted
+    (``reason="decode_error"``); only ``MAX_BAD_PACKETS`` in a row end the stream — then it really is broken."""
+    bad = 0
+    for packet in container.demux(stream):
+        try:
+            frames = packet.decode()
+        except av.error.InvalidDataError:
+            bad += 1
+            report.drop("decode_error")
+            if bad >= MAX_BAD_PACKETS:
+                raise
+            continue
+        bad = 0
+        yield from frames
+
+
+def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer, report: Reporter) -> Iterator[Frame]:
     if not container.streams.video:
         raise SourceError(errors.NOT_VIDEO, "the source has no video stream")
     stream = container.streams.video[0]
@@ -197,7 +215,7 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
     try:
         while True:
             count = 0
-            for frame in container.decode(stream):
+            for frame in _decoded(container, stream, report):
                 if size is None:
                     size = (frame.width, frame.height)
                 elif size != (frame.width, frame.height):

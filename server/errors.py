@@ -26,6 +26,9 @@ WORKER_DIED = "worker_died"
 WORKER_CRASHED = "worker_crashed"
 DECODER_DIED = "decoder_died"
 CHECKPOINT_MISMATCH = "checkpoint_mismatch"
+CHECKPOINT_FAILED = "checkpoint_failed"
+BAD_FRAME = "bad_frame"
+INGEST_FLOOD = "ingest_flood"
 
 # Live sources retry these with back-off; every other run-time error is final.
 TRANSIENT = frozenset({SOURCE_UNREACHABLE, DECODE_ERROR, RESOLUTION_CHANGED, STALLED})

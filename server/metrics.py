@@ -54,6 +54,9 @@ class Metrics:
         self.nonfinite = Counter(
             "overtime_nonfinite_losses", "non-finite losses (checkpoint restored, lr halved)", ["stream"], registry=r
         )
+        self.checkpoint_failures = Counter(
+            "overtime_checkpoint_failures", "checkpoint writes that failed (disk full, ...)", ["stream"], registry=r
+        )
         self.streams = Gauge("overtime_streams", "streams by state", ["state"], registry=r)
         self.ws_clients = Gauge("overtime_ws_clients", "connected WebSocket viewers", ["stream"], registry=r)
         self.ws_dropped = Counter("overtime_ws_dropped", "frames a slow viewer skipped", ["stream"], registry=r)
@@ -67,8 +70,8 @@ class Metrics:
     def forget(self, stream: str) -> None:
         """Drop a deleted stream's series so /metrics does not grow with every stream ever made."""
         for metric in (self.frame_interval, self.step, self.budget_ratio, self.latency, self.loss, self.reconnects,
-                       self.worker_restarts, self.nonfinite, self.ws_clients, self.ws_dropped, self.frames,
-                       self.stage_step):  # fmt: skip
+                       self.worker_restarts, self.nonfinite, self.checkpoint_failures, self.ws_clients,
+                       self.ws_dropped, self.frames, self.stage_step):  # fmt: skip
             for labels in [key for key in _label_sets(metric) if key[0] == stream]:
                 metric.remove(*labels)
 

@@ -46,6 +46,10 @@ SPAWN = mp.get_context("spawn")  # never fork a process that runs threads (uvico
 CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGFPE, signal.SIGABRT, signal.SIGBUS}
 
 
+class CheckpointFailed(Exception):
+    """The worker could not write a checkpoint (the message says why); it keeps learning."""
+
+
 @dataclass
 class StreamConfig:
     """A stream's resolved parameters (request fields merged with the server's defaults)."""
@@ -184,7 +188,8 @@ class StreamSession:
         return {"decoder": gen.decoder.pid if gen else None, "worker": gen.worker.pid if gen else None}
 
     def checkpoint(self, timeout_s: float = 15.0) -> int | None:
-        """Ask the worker for a checkpoint now; the frame count saved, or None if it is not running."""
+        """Ask the worker for a checkpoint now; the frame count saved, or None if it is not running.
+        ``CheckpointFailed`` when the worker could not write it (the stream goes on learning)."""
         gen = self._gen
         if gen is None or not gen.ring.ready or not gen.worker.is_alive():
             return None
@@ -194,7 +199,17 @@ class StreamSession:
         gen.control.put({"type": "checkpoint", "id": rid})
         ok = done.wait(timeout_s)
         self._acks.pop(rid, None)
+        if ok and result and isinstance(result[0], CheckpointFailed):
+            raise result[0]
         return result[0] if ok and result else None
+
+    def inject_fault(self, fault: str) -> bool:
+        """A reliability-test hook (``settings.fault_injection``): ask the worker to suffer ``fault``."""
+        gen = self._gen
+        if gen is None or not gen.ring.ready or not gen.worker.is_alive():
+            return False
+        gen.control.put({"type": "fault", "fault": fault})
+        return True
 
     def push_jpeg(self, data: bytes) -> bool:
         """A webcam frame from the ingest WebSocket; False (and counted) when the decoder is behind."""
@@ -353,12 +368,14 @@ class StreamSession:
         elif kind == "checkpoint":
             if m["frames"] >= 0:
                 self.checkpoint_frames = m["frames"]
+            if m["error"]:
+                self.metrics.checkpoint_failures.labels(self.id).inc()
             ack = self._acks.get(m["request"]) if m["request"] is not None else None
             if ack is not None:
-                ack[1].append(m["frames"] if m["frames"] >= 0 else None)
+                ack[1].append(CheckpointFailed(m["error"]) if m["error"] else m["frames"] if m["frames"] >= 0 else None)
                 ack[0].set()
         elif kind == "nonfinite":
-            self.lr = m["lr"]
+            self.lr, self.resumed_from = m["lr"], m["restored_from"]
             self.counters["nonfinite_losses"] += 1
             self.metrics.nonfinite.labels(self.id).inc()
         elif kind == "error":

@@ -38,6 +38,7 @@ class Settings(BaseSettings):
     read_timeout_s: float = Field(10.0, gt=0, description="a live source silent this long is stalled")
     reconnect_max_s: float = Field(30.0, gt=0, description="cap on the reconnect back-off")
     jpeg_quality: int = Field(80, ge=10, le=100, description="quality of the overlay JPEGs")
+    fault_injection: bool = Field(False, description="expose POST /api/streams/{id}/faults (reliability tests only)")
 
     def schemes(self) -> set[str]:
         return {s.strip().lower() for s in self.allowed_schemes if s.strip()}

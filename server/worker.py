@@ -104,6 +104,7 @@ class Learner:
             self.resumed_from = int(saved["pipeline"]["frames"])
         self._initial = None if saved else copy.deepcopy(self.pipe.state_dict())
         self.nonfinite = 0
+        self.poison_next = False  # fault-injection hook: the next frame is all NaN, so its loss is NaN
 
     def _check_compatible(self, saved: dict) -> None:
         mine = {"model": self.cfg.model, "stages": self.cfg.stages, "width": self.cfg.width, "height": self.cfg.height}
@@ -129,6 +130,8 @@ class Learner:
 
     def step(self, x: torch.Tensor) -> StepResult | None:
         """One frame pair in; what left the pipeline out — None while filling and after a non-finite loss."""
+        if self.poison_next:
+            x, self.poison_next = torch.full_like(x, float("nan")), False
         r = self.pipe.step(x, target=x)
         if r.loss is not None and not math.isfinite(r.loss):
             self.recover()
@@ -138,7 +141,9 @@ class Learner:
     def recover(self) -> None:
         """After a non-finite loss: back to the last good weights, half the step size."""
         saved = checkpoints.load(self.cfg.checkpoint_path)
-        self.pipe.load_state_dict(saved["pipeline"] if saved else self._initial)
+        state = saved["pipeline"] if saved else self._initial
+        self.pipe.load_state_dict(state)
+        self.resumed_from = int(state["frames"])
         self.lr /= 2
         self.pipe.set_lr(self.lr)
         self.nonfinite += 1
@@ -166,8 +171,7 @@ def run_worker(cfg: WorkerConfig, ring_spec: RingSpec, slots: Any, out: Any, con
     try:
         _learn(cfg, learner, ring, slots, out, control, parent)
     finally:
-        frames = learner.save()
-        out.put({"type": "checkpoint", "frames": frames, "request": None})
+        _checkpoint(learner, out)
         learner.pipe.close()
         ring.close()
 
@@ -180,7 +184,7 @@ def _learn(cfg: WorkerConfig, learner: Learner, ring: FrameRing, slots: Any, out
     while not ring.stopping and os.getppid() == parent:
         _serve_control(learner, control, out)
         if time.monotonic() - last_save >= cfg.checkpoint_interval_s:
-            out.put({"type": "checkpoint", "frames": learner.save(), "request": None})
+            _checkpoint(learner, out)
             last_save = time.monotonic()
         got = ring.read(slots, POLL_S)
         if got is None:
@@ -199,7 +203,8 @@ def _learn(cfg: WorkerConfig, learner: Learner, ring: FrameRing, slots: Any, out
         r = learner.step(x)
         if learner.nonfinite != nonfinite:
             pending.clear()  # the pipeline restarted empty
-            out.put({"type": "nonfinite", "lr": learner.lr, "count": learner.nonfinite})
+            out.put({"type": "nonfinite", "lr": learner.lr, "count": learner.nonfinite,
+                     "restored_from": learner.resumed_from})  # fmt: skip
         if r is None:
             continue
         shown, shown_capture = pending.popleft()
@@ -218,4 +223,17 @@ def _serve_control(learner: Learner, control: Any, out: Any) -> None:
         except queue.Empty:
             return
         if request.get("type") == "checkpoint":
-            out.put({"type": "checkpoint", "frames": learner.save(), "request": request.get("id")})
+            _checkpoint(learner, out, request.get("id"))
+        elif request.get("type") == "fault" and request.get("fault") == "nan_loss":
+            learner.poison_next = True
+
+
+def _checkpoint(learner: Learner, out: Any, request: int | None = None) -> None:
+    """Save and report. A failed write (disk full, read-only dir) is reported with its reason and never fatal: the
+    weights live on in memory, the old checkpoint is intact (atomic save), and the next checkpoint tries again."""
+    try:
+        frames, error = learner.save(), None
+    except (OSError, RuntimeError) as exc:  # torch.save reports a short write (disk full) as a RuntimeError
+        frames, error = -1, f"cannot write the checkpoint: {getattr(exc, 'strerror', None) or exc}"
+        log.warning("%s", error)
+    out.put({"type": "checkpoint", "frames": frames, "request": request, "error": error})

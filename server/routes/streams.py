@@ -9,7 +9,7 @@ from .. import errors
 from ..deps import Manager, require_token
 from ..manager import RequestError
 from ..schemas import Counters, ErrorInfo, StreamCreate, StreamInfo
-from ..session import StreamSession
+from ..session import CheckpointFailed, StreamSession
 
 router = APIRouter(prefix="/api/streams", tags=["streams"], dependencies=[Depends(require_token)])
 
@@ -52,7 +52,10 @@ async def delete_stream(stream_id: str, manager: Manager) -> Response:
 @router.post("/{stream_id}/checkpoint")
 async def checkpoint_stream(stream_id: str, manager: Manager) -> dict:
     session = manager.get(stream_id)
-    frames = await run_in_threadpool(session.checkpoint)
+    try:
+        frames = await run_in_threadpool(session.checkpoint)
+    except CheckpointFailed as exc:
+        raise RequestError(507, errors.CHECKPOINT_FAILED, str(exc)) from exc
     if frames is None:
         raise RequestError(409, errors.WORKER_FAILED, f"stream {stream_id} has no running worker to checkpoint")
     return {"id": session.id, "name": session.cfg.name, "frames": frames}

@@ -20,7 +20,9 @@ right before the server closes the socket (bad token: close code 1008; unknown s
 A slow viewer only gets the newest frame; skipped frames count in ``overtime_ws_dropped_total``.
 
 ``WS /ws/streams/{id}/ingest[?token=...]`` — browser to server: binary messages, each one JPEG frame of the
-webcam (any size; the decoder scales it). Only for streams created with ``"source": "webcam"``.
+webcam (any size; the decoder scales it). Only for streams created with ``"source": "webcam"``. A text message,
+a message that is not a JPEG (close 1003), one over 4 MiB (1009) or more than max(2 x fps, 30) frames a second
+(1008) gets ``{"type": "error", "code": "bad_frame" | "ingest_flood", "message"}`` and a closed socket.
 """
 
 from __future__ import annotations
@@ -38,6 +40,9 @@ from ..session import StreamSession
 
 router = APIRouter(tags=["websocket"])
 POLICY_VIOLATION = 1008
+UNSUPPORTED_DATA = 1003
+MESSAGE_TOO_BIG = 1009
+MAX_INGEST_BYTES = 4 * 2**20  # a webcam JPEG is tens of kB
 NOT_FOUND = 4404
 
 
@@ -106,9 +111,47 @@ async def ingest(ws: WebSocket, stream_id: str) -> None:
     if session.cfg.spec.kind != "webcam":
         await _refuse(ws, errors.BAD_SOURCE, f"stream {stream_id} is not a webcam stream", POLICY_VIOLATION)
         return
+    budget = FrameBudget(max(2 * session.cfg.fps, 30.0))
     try:
         while True:
-            data = await ws.receive_bytes()
-            session.push_jpeg(data)
-    except (WebSocketDisconnect, RuntimeError, KeyError):
+            message = await ws.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            problem = _frame_problem(message.get("bytes"), budget)
+            if problem is not None:
+                await _refuse(ws, *problem)
+                return
+            session.push_jpeg(message["bytes"])
+    except (WebSocketDisconnect, RuntimeError):
         return
+
+
+def _frame_problem(data: bytes | None, budget: FrameBudget) -> tuple[str, str, int] | None:
+    """Why a pushed message is refused — (error code, message, close code) — or None for a JPEG within budget.
+    Only the JPEG markers are checked here (cheap, on the event loop); the decoder skips and counts the rest."""
+    if data is None:
+        return errors.BAD_FRAME, "ingest takes binary messages, one JPEG image each", UNSUPPORTED_DATA
+    if len(data) > MAX_INGEST_BYTES:
+        return errors.BAD_FRAME, f"a frame of {len(data)} bytes; at most {MAX_INGEST_BYTES}", MESSAGE_TOO_BIG
+    if not data.startswith(b"\xff\xd8\xff") or b"\xff\xd9" not in data[-16:]:
+        return errors.BAD_FRAME, "not a JPEG image (no start or end marker)", UNSUPPORTED_DATA
+    if not budget.take():
+        return errors.INGEST_FLOOD, f"more than {budget.rate:g} frames per second", POLICY_VIOLATION
+    return None
+
+
+class FrameBudget:
+    """A token bucket: ``rate`` frames a second on average, bursts of up to one second's worth."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = self.tokens = rate
+        self._at = time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.rate, self.tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
