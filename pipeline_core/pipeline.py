@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from . import balance as balancing
+from .balance import balance as auto_balance
 from .cuda_graph import StepGraphs
 from .interpreter import StepRecord
 from .partition import (
@@ -78,7 +78,7 @@ class Pipeline:
             if stages < 1 or stages > len(model):
                 raise ValueError(f"stages must be between 1 and the model's {len(model)} layers, got {stages}")
             balance = (
-                balancing.balance(model, sample_input, stages, resolved, loss_fn)
+                auto_balance(model, sample_input, stages, resolved, loss_fn)
                 if stages > 1
                 else equal_balance(len(model), 1)
             )

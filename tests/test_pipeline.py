@@ -96,6 +96,17 @@ def test_partime_matches_the_plain_reference(balance, opt):
         assert_same_weights(pipe, parts)
 
 
+def test_stages_without_balance_profiles_a_balance_and_still_matches_the_reference():
+    model, (xs, ys) = make_model(), stream()
+    with Pipeline(model, xs[0], stages=3, loss_fn=mse, optimizer=OPTIMIZERS["sgd"]) as pipe:
+        assert len(pipe.balance) == 3 and sum(pipe.balance) == len(model) and min(pipe.balance) >= 1
+        outputs, losses = run(pipe, xs, ys)
+        want_out, want_loss, parts = ref.partime(model, pipe.balance, OPTIMIZERS["sgd"], mse, xs, ys)
+        assert_close_dicts(losses, want_loss)
+        assert_close_dicts(outputs, want_out)
+        assert_same_weights(pipe, parts)
+
+
 @pytest.mark.parametrize("balance", [[3, 2], [1, 2, 1, 1]])
 def test_sequential_schedule_is_plain_backprop(balance):
     model, (xs, ys) = make_model(), stream()
