@@ -39,6 +39,10 @@ def warp(image: Tensor, flow: Tensor) -> Tensor:
         raise ValueError(f"image {tuple(image.shape)} and flow {tuple(flow.shape)} do not match (flow is B,2,H,W)")
     _, _, h, w = flow.shape
     pos = pixel_grid(h, w, flow.device, flow.dtype) + flow
+    # Border padding makes every position beyond one pixel outside the frame alike, so clamping changes
+    # nothing for finite flow; it keeps a diverged (NaN/inf) flow from crashing grid_sample's backward
+    # (a segfault on CPU) so the worker's non-finite-loss guard can restore the last good weights.
+    pos = torch.cat([pos[:, :1].nan_to_num(-1.0).clamp(-1, w), pos[:, 1:].nan_to_num(-1.0).clamp(-1, h)], dim=1)
     scale = torch.tensor([2.0 / max(w - 1, 1), 2.0 / max(h - 1, 1)], device=flow.device, dtype=flow.dtype)
     grid = (pos * scale.view(1, 2, 1, 1) - 1.0).permute(0, 2, 3, 1)
     return F.grid_sample(image, grid, mode="bilinear", padding_mode="border", align_corners=True)

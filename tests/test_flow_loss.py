@@ -52,3 +52,17 @@ def test_shape_errors_are_clear():
         flow_loss(torch.zeros(1, 2, 8, 8), torch.zeros(1, 3, 8, 8))
     with pytest.raises(ValueError, match="do not match"):
         warp(torch.zeros(1, 3, 8, 8), torch.zeros(1, 2, 4, 4))
+
+
+def test_diverged_flow_warps_to_the_border_without_crashing_backward():
+    """A NaN/inf flow (diverged weights) must leave a finite warp and gradient: grid_sample's CPU backward
+    segfaults on NaN grids, which would kill the worker before its non-finite-loss guard could act."""
+    image = torch.rand(1, 3, 6, 6, requires_grad=True)
+    far = torch.full((1, 2, 6, 6), 1e30)
+    for bad in (float("nan"), float("inf"), -float("inf")):
+        flow = torch.full((1, 2, 6, 6), bad, requires_grad=True)
+        out = warp(image, flow)
+        out.sum().backward()
+        assert torch.isfinite(out).all() and torch.isfinite(image.grad).all()
+        image.grad = None
+    torch.testing.assert_close(warp(image, far), image[:, :, -1:, -1:].expand(1, 3, 6, 6))
