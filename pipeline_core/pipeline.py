@@ -26,7 +26,7 @@ from .partition import (
 )
 from .processes import ProcessRuntime
 from .runtime import LocalRuntime
-from .schedules import Schedule, make_schedule
+from .schedules import Op, Schedule, StepActions, make_schedule
 from .stage import LossFn, Stage
 from .worker import check_whole_frames
 
@@ -99,6 +99,7 @@ class Pipeline:
         self._graphs = self._make_graphs(cuda_graph)
         self._step = 0  # step within the current epoch (numbering restarts after a flush)
         self._fed = 0  # frames fed in the current epoch
+        self._targets: dict[int, Tensor] = {}  # fed targets whose frame's loss is still to come
         self._frame_base = 0  # global index of the current epoch's frame 0
 
     # -- construction helpers ------------------------------------------------------------------
@@ -144,10 +145,9 @@ class Pipeline:
             raise ValueError(
                 f"frame shape {tuple(x.shape)} differs from sample_input shape {tuple(self.sample_input.shape)}"
             )
-        transport = self.runtime.transport
-        transport.send("input", 0, self._fed, x, outside_step=True)
-        if target is not None:
-            transport.send("target", self.depth - 1, self._fed, target, outside_step=True)
+        self.runtime.transport.send("input", 0, self._fed, x, outside_step=True)
+        if target is not None and self.loss_fn is not None:
+            self._targets[self._fed] = target
         self._fed += 1
         return self._run(last_frame=None)
 
@@ -161,6 +161,7 @@ class Pipeline:
         start = time.perf_counter()
         plan = self.schedule.actions(self._step, last_frame, learn=self.loss_fn is not None)
         key = self.schedule.steady_key(self._step) if last_frame is None else None
+        self._deliver_targets(plan)
         if self._graphs is not None:
             record = self._graphs.run_step(self._step, plan, key)
         else:
@@ -186,7 +187,17 @@ class Pipeline:
             stage_seconds=record.stage_seconds,
         )
 
+    def _deliver_targets(self, plan: StepActions) -> None:
+        """Send each target in the step that computes its frame's loss, not when it is fed: the loss
+        comes D-1 or more steps later, longer than a static CUDA message slot (frame parity) lives."""
+        for action in plan[-1]:
+            frame = action.frame // action.chunks  # a micro-batch's loss reads its whole batch's target
+            if action.op is Op.LOSS and frame in self._targets:
+                target = self._targets.pop(frame)
+                self.runtime.transport.send("target", self.depth - 1, frame, target, outside_step=True)
+
     def _new_epoch(self) -> None:
+        self._targets.clear()
         self._frame_base += self._fed
         self._step = 0
         self._fed = 0

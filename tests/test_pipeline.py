@@ -119,6 +119,16 @@ def test_sequential_schedule_is_plain_backprop(balance):
         assert_same_weights(pipe, [want_model])
 
 
+def test_targets_never_wait_in_the_transport_between_steps():
+    """A target crosses the transport in the step that computes its loss. Sent when fed, it would wait
+    D-1 steps in a static CUDA slot that frame parity reuses every 2 steps (overwritten for D >= 3)."""
+    model, (xs, ys) = make_model(), stream(8)
+    with Pipeline(model, xs[0], balance=[2, 1, 1, 1], loss_fn=mse, optimizer=OPTIMIZERS["sgd"]) as pipe:
+        for x, y in zip(xs, ys, strict=True):
+            pipe.step(x, y)
+            assert not [key for key in pipe.runtime.transport._messages if key[0] == "target"]
+
+
 def test_every_stage_learns():
     model, (xs, ys) = make_model(), stream()
     with Pipeline(model, xs[0], balance=[2, 1, 1, 1], loss_fn=mse, optimizer=OPTIMIZERS["sgd"]) as pipe:
