@@ -1,12 +1,15 @@
 """The browser client, end to end: real headless Chromium (Debian's) driven by Playwright, against a real server.
 
-Screenshots land in bench/results/client-*.png.
+Screenshots land in $OVERTIME_SCREENSHOTS (`make screenshots` sets bench/results) or a temporary folder, so a
+test run never rewrites tracked files.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import tempfile
 import urllib.request
 from pathlib import Path
 
@@ -26,7 +29,7 @@ pytestmark = pytest.mark.slow
 # Loopback sources allowed (the unreachable-URL case), no stream of the server's own, and patience with
 # stream start-up on a loaded 2-core box.
 SERVER_FLAGS = ("--allow-private", "--no-demo-stream", "--read-timeout-s", "60")
-RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
+RESULTS = Path(os.environ.get("OVERTIME_SCREENSHOTS") or tempfile.mkdtemp(prefix="overtime-screens-"))
 ARGS = [
     "--headless",
     "--no-sandbox",
