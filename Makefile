@@ -5,8 +5,13 @@ PY     := $(VENV)/bin/python
 TORCH  ?= torch==2.13.0
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
+# Ground-truth flow streams for bench-flow are generated, never committed (see models/streams.py).
+STREAMS := $(VENV)/streams
+FLOW_STREAMS ?= 1:coffee 2:chelsea 3:rocket
 
-.PHONY: run test bench lint clean
+.PHONY: run test lint clean screenshots up up-gpu down \
+	bench bench-engine bench-flow bench-schedules bench-memory bench-processes \
+	bench-service bench-load bench-soak bench-outage
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,18 +20,66 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e ".[test]"
 	touch $@
 
+## The service on the bundled demo video (generated on first start); prints the URL to open.
 run: $(VENV)/.installed
-	$(PY) -m bench.engine --quick
+	$(VENV)/bin/overtime serve --host $(HOST) --port $(PORT)
 
+## Lint, then the whole suite (CUDA tests skip without a GPU; browser tests need Debian's chromium).
 test: $(VENV)/.installed
 	$(PY) -m ruff check .
 	$(PY) -m pytest -q -ra
 
-bench: $(VENV)/.installed
-	$(PY) -m bench.engine
-
 lint: $(VENV)/.installed
 	$(PY) -m ruff check .
+
+## Refresh the committed browser screenshots in bench/results/.
+screenshots: $(VENV)/.installed
+	OVERTIME_SCREENSHOTS=bench/results $(PY) -m pytest -q tests/test_clients_web.py
+
+# -- benchmarks: each prints ratios measured in one run and writes bench/results/ ------------------------
+bench: bench-engine bench-flow bench-schedules bench-processes
+
+bench-engine: $(VENV)/.installed
+	$(PY) -m bench.engine
+
+bench-flow: $(VENV)/.installed
+	@mkdir -p $(STREAMS)
+	@for s in $(FLOW_STREAMS); do \
+	  seed=$${s%%:*}; photo=$${s##*:}; f=$(STREAMS)/s256_$${seed}_$${photo}.npz; \
+	  [ -f $$f ] || $(PY) -m models.streams --out $$f --size 256 --frames 300 --seed $$seed --photo $$photo || exit 1; \
+	  $(PY) -m bench.flow --stream $$f --stages 1,2,4 || exit 1; \
+	done
+
+bench-schedules: $(VENV)/.installed
+	$(PY) -m bench.schedules
+
+bench-memory: $(VENV)/.installed
+	$(PY) -m bench.memory
+
+bench-processes: $(VENV)/.installed
+	$(PY) -m bench.processes
+
+bench-service: $(VENV)/.installed
+	$(PY) -m bench.service
+
+bench-load: $(VENV)/.installed
+	$(PY) -m bench.load
+
+bench-soak: $(VENV)/.installed
+	$(PY) -m bench.soak
+
+bench-outage: $(VENV)/.installed
+	$(PY) -m bench.outage
+
+# -- containers (needs a Docker engine) ------------------------------------------------------------------
+up:
+	docker compose up --build
+
+up-gpu:
+	docker compose -f docker-compose.yml -f docker-compose.gpu.yml up --build
+
+down:
+	docker compose down
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
