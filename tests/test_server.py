@@ -56,7 +56,7 @@ def media(tmp_path_factory) -> Path:
     media = work / "media"
     media.mkdir()
     frames = generate(SIZE, 300, seed=1).frames
-    write_mp4(frames, media / "clip.mp4", fps=25)
+    write_mp4(frames, media / "clip.mp4", fps=15)  # the streams run at 15 fps: every frame pair has the same time step
     write_mp4(frames[:20], media / "short.mp4", fps=25)
     (media / "notes.mp4").write_text("this is not a video\n" * 50)
     data = (media / "clip.mp4").read_bytes()
@@ -131,11 +131,12 @@ def loss_falls(frames: list[tuple[dict, bytes]]) -> tuple[float, float]:
 
 # -- learning on a file, metrics, recovery ---------------------------------------------------------
 def test_file_stream_learns_and_recovers(server):
-    info = create(server, source="file:clip.mp4", name="clip", fps=15, loop=True)
+    info = create(server, source="file:clip.mp4", name="clip", fps=15, loop=True, lr=3e-3)  # learns fast: clear gaps
     sid = info["id"]
     frames = watch(server, sid, 60)
     first, last = loss_falls(frames)
     assert last < 0.9 * first, f"loss did not trend down: {[round(m['loss'], 3) for m, _ in frames]}"
+    untrained = np.median([m["loss"] for m, _ in frames[:5]])
     meta, jpeg = frames[-1]
     assert set(meta) >= {"frame", "loss", "dp_s", "ds_s", "stage_dp_s", "latency_s", "dropped"}
     assert meta["ds_s"] == pytest.approx(1 / 15) and len(meta["stage_dp_s"]) == 2
@@ -176,8 +177,8 @@ def test_file_stream_learns_and_recovers(server):
     info = server.wait_for(sid, lambda i: i["counters"]["worker_restarts"] >= 1, what="a worker restart")
     info = server.wait_for(sid, lambda i: i["state"] == "running", what="running after the worker was killed")
     assert info["resumed_from"] >= saved > 0
-    resumed = watch(server, sid, 5)
-    assert np.median([m["loss"] for m, _ in resumed]) < 0.8 * first, "the restarted worker forgot what it learned"
+    resumed = watch(server, sid, 15)
+    assert np.median([m["loss"] for m, _ in resumed]) < 0.8 * untrained, "the restarted worker forgot what it learned"
     delete(server, sid)
     assert server.client.get(f"/api/streams/{sid}").status_code == 404
 
