@@ -1,7 +1,11 @@
 """Run a pipeline's stages as torchrun ranks, on one machine or several: stage h is rank h.
 
-    torchrun --nnodes 2 --nproc-per-node 1 --node-rank 0 --rdzv-backend c10d \\
-        --rdzv-endpoint HOST:29500 -m pipeline_core.launch --config run.json
+    # on machine A (stage 0), then the same with --node-rank 1 on machine B (stage 1):
+    torchrun --nnodes 2 --nproc-per-node 1 --node-rank 0 --master-addr A --master-port 29500 \\
+        -m pipeline_core.launch --config run.json
+
+(torchrun's static rendezvous: ``--node-rank`` decides which machine holds which stage; a c10d
+rendezvous assigns ranks itself.)
 
 Every rank builds the model from the config (same seed, same weights) and keeps its own stage.
 Rank 0 reads the frames (the config's ``source``) and tells every rank, step by step, what to do

@@ -7,7 +7,7 @@ import threading
 import uuid
 
 from models.flow_nets import FLOW_NETS
-from pipeline_core import SCHEDULES
+from pipeline_core.schedules import make_schedule
 
 from . import errors
 from .errors import SourceError
@@ -45,18 +45,20 @@ class StreamManager:
         if model not in FLOW_NETS:
             raise RequestError(400, errors.BAD_REQUEST, f"unknown model {model!r}; choose one of {sorted(FLOW_NETS)}")
         schedule = body.schedule or "partime"
-        if schedule not in SCHEDULES:
-            choices = sorted(SCHEDULES)
-            raise RequestError(400, errors.BAD_REQUEST, f"unknown schedule {schedule!r}; choose one of {choices}")
+        stages, width, height = body.stages or s.stages, body.width or s.width, body.height or s.height
+        try:  # a stream feeds one frame pair per step: schedules that split a batch cannot run it
+            make_schedule(schedule, stages).check_input((1, 6, height, width))
+        except ValueError as exc:
+            raise RequestError(400, errors.BAD_REQUEST, str(exc)) from exc
         return StreamConfig(
             name=body.name or "",
             source=body.source,
             spec=spec,
             fps=body.fps or s.fps,
-            width=body.width or s.width,
-            height=body.height or s.height,
+            width=width,
+            height=height,
             model=model,
-            stages=body.stages or s.stages,
+            stages=stages,
             lr=body.lr or s.lr,
             schedule=schedule,
             devices=tuple(body.devices) if body.devices else None,

@@ -33,7 +33,7 @@ class ErrorInfo(BaseModel):
 class Counters(BaseModel):
     decoded: int = 0
     processed: int = 0
-    dropped: int = 0  # worker_behind: the pipeline could not keep up
+    dropped: int = 0  # lost frames: worker_behind (the pipeline could not keep up) or decode_error (corrupt)
     resampled: int = 0  # source frames skipped to hold the stream's fps
     reconnects: int = 0
     worker_restarts: int = 0

@@ -342,7 +342,7 @@ class StreamSession:
                 self.counters["decoded"] += m["decoded"]
                 self.metrics.frames.labels(self.id, "decoded", "").inc(m["decoded"])
             for reason, n in m["dropped"].items():
-                self.counters["dropped" if reason == "worker_behind" else "resampled"] += n
+                self.counters["resampled" if reason == "resample" else "dropped"] += n
                 self.metrics.frames.labels(self.id, "dropped", reason).inc(n)
             self.position = m["position"]
         elif kind == "opened":

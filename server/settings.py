@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Annotated
 
-from pydantic import Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "clients" / "web"
 
@@ -20,15 +22,15 @@ class Settings(BaseSettings):
     checkpoint_dir: Path = Field(Path("checkpoints"), description="one checkpoint per stream name")
     web_dir: Path = Field(WEB_DIR, description="browser client served at / when it exists")
     max_streams: int = Field(4, ge=1, description="more concurrent streams get 429")
-    allowed_schemes: list[str] = Field(
+    allowed_schemes: Annotated[list[str], NoDecode] = Field(
         ["http", "https", "rtsp", "rtsps", "file", "camera", "webcam", "demo"], description="source allow-list"
     )
     allow_private: bool = Field(False, description="allow sources on private, loopback and link-local addresses")
     demo_stream: bool = Field(True, description="start a learning stream on the bundled demo at start-up")
     # Per-stream defaults (a POST body may override them).
     fps: float = Field(15.0, gt=0, le=120, description="default frame rate, 1/ΔS")
-    width: int = Field(128, ge=16, le=1920, description="default frame width")
-    height: int = Field(128, ge=16, le=1080, description="default frame height")
+    width: int = Field(128, ge=16, le=1920, multiple_of=4, description="default frame width")
+    height: int = Field(128, ge=16, le=1080, multiple_of=4, description="default frame height")
     model: str = Field("fast", description="default flow network")
     stages: int = Field(2, ge=1, le=16, description="default number of pipeline stages D")
     lr: float | None = Field(None, gt=0, description="default learning rate (None: the model's own)")
@@ -39,6 +41,14 @@ class Settings(BaseSettings):
     reconnect_max_s: float = Field(30.0, gt=0, description="cap on the reconnect back-off")
     jpeg_quality: int = Field(80, ge=10, le=100, description="quality of the overlay JPEGs")
     fault_injection: bool = Field(False, description="expose POST /api/streams/{id}/faults (reliability tests only)")
+
+    @field_validator("allowed_schemes", mode="before")
+    @classmethod
+    def _comma_separated(cls, value: object) -> object:
+        """``OVERTIME_ALLOWED_SCHEMES=http,https,demo`` as the ``--allowed-schemes`` flag takes it (or a JSON list)."""
+        if isinstance(value, str):
+            return json.loads(value) if value.lstrip().startswith("[") else [v for v in value.split(",") if v.strip()]
+        return value
 
     def schemes(self) -> set[str]:
         return {s.strip().lower() for s in self.allowed_schemes if s.strip()}

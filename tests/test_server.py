@@ -249,6 +249,8 @@ def test_webcam_ingest_learns(server, media):
         ({"source": "file:../../etc/passwd"}, 400, "path_outside_media"),
         ({"source": "file:missing.mp4"}, 400, "file_not_found"),
         ({"source": "demo", "model": "nope"}, 400, "bad_request"),
+        ({"source": "demo", "schedule": "nope"}, 400, "bad_request"),
+        ({"source": "demo", "schedule": "gpipe", "stages": 2}, 400, "bad_request"),  # one frame: no micro-batches
         ({"source": "http://"}, 400, "bad_source"),
     ],
 )
