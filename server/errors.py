@@ -27,6 +27,7 @@ WORKER_CRASHED = "worker_crashed"
 DECODER_DIED = "decoder_died"
 CHECKPOINT_MISMATCH = "checkpoint_mismatch"
 CHECKPOINT_FAILED = "checkpoint_failed"
+NO_CHECKPOINT = "no_checkpoint"
 BAD_FRAME = "bad_frame"
 INGEST_FLOOD = "ingest_flood"
 

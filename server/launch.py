@@ -86,7 +86,8 @@ class ServerProcess:
 
     def ws(self, path: str) -> str:
         """WebSocket URL of ``path`` (token in the query, as browsers send it)."""
-        return f"{self.ws_url}{path}" + (f"?token={self.token}" if self.token else "")
+        separator = "&" if "?" in path else "?"
+        return f"{self.ws_url}{path}" + (f"{separator}token={self.token}" if self.token else "")
 
     def metrics(self) -> str:
         return self.client.get("/metrics").text

@@ -30,6 +30,7 @@ from typing import Any
 
 from . import errors
 from .broadcast import Broadcaster
+from .checkpoints import checkpoint_path
 from .decoder import DecoderConfig, run_decoder
 from .demo import ensure_demo
 from .metrics import Metrics
@@ -187,6 +188,10 @@ class StreamSession:
         gen = self._gen
         return {"decoder": gen.decoder.pid if gen else None, "worker": gen.worker.pid if gen else None}
 
+    @property
+    def checkpoint_file(self) -> Path:
+        return checkpoint_path(self.settings.checkpoint_dir, self.cfg.name)
+
     def checkpoint(self, timeout_s: float = 15.0) -> int | None:
         """Ask the worker for a checkpoint now; the frame count saved, or None if it is not running.
         ``CheckpointFailed`` when the worker could not write it (the stream goes on learning)."""
@@ -286,7 +291,7 @@ class StreamSession:
         dcfg = DecoderConfig(cfg.spec, cfg.fps, cfg.width, cfg.height, cfg.loop, s.open_timeout_s, s.read_timeout_s,
                              start_at_s=self.position)  # fmt: skip
         wcfg = WorkerConfig(cfg.name, cfg.model, cfg.stages, cfg.width, cfg.height, self.lr, cfg.schedule,
-                            cfg.devices, s.checkpoint_dir / f"{cfg.name}.pt", s.checkpoint_interval_s,
+                            cfg.devices, self.checkpoint_file, s.checkpoint_interval_s,
                             s.jpeg_quality)  # fmt: skip
         worker = SPAWN.Process(target=run_worker, args=(wcfg, ring.spec, slots, out, control),
                                name=f"overtime-worker-{self.id}", daemon=True)  # fmt: skip
@@ -400,7 +405,7 @@ class StreamSession:
             "type": "frame", "frame": m["frame"], "loss": m["loss"], "dp_s": m["dp_s"], "ds_s": ds,
             "stage_dp_s": m["stage_dp_s"], "dropped": self.counters["dropped"],
         }  # fmt: skip
-        self._post(self.broadcaster.frame, (message, m["capture_time"], m["jpeg"]))
+        self._post(self.broadcaster.frame, (message, m["capture_time"], m["images"]))
 
     # -- helpers ---------------------------------------------------------------------------------
     def _set_state(self, state: str, code: str | None, message: str) -> None:

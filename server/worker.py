@@ -1,8 +1,8 @@
 """The worker process: owns one stream's ``pipeline_core.Pipeline`` and learns optical flow on every frame.
 
 Per frame it forms the pair (previous, current), calls ``Pipeline.step`` once, and publishes what leaves the
-pipeline (PARTIME: the output of step t belongs to frame t-(D-1)): the flow as an overlay JPEG, the loss, ΔP
-for the whole step and per stage, and the frame's capture time. It checkpoints atomically every N seconds, on
+pipeline (PARTIME: the output of step t belongs to frame t-(D-1)): the flow as JPEGs (``overlay.py``), the loss,
+ΔP for the whole step and per stage, and the frame's capture time. It checkpoints atomically every N seconds, on
 request and on stop; a non-finite loss restores the last checkpoint and halves the learning rate.
 """
 
@@ -30,7 +30,7 @@ from models.online import BASE_LR, flow_optimizer, frame_pair, lr_for_stages
 from pipeline_core import Pipeline, StepResult, balance
 
 from . import checkpoints, errors
-from .overlay import overlay_jpeg
+from .overlay import frame_images
 from .ring import FrameRing, RingSpec
 
 log = logging.getLogger(__name__)
@@ -212,7 +212,7 @@ def _learn(cfg: WorkerConfig, learner: Learner, ring: FrameRing, slots: Any, out
         out.put({
             "type": "frame", "frame": r.frame, "loss": r.loss, "dp_s": r.step_seconds,
             "stage_dp_s": list(r.stage_seconds), "capture_time": shown_capture,
-            "jpeg": overlay_jpeg(shown, flow, cfg.jpeg_quality),
+            "images": frame_images(shown, flow, cfg.jpeg_quality),
         })  # fmt: skip
 
 

@@ -149,8 +149,20 @@ def test_demo_stream_draws_overlay_loss_and_budget(page, server):
     assert len(page.locator("#stage-bars .stage-bar").all()) >= 2  # the whole step and at least one stage
     assert page.locator("#stream-list .stream-item.selected").get_attribute("data-id") == stream_id
     page.screenshot(path=str(RESULTS / "client-demo.png"), full_page=True)
-    page.click("#stream-list .stream-item.selected button:has-text('Checkpoint')")
-    page.locator("#toast").wait_for(state="visible", timeout=20_000)
+
+    # The server sends the frame and the flow apart: raw / flow side by side, with arrows, is drawn.
+    assert page.is_enabled("#mode-split") and page.is_enabled("#arrows") and page.is_enabled("#opacity")
+    page.click("label[for=mode-split]")
+    page.check("#arrows")
+    page.wait_for_timeout(600)
+    split = page.evaluate(CANVAS_STATS, "#view")
+    assert split["std"] > 5 and split["hash"] not in (first["hash"], second["hash"])
+    page.screenshot(path=str(RESULTS / "client-split.png"), full_page=True)
+    page.click("label[for=mode-overlay]")
+
+    with page.expect_download(timeout=30_000) as download:
+        page.click("#stream-list .stream-item.selected button:has-text('Checkpoint')")
+    assert download.value.suggested_filename.endswith(".pt")
     assert "checkpoint saved" in page.inner_text("#toast")
 
     # Deep link: a fresh page on /?stream=<id> shows that stream; a fresh page on / opens the running one.

@@ -111,6 +111,24 @@ def watch(srv: ServerProcess, sid: str, frames: int, timeout_s: float = 90.0) ->
     return asyncio.run(run())
 
 
+def watch_images(srv: ServerProcess, sid: str, images: str) -> tuple[dict, list[bytes]]:
+    """One frame from ``/ws/streams/{sid}?images=...``: its JSON and the images that follow it (or the error)."""
+
+    async def run() -> tuple[dict, list[bytes]]:
+        async with websockets.connect(srv.ws(f"/ws/streams/{sid}?images={images}"), max_size=2**22) as ws:
+            async with asyncio.timeout(60):
+                while (message := json.loads(await ws.recv()))["type"] not in ("frame", "error"):
+                    pass
+                count = len(message.get("images", [])) if message["type"] == "frame" else 0
+                return message, [await ws.recv() for _ in range(count)]
+
+    return asyncio.run(run())
+
+
+def decode(jpeg: bytes) -> np.ndarray:
+    return cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR).astype(np.float32)
+
+
 def metric(text: str, name: str, **labels: str) -> float:
     """Sum of the samples of ``name`` whose labels include ``labels``."""
     total, found = 0.0, False
@@ -158,9 +176,20 @@ def test_file_stream_learns_and_recovers(server):
     for name in ("overtime_source_reconnects_total", "overtime_ws_clients", "overtime_ws_dropped_total"):
         metric(text, name, stream=sid)
 
+    # Viewers that blend themselves ask for the frame and the flow picture apart; the overlay is their mix.
+    message, jpegs = watch_images(server, sid, "frame,flow,overlay")
+    assert message["images"] == ["frame", "flow", "overlay"] and len(jpegs) == 3
+    frame, flow, overlay = map(decode, jpegs)
+    assert frame.shape == flow.shape == overlay.shape == (SIZE, SIZE, 3)
+    assert np.abs((frame + flow) / 2 - overlay).mean() < 6 < np.abs(frame - flow).mean()
+    message, _ = watch_images(server, sid, "frame,nope")
+    assert message["type"] == "error" and message["code"] == "bad_request"
+
     saved = server.client.post(f"/api/streams/{sid}/checkpoint")
     assert saved.status_code == 200, saved.text
     assert saved.json()["frames"] > 0
+    download = server.client.get(saved.json()["url"])  # what the browser's checkpoint button downloads
+    assert download.status_code == 200 and download.content == (server.workdir / "checkpoints" / "clip.pt").read_bytes()
 
     # Kill the decoder: the stream reconnects and keeps learning.
     os.kill(server.stream(sid)["pids"]["decoder"], signal.SIGKILL)

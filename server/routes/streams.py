@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse
 
 from .. import errors
 from ..deps import Manager, require_token
@@ -58,4 +59,15 @@ async def checkpoint_stream(stream_id: str, manager: Manager) -> dict:
         raise RequestError(507, errors.CHECKPOINT_FAILED, str(exc)) from exc
     if frames is None:
         raise RequestError(409, errors.WORKER_FAILED, f"stream {stream_id} has no running worker to checkpoint")
-    return {"id": session.id, "name": session.cfg.name, "frames": frames}
+    url = f"/api/streams/{session.id}/checkpoint"
+    return {"id": session.id, "name": session.cfg.name, "frames": frames, "url": url}
+
+
+@router.get("/{stream_id}/checkpoint", response_class=FileResponse)
+async def download_checkpoint(stream_id: str, manager: Manager) -> FileResponse:
+    """The stream's last checkpoint file (``Pipeline.state_dict`` + stream metadata, ``torch.load``-able)."""
+    session = manager.get(stream_id)
+    path = session.checkpoint_file
+    if not path.is_file():
+        raise RequestError(404, errors.NO_CHECKPOINT, f"stream {stream_id} has no checkpoint yet: POST one first")
+    return FileResponse(path, media_type="application/octet-stream", filename=f"overtime-{session.cfg.name}.pt")

@@ -14,6 +14,10 @@
 2. binary: one JPEG (image/jpeg), the stream's width x height: the frame blended 50/50 with the colour
    coding of its learned flow (hue = direction, saturation = speed, white = no motion; ``server/overlay.py``).
 
+   With ``?images=frame,flow`` (any of ``overlay``, ``frame``, ``flow``, in the order wanted) the JSON message
+   also says ``"images": ["frame", "flow"]`` and one JPEG of each kind follows it, in that order: clients that
+   blend with their own opacity, show raw and flow side by side or draw arrows ask for these.
+
 Also text JSON, whenever they happen: ``{"type": "state", "state": "starting|running|reconnecting|ended|error",
 "error": {"code", "message"} | null}`` (one is sent on connect), and ``{"type": "error", "code", "message"}``
 right before the server closes the socket (bad token: close code 1008; unknown stream: 4404).
@@ -36,6 +40,7 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from .. import errors
 from ..deps import websocket_token_ok
 from ..manager import RequestError
+from ..overlay import KINDS
 from ..session import StreamSession
 
 router = APIRouter(tags=["websocket"])
@@ -69,10 +74,14 @@ async def watch(ws: WebSocket, stream_id: str) -> None:
     session = await _open(ws, stream_id)
     if session is None:
         return
+    kinds = [k for k in ws.query_params.get("images", "overlay").split(",") if k]
+    if not kinds or set(kinds) - set(KINDS):
+        await _refuse(ws, errors.BAD_REQUEST, f"images: a comma-separated list of {', '.join(KINDS)}", POLICY_VIOLATION)
+        return
     viewer = session.broadcaster.join()
     viewer.offer_notice({"type": "state", "state": session.state, "error": session.error})
     latency = session.metrics.latency.labels(session.id)
-    pump = asyncio.create_task(_pump(ws, viewer, latency))
+    pump = asyncio.create_task(_pump(ws, viewer, latency, kinds))
     listen = asyncio.create_task(_until_disconnect(ws))
     try:
         await asyncio.wait({pump, listen}, return_when=asyncio.FIRST_COMPLETED)
@@ -82,17 +91,19 @@ async def watch(ws: WebSocket, stream_id: str) -> None:
         session.broadcaster.leave(viewer)
 
 
-async def _pump(ws: WebSocket, viewer, latency) -> None:
+async def _pump(ws: WebSocket, viewer, latency, kinds: list[str]) -> None:
+    named = {"images": kinds} if kinds != ["overlay"] else {}  # the default layout goes unnamed, as documented
     while True:
         kind, item = await viewer.next()
         if kind == "notice":
             await ws.send_text(json.dumps(item))
             continue
-        message, capture_time, jpeg = item
-        message = {**message, "latency_s": time.time() - capture_time}
+        message, capture_time, images = item
+        message = {**message, **named, "latency_s": time.time() - capture_time}
         latency.observe(message["latency_s"])
         await ws.send_text(json.dumps(message))
-        await ws.send_bytes(jpeg)
+        for name in kinds:
+            await ws.send_bytes(images[name])
 
 
 async def _until_disconnect(ws: WebSocket) -> None:

@@ -52,7 +52,8 @@ export const api = {
   get: (id) => request("GET", `/api/streams/${encodeURIComponent(id)}`),
   create: (spec) => request("POST", "/api/streams", spec),
   remove: (id) => request("DELETE", `/api/streams/${encodeURIComponent(id)}`),
-  checkpoint: (id) => request("POST", `/api/streams/${encodeURIComponent(id)}/checkpoint`, undefined, { raw: true }),
+  checkpoint: (id) => request("POST", `/api/streams/${encodeURIComponent(id)}/checkpoint`),
+  downloadCheckpoint: (id) => request("GET", `/api/streams/${encodeURIComponent(id)}/checkpoint`, undefined, { raw: true }),
   health: async () => (await fetch("/healthz")).ok,
 };
 

@@ -7,8 +7,9 @@ const BACKOFF_S = [0.5, 1, 2, 4, 8];
 const FINAL_STATES = new Set(["ended", "error", "deleted"]);
 
 /**
- * Image layout of the binary messages after each metrics message: ["overlay"] (one JPEG, frame with flow blended in)
- * unless the server names them, in a metrics or hello message, as `"images": ["frame", "flow"]`.
+ * Image layout of the binary messages after each metrics message. This client asks for ?images=frame,flow (it blends
+ * them itself: opacity, side by side, arrows), and the server names the layout in each metrics message as
+ * `"images": ["frame", "flow"]`; an unnamed layout is the server's default, ["overlay"] (frame and flow pre-blended).
  */
 function layoutOf(msg, current) {
   return Array.isArray(msg.images) && msg.images.length ? msg.images : current;
@@ -29,7 +30,7 @@ export class LiveStream {
   connect() {
     if (this.closed) return;
     this.h.onConnection?.(this.attempt ? "reconnecting" : "connecting", this.attempt);
-    const ws = new WebSocket(wsUrl(`/ws/streams/${encodeURIComponent(this.id)}`));
+    const ws = new WebSocket(wsUrl(`/ws/streams/${encodeURIComponent(this.id)}?images=frame,flow`));
     ws.binaryType = "blob";
     this.ws = ws;
     let metrics = null;

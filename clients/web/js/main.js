@@ -133,14 +133,9 @@ function setServerStatus(kind, text) {
 async function checkpoint(id, button) {
   button.disabled = true;
   try {
-    const res = await api.checkpoint(id);
-    const type = res.headers.get("content-type") || "";
-    if (type.includes("json")) {
-      const info = await res.json();
-      if (info.url) window.location.assign(info.url);
-      else toast(`checkpoint saved${info.frames != null ? ` after ${info.frames} frames` : ""}${info.name ? ` as “${info.name}”` : ""}`, "good");
-      return;
-    }
+    const info = await api.checkpoint(id); // save now, then download what was saved
+    toast(`checkpoint saved${info.frames != null ? ` after ${info.frames} frames` : ""}${info.name ? ` as “${info.name}”` : ""}`, "good");
+    const res = await api.downloadCheckpoint(id);
     const blob = await res.blob();
     const disposition = res.headers.get("content-disposition") || "";
     const filename = /filename="?([^";]+)"?/.exec(disposition)?.[1] || `overtime-${id}.pt`;
