@@ -76,3 +76,13 @@ def plain_loop(model, make_opt, loss_fn, xs, targets):
 
 def weights(modules) -> list[torch.Tensor]:
     return [p.detach().cpu().clone() for m in modules for p in m.parameters()]
+
+
+def stage_weights(pipe) -> list[list[torch.Tensor]]:
+    return [weights([s.module]) for s in pipe.stages]
+
+
+def assert_every_stage_learned(before: list[list[torch.Tensor]], pipe) -> None:
+    """``before``: ``stage_weights(pipe)`` taken earlier. Guards against runtimes where only some stages train."""
+    for h, (old, new) in enumerate(zip(before, stage_weights(pipe), strict=True)):
+        assert any(not torch.equal(a, b) for a, b in zip(old, new, strict=True)), f"stage {h} never learned"

@@ -13,14 +13,7 @@ STEPS = 24
 TOL = 1e-6
 
 
-@pytest.fixture(autouse=True)
-def one_intra_op_thread():
-    """CPU kernels round differently with different thread counts; the reference and every stage
-    thread get one thread each, so any difference left is the engine's arithmetic."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def make_model(layers: int = 4, width: int = 6) -> nn.Sequential:
@@ -132,11 +125,9 @@ def test_targets_never_wait_in_the_transport_between_steps():
 def test_every_stage_learns():
     model, (xs, ys) = make_model(), stream()
     with Pipeline(model, xs[0], balance=[2, 1, 1, 1], loss_fn=mse, optimizer=OPTIMIZERS["sgd"]) as pipe:
-        before = [ref.weights([s.module]) for s in pipe.stages]
+        before = ref.stage_weights(pipe)
         run(pipe, xs, ys)
-        for h, stage in enumerate(pipe.stages):
-            after = ref.weights([stage.module])
-            assert any(not torch.equal(a, b) for a, b in zip(before[h], after, strict=True)), f"stage {h} never learned"
+        ref.assert_every_stage_learned(before, pipe)
 
 
 def test_frame_indices_and_flush():
@@ -264,11 +255,9 @@ def test_cuda_every_stage_learns(graph):
         cuda_graph=graph,
         optimizer=lambda p: torch.optim.SGD(p, lr=0.05),
     ) as pipe:
-        before = [ref.weights([s.module]) for s in pipe.stages]
+        before = ref.stage_weights(pipe)
         run(pipe, xs_c, ys_c)
-        for h, stage in enumerate(pipe.stages):
-            after = ref.weights([stage.module])
-            assert any(not torch.equal(a, b) for a, b in zip(before[h], after, strict=True)), f"stage {h} never learned"
+        ref.assert_every_stage_learned(before, pipe)
 
 
 @cuda

@@ -34,13 +34,7 @@ def loss_fn(out: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
     return out.pow(2).mean() if target is None else (out - target).pow(2).mean()
 
 
-@pytest.fixture(autouse=True)
-def one_thread_per_stage():
-    """Both runtimes split this process's intra-op budget between stages: one thread each."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def make_model() -> nn.Sequential:

@@ -22,13 +22,7 @@ OPTIMIZERS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def one_intra_op_thread():
-    """Same kernels, same rounding: the reference and every stage thread use one thread each."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
 
 
 def make_model() -> nn.Sequential:
@@ -146,11 +140,9 @@ SCHEDULES = {
 def test_every_stage_learns(name):
     xs, ys = stream(BATCH)
     with pipeline(4, SCHEDULES[name](4), "sgd") as pipe:
-        before = [ref.weights([s.module]) for s in pipe.stages]
+        before = ref.stage_weights(pipe)
         run(pipe, xs, ys)
-        for h, stage in enumerate(pipe.stages):
-            after = ref.weights([stage.module])
-            assert any(not torch.equal(a, b) for a, b in zip(before[h], after, strict=True)), f"stage {h} never learned"
+        ref.assert_every_stage_learned(before, pipe)
 
 
 def test_stash_memory_grows_with_the_distance_to_the_end():
