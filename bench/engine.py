@@ -38,22 +38,28 @@ def frames_per_second(pipe: Pipeline, x: torch.Tensor, frames: int) -> float:
     return frames / (time.perf_counter() - start)
 
 
-def best_fps(pipes: dict[str, Pipeline], x: torch.Tensor, frames: int, rounds: int) -> dict[str, float]:
-    """Each pipeline's best of ``rounds`` interleaved rounds: on a shared machine other load only
-    ever slows a round down (``timeit``'s reasoning), and interleaving spreads it over all ways."""
-    for pipe in pipes.values():
+def best_fps(ways: dict[str, tuple[Pipeline, int]], x: torch.Tensor, frames: int, rounds: int) -> dict[str, float]:
+    """Each way's (pipeline, intra-op threads) best of ``rounds`` interleaved rounds: on a shared machine
+    other load only ever slows a round down (``timeit``'s reasoning), and interleaving spreads it over all ways."""
+    threads = torch.get_num_threads()
+    for pipe, _ in ways.values():
         for _ in range(2 * pipe.depth + 2):  # fill, capture graphs, warm caches
             pipe.step(x)
-    fps = {name: 0.0 for name in pipes}
-    for _ in range(rounds):
-        for name, pipe in pipes.items():
-            fps[name] = max(fps[name], frames_per_second(pipe, x, frames))
+    fps = {name: 0.0 for name in ways}
+    try:
+        for _ in range(rounds):
+            for name, (pipe, way_threads) in ways.items():
+                torch.set_num_threads(way_threads)  # a 1-stage pipeline runs in this thread
+                fps[name] = max(fps[name], frames_per_second(pipe, x, frames))
+    finally:
+        torch.set_num_threads(threads)
     return fps
 
 
 def measure(args: argparse.Namespace, device: str) -> list[dict]:
     rows = []
     graphs = [False, True] if device == "cuda" else [False]
+    cores = torch.get_num_threads()
     for res in args.resolutions:
         for outputs in args.outputs:
             torch.manual_seed(0)
@@ -67,33 +73,40 @@ def measure(args: argparse.Namespace, device: str) -> list[dict]:
                     kw = dict(devices=[device], loss_fn=loss, optimizer=opt, cuda_graph=graph)
                     pipes = {1: Pipeline(model, x, stages=1, **kw)}
                     pipes |= {d: Pipeline(model, x, balance=splits[d], **kw) for d in args.stages}
+                    ways = {str(d): (pipe, cores) for d, pipe in pipes.items()}
+                    if device == "cpu":  # the plain loop on one core: the compute one stage thread gets
+                        ways["1t"] = (pipes[1], 1)
                     try:
-                        fps = best_fps(pipes, x, args.frames, args.rounds)
+                        fps = best_fps(ways, x, args.frames, args.rounds)
                     finally:
                         for pipe in pipes.values():
                             pipe.close()
-                    row = {"R": res, "F": outputs, "mode": mode, "cuda_graph": graph, "sequential_fps": fps[1]}
+                    row = {"R": res, "F": outputs, "mode": mode, "cuda_graph": graph, "sequential_fps": fps["1"]}
+                    if "1t" in fps:
+                        row["sequential_1thread_fps"] = fps["1t"]
                     for d in args.stages:
-                        row |= {f"D{d}_fps": fps[d], f"D{d}_speedup": fps[d] / fps[1], f"D{d}_balance": splits[d]}
+                        row |= {f"D{d}_fps": fps[str(d)], f"D{d}_speedup": fps[str(d)] / fps["1"]}
+                        row[f"D{d}_balance"] = splits[d]
+                        if "1t" in fps:
+                            row[f"D{d}_speedup_vs_1thread"] = fps[str(d)] / fps["1t"]
                     rows.append(row)
                     print(format_row(row, args.stages), flush=True)
     return rows
 
 
 def format_row(row: dict, stages: list[int]) -> str:
-    cells = [
-        str(row["R"]),
-        str(row["F"]),
-        row["mode"],
-        "yes" if row["cuda_graph"] else "no",
-        f"{row['sequential_fps']:.1f}",
-    ]
-    cells += [f"{row[f'D{d}_fps']:.1f} ({row[f'D{d}_speedup']:.2f}x)" for d in stages]
+    one = row.get("sequential_1thread_fps")
+    cells = [str(row["R"]), str(row["F"]), row["mode"], "yes" if row["cuda_graph"] else "no"]
+    cells += [f"{row['sequential_fps']:.1f}", f"{one:.1f}" if one else "-"]
+    for d in stages:
+        vs_one = f", {row[f'D{d}_speedup_vs_1thread']:.2f}x vs 1 thread" if one else ""
+        cells.append(f"{row[f'D{d}_fps']:.1f} ({row[f'D{d}_speedup']:.2f}x{vs_one}) {row[f'D{d}_balance']}")
     return "| " + " | ".join(cells) + " |"
 
 
 def table(rows: list[dict], stages: list[int]) -> str:
-    head = ["R", "F", "mode", "CUDA graph", "sequential fps"] + [f"D={d} fps (speed-up)" for d in stages]
+    head = ["R", "F", "mode", "CUDA graph", "sequential fps", "sequential 1 thread"]
+    head += [f"D={d} fps (speed-up) balance" for d in stages]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     return "\n".join(lines + [format_row(r, stages) for r in rows])
 

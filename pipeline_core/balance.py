@@ -76,21 +76,29 @@ def _time(fn, device: torch.device, repeats: int) -> float:
     fn()  # warm-up (allocations, kernel selection)
     samples = []
     for _ in range(repeats):
-        _sync(device)
-        start = time.perf_counter()
-        fn()
-        _sync(device)
-        samples.append(time.perf_counter() - start)
+        samples.append(_time_once(fn, device))
     return statistics.median(samples)
 
 
+def _time_once(fn, device: torch.device) -> float:
+    _sync(device)
+    start = time.perf_counter()
+    fn()
+    _sync(device)
+    return time.perf_counter() - start
+
+
 def profile(
-    model: nn.Sequential, sample_input: Tensor, device: torch.device, loss_fn: LossFn | None, repeats: int = 3
+    model: nn.Sequential, sample_input: Tensor, device: torch.device, loss_fn: LossFn | None, rounds: int = 5
 ) -> tuple[list[float], list[int]]:
-    """Per layer: seconds of forward + backward (+ an update-sized write), and output bytes."""
+    """Per layer: seconds of forward + backward (+ an update-sized write), and output bytes.
+
+    Every layer is timed once per round, rounds interleaved, and keeps its fastest: on a shared
+    machine a burst of other load only ever slows a sample down, and interleaving spreads a burst
+    over all layers instead of inflating one (which would skew the split)."""
     layers = [copy.deepcopy(m).to(device) for m in model]
     x = sample_input.to(device)
-    costs, sizes = [], []
+    steps, sizes = [], []
     for i, layer in enumerate(layers):
         inp = x.detach().requires_grad_(i > 0)
         params = [p for p in layer.parameters() if p.requires_grad]
@@ -108,10 +116,15 @@ def profile(
                         inp.grad = None
             return out
 
-        costs.append(_time(step, device, repeats))
+        step()  # warm-up (allocations, kernel selection)
+        steps.append(step)
         with torch.no_grad():
             x = layer(x)
         sizes.append(x.numel() * x.element_size())
+    costs = [float("inf")] * len(steps)
+    for _ in range(rounds):
+        for i, step in enumerate(steps):
+            costs[i] = min(costs[i], _time_once(step, device))
     return costs, sizes
 
 
