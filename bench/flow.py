@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stream", required=True, help=".npz from models.streams (frames + flow)")
     parser.add_argument("--stages", default="1,2,4", help="comma-separated pipeline depths; 1 = sequential")
     parser.add_argument("--json", help="output JSON (default bench/results/flow-<stream>.json)")
-    parser.add_argument("--net", default="fast", choices=sorted(FLOW_NETS))
+    parser.add_argument("--net", default="strong", choices=sorted(FLOW_NETS))
     parser.add_argument("--lr", type=float, default=BASE_LR, help="base Adam lr (deeper pipelines: lr_for_stages)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")

@@ -1,17 +1,19 @@
 """Flow networks as ``nn.Sequential`` so the PARTIME engine can cut them at any layer boundary.
 
 Input (B, 6, H, W): previous and current RGB in [0, 1]; output (B, 2, H, W): flow (u, v) in pixels
-from the previous frame to the current one. Every layer passes ONE tensor to the next, so a stage
-boundary can fall anywhere; what a later layer needs travels inside that tensor as channels (the
-input frames ride along space-to-depth packed, see :class:`Carry`).
+from the previous frame to the current one. Every layer passes ONE full-resolution tensor
+``[flow (2), frames (6), extra]`` to the next, so a stage boundary can fall anywhere; a level's
+features at 1/f resolution travel inside it losslessly as ``pixel_shuffle``-packed channels.
 
-Design (why): a net that only stacks 3x3 convs sees ~17 px and learns online slowly and unstably.
-These nets (1) encode both frames with shared (siamese) convs down to 1/4 resolution, (2) build a
-parameter-free local cost volume there (±``disp`` cells = ±4·disp px), (3) read it with a
-soft-argmax into an initial flow, so matching works from the first frames, (4) refine with dilated
-convs (receptive field > 100 px) that add a residual to that flow, then (5) warp the current frame
-with the upsampled flow at 1/2 resolution and refine again from the warped residual image, which
-gives the sub-pixel precision the coarse cost volume lacks; (6) upsample to full resolution.
+Design (why): a net that only stacks 3x3 convs sees ~17 px and learns online slowly and unstably
+(measured: it never learned the fast patches). These nets are coarse-to-fine (PWC-Net style): at
+1/4, 1/2 and full resolution they compute small siamese features of both frames, warp the current
+frame's features by the flow so far, correlate locally (a parameter-free cost volume, ±radius
+cells), read the cost with a soft-argmax into a residual flow, and add a learned correction
+(initialised to zero). Matching thus works from the first frames and the coarse levels reach
+large motions; learning sharpens the features and the corrections. ``strong`` adds, after each
+level, a Lucas-Kanade step on RGB plus learned feature channels: a damped least-squares update
+over a window, which gives the sub-pixel precision that a soft-argmax over whole cells lacks.
 """
 
 from __future__ import annotations
@@ -25,172 +27,176 @@ from torch import Tensor, nn
 from .flow_loss import warp
 
 
-class SiameseConv(nn.Module):
-    """The same conv applied to both halves of the channels (previous | current)."""
+def _pool(t: Tensor, factor: int) -> Tensor:
+    return F.avg_pool2d(t, factor) if factor > 1 else t
 
-    def __init__(self, cin: int, cout: int, stride: int = 1) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(cin, cout, 3, stride=stride, padding=1)
-        self.act = nn.LeakyReLU(0.1)
+
+def _upsample_flow(flow: Tensor, factor: int) -> Tensor:
+    """Bilinear upsampling; vectors scaled to the finer grid's pixels."""
+    if factor == 1:
+        return flow
+    return F.interpolate(flow, scale_factor=factor, mode="bilinear", align_corners=False) * factor
+
+
+def _siamese(convs: nn.Module, frames: Tensor) -> tuple[Tensor, Tensor]:
+    """The same convs on the previous and the current frame (B, 6, h, w)."""
+    b, _, h, w = frames.shape
+    feats = convs(frames.reshape(b * 2, 3, h, w))
+    feats = feats.reshape(b, 2, -1, h, w)
+    return feats[:, 0], feats[:, 1]
+
+
+def _feature_convs(width: int) -> nn.Sequential:
+    return nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.LeakyReLU(0.1), nn.Conv2d(width, width, 3, padding=1))
+
+
+def local_correlation(f0: Tensor, f1: Tensor, radius: int) -> Tensor:
+    """(B, (2r+1)², h, w) dot products of f0 with f1 shifted by every offset within ±radius.
+
+    A loop over offsets on one padded tensor: 2-3x faster on CPU than ``unfold``, which
+    materialises a (2r+1)²-times larger copy of the features."""
+    _, _, h, w = f0.shape
+    k = 2 * radius + 1
+    padded = F.pad(f1, [radius] * 4, mode="replicate")
+    return torch.stack([(f0 * padded[:, :, dy : dy + h, dx : dx + w]).sum(1) for dy in range(k) for dx in range(k)], 1)
+
+
+class StartFlow(nn.Module):
+    """frames (B, 6, H, W) -> [zero flow (2), frames (6)]: the estimate every level refines."""
 
     def forward(self, x: Tensor) -> Tensor:
-        b, c, h, w = x.shape
-        y = self.act(self.conv(x.reshape(b * 2, c // 2, h, w)))
-        return y.reshape(b, -1, *y.shape[-2:])
+        return torch.cat([x.new_zeros(x.shape[0], 2, *x.shape[-2:]), x], 1)
 
 
-class Carry(nn.Module):
-    """Run ``inner`` on the leading channels; the trailing ``carried`` channels (the input frames,
-    space-to-depth packed to the current resolution) pass through, re-packed when ``inner``
-    downsamples. ``carried=0`` starts the carry: the whole input is both processed and carried."""
+class PairFeatures(nn.Module):
+    """[flow, frames] -> [flow, frames, features of both frames at 1/factor, packed to full resolution]."""
 
-    def __init__(self, inner: nn.Module, carried: int) -> None:
+    def __init__(self, factor: int, width: int) -> None:
         super().__init__()
-        self.inner, self.carried = inner, carried
+        if (2 * width) % (factor * factor):
+            raise ValueError(f"2 x width ({2 * width}) must divide by factor² ({factor * factor}) to pack losslessly")
+        self.factor = factor
+        self.convs = _feature_convs(width)
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.carried:
-            x, frames = x[:, : -self.carried], x[:, -self.carried :]
-        else:
-            frames = x
-        y = self.inner(x)
-        ratio = frames.shape[-1] // y.shape[-1]
-        if ratio > 1:
-            frames = F.pixel_unshuffle(frames, ratio)
-        return torch.cat([y, frames], 1)
+        f0, f1 = _siamese(self.convs, _pool(x[:, 2:8], self.factor))
+        packed = torch.cat([f0, f1], 1)
+        if self.factor > 1:
+            packed = F.pixel_shuffle(packed, self.factor)
+        return torch.cat([x[:, :8], packed], 1)
 
 
-class CostVolume(nn.Module):
-    """Features (B, 2C, h, w) -> [soft-argmax flow (2), cost (K²), previous features (C)], K = 2·disp+1.
+class CostVolumeMatch(nn.Module):
+    """[flow, frames, packed features] -> [refined flow, frames].
 
-    Correlations of features normalised per channel over the image (removes the DC part that
-    would make every displacement look alike) and then to unit length; the soft-argmax
-    temperature is learned. Flow channels are in cells of this resolution.
-    """
+    At 1/factor: warp the current features by the flow so far, correlate (features normalised per
+    channel over the image, which removes the DC part that makes every offset look alike, then to
+    unit length), soft-argmax the cost into a residual (learned temperature), and add a learned
+    correction from the cost, the previous frame's features and the flow."""
 
-    def __init__(self, disp: int) -> None:
+    def __init__(self, factor: int, width: int, radius: int, head: int) -> None:
         super().__init__()
-        self.disp = disp
+        self.factor, self.width, self.radius = factor, width, radius
         self.log_temperature = nn.Parameter(torch.tensor(2.5))
-        k = 2 * disp + 1
-        dy, dx = torch.meshgrid(torch.arange(k) - disp, torch.arange(k) - disp, indexing="ij")
+        k = 2 * radius + 1
+        dy, dx = torch.meshgrid(torch.arange(k) - radius, torch.arange(k) - radius, indexing="ij")
         self.register_buffer("offsets", torch.stack([dx.flatten(), dy.flatten()]).float(), persistent=False)
+        self.head = nn.Sequential(
+            nn.Conv2d(k * k + width + 2, head, 3, padding=1), nn.LeakyReLU(0.1), nn.Conv2d(head, 2, 3, padding=1)
+        )
+        nn.init.zeros_(self.head[-1].weight)
+        nn.init.zeros_(self.head[-1].bias)
 
     @staticmethod
     def _normalise(f: Tensor) -> Tensor:
-        f = f - f.mean(dim=(2, 3), keepdim=True)
-        return F.normalize(f, dim=1)
+        return F.normalize(f - f.mean(dim=(2, 3), keepdim=True), dim=1)
 
     def forward(self, x: Tensor) -> Tensor:
-        b, c2, h, w = x.shape
-        f1, f2 = self._normalise(x[:, : c2 // 2]), self._normalise(x[:, c2 // 2 :])
-        k = 2 * self.disp + 1
-        patches = F.unfold(F.pad(f2, [self.disp] * 4), k).view(b, c2 // 2, k * k, h, w)
-        cost = (patches * f1.unsqueeze(2)).sum(1)  # (B, K², h, w)
+        packed = x[:, 8:]
+        if self.factor > 1:
+            packed = F.pixel_unshuffle(packed, self.factor)
+        f0, f1 = packed[:, : self.width], packed[:, self.width :]
+        flow = _pool(x[:, :2], self.factor) / self.factor
+        cost = local_correlation(self._normalise(f0), self._normalise(warp(f1, flow)), self.radius)
         prob = torch.softmax(cost * self.log_temperature.exp(), dim=1)
-        flow = torch.einsum("bkhw,dk->bdhw", prob, self.offsets)
-        return torch.cat([flow, cost, x[:, : c2 // 2]], 1)
+        flow = flow + torch.einsum("bkhw,dk->bdhw", prob, self.offsets)
+        flow = flow + self.head(torch.cat([cost, f0, flow], 1))
+        return torch.cat([_upsample_flow(flow, self.factor), x[:, 2:8]], 1)
 
 
-class ResidualFlowConv(nn.Module):
-    """x = [flow (2), features]: a dilated conv updates the features; flow passes through."""
+class LucasKanadeStep(nn.Module):
+    """[flow, frames] -> [refined flow, frames]: one damped Lucas-Kanade update at 1/factor.
 
-    def __init__(self, cin: int, cout: int, dilation: int) -> None:
+    Channels: RGB plus ``width`` learned features of both frames. Sums of the gradient products
+    over a ``window`` give per pixel the 2x2 normal equations of the linearised brightness
+    constancy; ``log_damping`` (learned) keeps texture-less regions from taking wild steps. It starts
+    at e^-9: e^-6 damped the steps of smooth images to a fraction (EPE 0.35 vs 0.27 on a held-out
+    stream), e^-12 was no better than e^-9."""
+
+    def __init__(self, factor: int, width: int, window: int) -> None:
         super().__init__()
-        self.conv = nn.Conv2d(cin, cout, 3, padding=dilation, dilation=dilation)
-        self.act = nn.LeakyReLU(0.1)
+        self.factor, self.window = factor, window
+        self.convs = _feature_convs(width)
+        self.log_damping = nn.Parameter(torch.tensor(-9.0))
+
+    @staticmethod
+    def _gradients(image: Tensor) -> tuple[Tensor, Tensor]:
+        """Central differences (I(x+1) - I(x-1)) / 2, replicate at the borders."""
+        p = F.pad(image, [1, 1, 1, 1], mode="replicate")
+        gx = p[..., 1:-1, 2:] - p[..., 1:-1, :-2]
+        gy = p[..., 2:, 1:-1] - p[..., :-2, 1:-1]
+        return 0.5 * gx, 0.5 * gy
 
     def forward(self, x: Tensor) -> Tensor:
-        return torch.cat([x[:, :2], self.act(self.conv(x))], 1)
+        small = _pool(x[:, 2:8], self.factor)
+        flow = _pool(x[:, :2], self.factor) / self.factor
+        f0, f1 = _siamese(self.convs, small)
+        i0 = torch.cat([small[:, :3], f0], 1)
+        i1 = warp(torch.cat([small[:, 3:], f1], 1), flow)
+        ix, iy = self._gradients(0.5 * (i0 + i1))
+        it = i1 - i0
+        products = (ix * ix, ix * iy, iy * iy, ix * it, iy * it)
+        terms = torch.stack([p.sum(1) for p in products], 1)
+        half = self.window // 2
+        sxx, sxy, syy, sxt, syt = F.avg_pool2d(F.pad(terms, [half] * 4, mode="replicate"), self.window, 1).unbind(1)
+        damping = self.log_damping.exp()
+        sxx, syy = sxx + damping, syy + damping
+        det = sxx * syy - sxy * sxy
+        step = torch.stack([sxy * syt - syy * sxt, sxy * sxt - sxx * syt], 1) / det.unsqueeze(1)
+        return torch.cat([_upsample_flow(flow + step, self.factor), x[:, 2:8]], 1)
 
 
-class FlowHead(nn.Module):
-    """[flow, features] -> flow + a learned correction (initialised to zero: start from the input flow)."""
-
-    def __init__(self, cin: int) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(cin, 2, 3, padding=1)
-        nn.init.zeros_(self.conv.weight)
-        nn.init.zeros_(self.conv.bias)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return x[:, :2] + self.conv(x)
-
-
-class WarpFrames(nn.Module):
-    """[flow (2) at 1/f, carried frames packed by f] -> [flow, previous, warped current, their
-    difference] at 1/``out_factor`` resolution: what a refinement needs to see its own residual."""
-
-    def __init__(self, factor: int, out_factor: int) -> None:
-        super().__init__()
-        self.factor, self.out_factor = factor, out_factor
+class TakeFlow(nn.Module):
+    """[flow, frames] -> flow."""
 
     def forward(self, x: Tensor) -> Tensor:
-        frames = F.pixel_shuffle(x[:, 2 : 2 + 6 * self.factor**2], self.factor)
-        if self.out_factor > 1:
-            frames = F.avg_pool2d(frames, self.out_factor)
-        up = self.factor // self.out_factor
-        flow = F.interpolate(x[:, :2], scale_factor=up, mode="bilinear", align_corners=False) * up
-        prev, warped = frames[:, :3], warp(frames[:, 3:], flow)
-        return torch.cat([flow, prev, warped, warped - prev], 1)
+        return x[:, :2]
 
 
-class UpsampleFlow(nn.Module):
-    """Bilinear upsampling by ``factor``; vectors are scaled to full-resolution pixels."""
-
-    def __init__(self, factor: int) -> None:
-        super().__init__()
-        self.factor = factor
-
-    def forward(self, flow: Tensor) -> Tensor:
-        if self.factor == 1:
-            return flow
-        return F.interpolate(flow, scale_factor=self.factor, mode="bilinear", align_corners=False) * self.factor
-
-
-def correlation_flow_net(
-    widths: tuple[int, ...] = (16, 16, 32, 32),
-    disp: int = 4,
-    context: tuple[int, ...] = (64, 64, 48, 32),
-    dilations: tuple[int, ...] = (1, 2, 4, 8),
-    refine: tuple[int, ...] = (32, 32),
-    refine_factor: int = 2,
+def pyramid_flow_net(
+    factors: tuple[int, ...] = (4, 2, 1),
+    widths: tuple[int, ...] = (16, 16, 8),
+    radii: tuple[int, ...] = (3, 3, 2),
+    heads: tuple[int, ...] = (32, 32, 16),
+    lk_steps: int = 0,
+    lk_width: int = 16,
+    window: int = 7,
 ) -> nn.Sequential:
-    """Siamese encoder (stride 2 every other layer) -> cost volume -> dilated context refinement
-    -> warp-and-refine at 1/``refine_factor`` -> full resolution. H and W must divide by 4."""
-    layers: list[nn.Module] = []
-    cin, carried = 3, 0
-    for i, width in enumerate(widths):
-        layers.append(Carry(SiameseConv(cin, width, stride=2 if i % 2 == 0 else 1), carried))
-        cin = width
-        carried = 6 * 4 ** ((i + 2) // 2)
-    factor = 2 ** ((len(widths) + 1) // 2)
-    layers.append(Carry(CostVolume(disp), carried))
-    cin = 2 + (2 * disp + 1) ** 2 + cin
-    for width, dilation in zip(context, dilations, strict=True):
-        layers.append(Carry(ResidualFlowConv(cin, width, dilation), carried))
-        cin = 2 + width
-    layers += [Carry(FlowHead(cin), carried), WarpFrames(factor, refine_factor)]
-    cin = 2 + 9
-    for i, width in enumerate(refine):
-        layers.append(ResidualFlowConv(cin, width, dilation=2**i))
-        cin = 2 + width
-    layers += [FlowHead(cin), UpsampleFlow(refine_factor)]
-    return nn.Sequential(*layers)
+    """Coarse-to-fine levels (features, then cost-volume match), each followed by ``lk_steps``
+    Lucas-Kanade steps with ``lk_width`` learned channels. H and W must divide by max(factors)."""
+    layers: list[nn.Module] = [StartFlow()]
+    for factor, width, radius, head in zip(factors, widths, radii, heads, strict=True):
+        layers += [PairFeatures(factor, width), CostVolumeMatch(factor, width, radius, head)]
+        layers += [LucasKanadeStep(factor, lk_width, window) for _ in range(lk_steps)]
+    return nn.Sequential(*layers, TakeFlow())
 
 
 FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
-    # CPU, real time at 128x128 on 2 cores (forward + backward + Adam).
-    "fast": lambda: correlation_flow_net(),
-    # GPU: wider features, a wider search, a deeper dilated context and a full-resolution refinement.
-    "strong": lambda: correlation_flow_net(
-        widths=(32, 32, 64, 64),
-        disp=6,
-        context=(128, 128, 96, 96, 64, 64),
-        dilations=(1, 2, 4, 8, 16, 1),
-        refine=(48, 48, 32),
-        refine_factor=1,
-    ),
+    # CPU, real time at 128x128 on 2 cores (forward + backward + Adam): 8 layers, 51,505 parameters,
+    # ~72 ms a learning step on one core.
+    "fast": lambda: pyramid_flow_net(),
+    # Two Lucas-Kanade steps per level: about 2x the compute of "fast", a third lower EPE; 14 layers.
+    "strong": lambda: pyramid_flow_net(lk_steps=2),
 }
 
 

@@ -62,3 +62,31 @@ def test_unknown_net_and_helpers():
     assert pair.shape == (1, 6, 4, 5) and pair[0, :3].max() == 0 and pair[0, 3:].min() == 1
     with pytest.raises(ValueError):
         frame_pair(a, np.zeros((4, 4, 3), np.uint8))
+
+
+def test_local_correlation_peaks_at_the_true_integer_shift():
+    from models.flow_nets import local_correlation
+
+    f0 = torch.nn.functional.normalize(torch.randn(1, 8, 20, 20), dim=1)  # unit length, as the net's features
+    f1 = torch.roll(f0, shifts=(1, -2), dims=(-2, -1))  # content moves down 1, left 2: flow (-2, +1)
+    cost = local_correlation(f0, f1, radius=3)
+    best = cost[0, :, 5:15, 5:15].argmax(0)  # interior: no wrap-around
+    k = 7
+    assert (best == (1 + 3) * k + (-2 + 3)).all()
+
+
+def test_lucas_kanade_step_recovers_a_subpixel_translation():
+    from models.flow_loss import warp
+    from models.flow_nets import LucasKanadeStep
+
+    torch.manual_seed(1)
+    prev = torch.rand(1, 3, 64, 64)
+    for _ in range(3):  # a smooth image: the linearisation holds over a pixel
+        prev = torch.nn.functional.avg_pool2d(prev, 3, 1, 1, count_include_pad=False)
+    true = torch.tensor([0.4, -0.3]).view(1, 2, 1, 1)
+    cur = warp(prev, -true.expand(1, 2, 64, 64))  # cur(x) = prev(x - d): content moved by d
+    step = LucasKanadeStep(factor=1, width=4, window=7)
+    with torch.no_grad():
+        step.log_damping.fill_(-20.0)  # the mechanism alone (damping is learned)
+        flow = step(torch.cat([torch.zeros(1, 2, 64, 64), prev, cur], 1))[:, :2, 12:-12, 12:-12]
+    assert (flow - true).abs().mean() < 0.05
