@@ -6,7 +6,6 @@ must be identical wherever flow is learned, or bench numbers would not describe 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -33,16 +32,18 @@ def flow_optimizer(lr: float = BASE_LR) -> OptimizerFactory:
 
 
 def lr_for_stages(base_lr: float, stages: int) -> float:
-    """Learning rate for a D-stage PARTIME pipeline: ``base_lr / sqrt(D)``.
+    """Learning rate for a D-stage PARTIME pipeline: ``base_lr / D**2``.
 
-    Why: stage h updates with gradients that are up to D-1 frames stale (PARTIME Sec. IV); the
-    stable step size of delayed gradient descent shrinks with the delay, and PARTIME lowers the
-    rate for deeper pipelines. 1/sqrt(D) keeps most of the speed of learning at D=2 while damping
-    the oscillations stale gradients cause at D=4+.
+    Why: stage h updates with gradients that are up to D-1 frames stale (PARTIME Sec. IV), and the
+    stable step size of delayed gradient descent shrinks with the delay; PARTIME lowers the rate for
+    deeper pipelines. Measured with the strong flow net on a held-out 256x256 stream (150 frames,
+    EPE; sequential at 4e-3: 0.75): D=2 diverged at 2.8e-3, 2e-3 and 1.5e-3 and learned at 1e-3
+    (0.95) and 5e-4 (1.48); D=4 diverged at 1e-3 and reached 2.24 at 5e-4. 1/D² gives D=2 its best
+    measured rate and keeps D=4 on the stable side.
     """
     if stages < 1:
         raise ValueError(f"stages must be >= 1, got {stages}")
-    return base_lr / math.sqrt(stages)
+    return base_lr / stages**2
 
 
 def frame_pair(prev: np.ndarray, cur: np.ndarray, device: str | torch.device = "cpu") -> torch.Tensor:
