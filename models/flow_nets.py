@@ -12,8 +12,8 @@ frame's features by the flow so far, correlate locally (a parameter-free cost vo
 cells), read the cost with a soft-argmax into a residual flow, and add a learned correction
 (initialised to zero). Matching thus works from the first frames and the coarse levels reach
 large motions; learning sharpens the features and the corrections. ``strong`` adds, after each
-level, a Lucas-Kanade step on RGB plus learned feature channels: a damped least-squares update
-over a window, which gives the sub-pixel precision that a soft-argmax over whole cells lacks.
+level, two Lucas-Kanade steps on RGB plus learned feature channels: damped least-squares updates
+over a window, which give the sub-pixel precision that a soft-argmax over whole cells lacks.
 """
 
 from __future__ import annotations
@@ -29,6 +29,11 @@ from .flow_loss import warp
 
 def _pool(t: Tensor, factor: int) -> Tensor:
     return F.avg_pool2d(t, factor) if factor > 1 else t
+
+
+def _downsample_flow(flow: Tensor, factor: int) -> Tensor:
+    """Area averaging; vectors scaled to the coarser grid's pixels."""
+    return _pool(flow, factor) / factor
 
 
 def _upsample_flow(flow: Tensor, factor: int) -> Tensor:
@@ -116,7 +121,7 @@ class CostVolumeMatch(nn.Module):
         if self.factor > 1:
             packed = F.pixel_unshuffle(packed, self.factor)
         f0, f1 = packed[:, : self.width], packed[:, self.width :]
-        flow = _pool(x[:, :2], self.factor) / self.factor
+        flow = _downsample_flow(x[:, :2], self.factor)
         cost = local_correlation(self._normalise(f0), self._normalise(warp(f1, flow)), self.radius)
         prob = torch.softmax(cost * self.log_temperature.exp(), dim=1)
         flow = flow + torch.einsum("bkhw,dk->bdhw", prob, self.offsets)
@@ -149,7 +154,7 @@ class LucasKanadeStep(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         small = _pool(x[:, 2:8], self.factor)
-        flow = _pool(x[:, :2], self.factor) / self.factor
+        flow = _downsample_flow(x[:, :2], self.factor)
         f0, f1 = _siamese(self.convs, small)
         i0 = torch.cat([small[:, :3], f0], 1)
         i1 = warp(torch.cat([small[:, 3:], f1], 1), flow)
