@@ -4,7 +4,9 @@ A PARTIME step lasts as long as its slowest stage, so the split that matters min
 *maximum* stage cost, where a stage's cost is its layers' forward + backward + update time plus
 the cost of shipping its output forward and its input gradient backward. The split is solved
 exactly by dynamic programming (torchgpipe's greedy solver can miss the optimum: costs
-[1, 1, 1, 1, 10] into 2 stages is [4, 1], not [2, 3]).
+[1, 1, 1, 1, 10] into 2 stages is [4, 1], not [2, 3]). A layer can ask to share a stage with the
+next one (:func:`~pipeline_core.partition.keeps_with_next`); the solver never cuts there, like the
+split points of ``torch.distributed.pipelining``.
 """
 
 from __future__ import annotations
@@ -17,18 +19,24 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from .partition import check_sequential, resolve_devices
+from .partition import check_sequential, keeps_with_next, resolve_devices
 from .stage import LossFn
 
 #: Bytes per second assumed for a transfer between two stages on the same CPU (a memcpy).
 CPU_COPY_BANDWIDTH = 5e9
 
 
-def solve(costs: Sequence[float], stages: int, transfer: Sequence[float] | None = None) -> list[int]:
+def solve(
+    costs: Sequence[float],
+    stages: int,
+    transfer: Sequence[float] | None = None,
+    uncut: frozenset[int] = frozenset(),
+) -> list[int]:
     """Exact min-max contiguous split of ``costs`` into ``stages`` groups (layer counts).
 
     ``transfer[i]`` is the cost of crossing the boundary after layer i (paid by both stages it
-    separates: activation forward, gradient backward). Ties prefer earlier, larger stages.
+    separates: activation forward, gradient backward); ``uncut`` holds the layers after which no
+    stage may end. Ties prefer earlier, larger stages.
     """
     n = len(costs)
     if stages < 1:
@@ -36,6 +44,9 @@ def solve(costs: Sequence[float], stages: int, transfer: Sequence[float] | None 
     if stages > n:
         raise ValueError(f"{stages} stages requested, but the model has only {n} layers")
     transfer = list(transfer) if transfer is not None else [0.0] * n
+    cuttable = n - 1 - len({i for i in uncut if 0 <= i < n - 1})
+    if stages - 1 > cuttable:
+        raise ValueError(f"{stages} stages requested, but the model allows only {cuttable + 1} (layers kept together)")
     prefix = [0.0]
     for c in costs:
         prefix.append(prefix[-1] + float(c))
@@ -56,6 +67,8 @@ def solve(costs: Sequence[float], stages: int, transfer: Sequence[float] | None 
     for k in range(1, stages + 1):
         for j in range(k, n - (stages - k) + 1):
             for i in range(k - 1, j):
+                if i > 0 and i - 1 in uncut:
+                    continue
                 value = max(best[k - 1][i], stage_cost(i, j))
                 if value < best[k][j]:
                     best[k][j], cut[k][j] = value, i
@@ -135,7 +148,8 @@ def balance(
     devices: list[str | torch.device] | None = None,
     loss_fn: LossFn | None = None,
 ) -> list[int]:
-    """Layer counts per stage that minimise the slowest stage's time, transfers included."""
+    """Layer counts per stage that minimise the slowest stage's time, transfers included, never
+    cutting after a layer that keeps with the next."""
     model = check_sequential(model)
     if stages > len(model):
         raise ValueError(f"{stages} stages requested, but the model has only {len(model)} layers")
@@ -143,7 +157,8 @@ def balance(
     costs, sizes = profile(model, sample_input, device, loss_fn)
     bandwidth = _bandwidth(device)
     transfer = [size / bandwidth for size in sizes]
-    return solve(costs, stages, transfer)
+    uncut = frozenset(i for i, layer in enumerate(model) if keeps_with_next(layer))
+    return solve(costs, stages, transfer, uncut)
 
 
 def _bandwidth(device: torch.device) -> float:

@@ -30,6 +30,13 @@ def check_balance(balance: list[int], layers: int) -> list[int]:
     return balance
 
 
+def keeps_with_next(layer: nn.Module) -> bool:
+    """True when ``layer`` asks not to end a stage (attribute ``keep_with_next``): automatic
+    balancing then never cuts after it. A model sets it where a stage boundary is known to hurt
+    learning (e.g. where PARTIME's stale gradients diverge); an explicit ``balance`` may still cut."""
+    return bool(getattr(layer, "keep_with_next", False))
+
+
 def equal_balance(layers: int, stages: int) -> list[int]:
     """Layer counts as equal as possible (used when nothing better is known)."""
     if stages > layers:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -222,9 +222,18 @@ class Pipeline:
         if self._graphs is not None:
             self._graphs.clear()  # optimizer state tensors were replaced
 
-    def set_lr(self, lr: float) -> None:
-        """Change every stage's learning rate (graphs bake it in, so they are re-captured)."""
-        self.runtime.set_lr(lr)
+    @property
+    def gradient_delays(self) -> list[int]:
+        """Per stage, how stale its gradients are (:meth:`Schedule.gradient_delay`), for lr rules."""
+        return [self.schedule.gradient_delay(h) for h in range(self.depth)]
+
+    def set_lr(self, lr: float | Sequence[float]) -> None:
+        """Change the learning rate of every stage, or of each stage (one per stage). Graphs bake it
+        in, so they are re-captured."""
+        lrs = [float(lr)] * self.depth if isinstance(lr, int | float) else [float(v) for v in lr]
+        if len(lrs) != self.depth:
+            raise ValueError(f"{len(lrs)} learning rates for {self.depth} stages")
+        self.runtime.set_lr(lrs)
         if self._graphs is not None:
             self._graphs.clear()
 

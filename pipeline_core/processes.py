@@ -309,8 +309,8 @@ class ProcessRuntime:
             raise ValueError(f"checkpoint has {len(states)} stages, the pipeline {self.depth}")
         self._call("load_state_dict", [(state,) for state in states])
 
-    def set_lr(self, lr: float) -> None:
-        self._call("set_lr", [(lr,)] * self.depth)
+    def set_lr(self, lrs: list[float]) -> None:
+        self._call("set_lr", [(lr,) for lr in lrs])
 
     def modules(self) -> list[nn.Module]:
         return self._call("module", [()] * self.depth)

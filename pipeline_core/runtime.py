@@ -165,8 +165,8 @@ class LocalRuntime:
         for stage, state in zip(self.stages, states, strict=True):
             stage.load_state_dict(state)
 
-    def set_lr(self, lr: float) -> None:
-        for stage in self.stages:
+    def set_lr(self, lrs: list[float]) -> None:
+        for stage, lr in zip(self.stages, lrs, strict=True):
             stage.set_lr(lr)
 
     def modules(self) -> list[nn.Module]:

@@ -20,11 +20,14 @@ def slices(model: nn.Sequential, balance: list[int]) -> list[nn.Sequential]:
     return out
 
 
-def partime(model, balance, make_opt, loss_fn, xs, targets):
+def partime(model, balance, make_opt, loss_fn, xs, targets, lrs=None):
     """Rules 1-4: stage h at step t forwards frame t-h with current weights, backprops the gradient
-    its successor sent at step t-1 through that *current* graph, then updates."""
+    its successor sent at step t-1 through that *current* graph, then updates (with ``lrs[h]``)."""
     parts = slices(model, balance)
     opts = [make_opt(p.parameters()) for p in parts]
+    for opt, lr in zip(opts, lrs or [], strict=False):
+        for group in opt.param_groups:
+            group["lr"] = lr
     depth = len(parts)
     act_in = [None] * depth  # what each stage received at the previous step
     grad_in = [None] * depth

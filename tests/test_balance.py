@@ -13,10 +13,10 @@ from pipeline_core import balance
 from pipeline_core.balance import solve
 
 
-def brute_force(costs, stages, transfer):
-    """Every contiguous split, scored like the solver: the slowest stage, transfers included."""
+def brute_force(costs, stages, transfer, uncut=frozenset()):
+    """Every allowed contiguous split, scored like the solver: the slowest stage, transfers included."""
     n, best = len(costs), None
-    for cuts in itertools.combinations(range(1, n), stages - 1):
+    for cuts in itertools.combinations([c for c in range(1, n) if c - 1 not in uncut], stages - 1):
         bounds = (0, *cuts, n)
         worst = max(
             sum(costs[i:j]) + (transfer[i - 1] if i > 0 else 0) + (transfer[j - 1] if j < n else 0)
@@ -52,6 +52,30 @@ def test_transfer_cost_moves_the_cut():
     # Without transfers the even split wins; a costly boundary after layer 2 pushes the cut away.
     assert solve([1, 1, 1, 1], 2) == [2, 2]
     assert solve([1, 1, 1, 1], 2, transfer=[0, 5, 0, 0]) != [2, 2]
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_solver_never_cuts_after_a_layer_that_keeps_with_next(seed):
+    gen = torch.Generator().manual_seed(seed)
+    n = int(torch.randint(4, 9, (1,), generator=gen))
+    costs = torch.rand(n, generator=gen).tolist()
+    uncut = frozenset(int(i) for i in torch.randperm(n - 1, generator=gen)[:2])
+    for stages in range(1, n - len(uncut) + 1):
+        split = solve(costs, stages, uncut=uncut)
+        ends = set(itertools.accumulate(split[:-1]))  # a stage ending after layer i ends at count i + 1
+        assert not {i + 1 for i in uncut} & ends
+        assert max(sum(costs[i:j]) for i, j in itertools.pairwise([0, *itertools.accumulate(split)])) == (
+            pytest.approx(brute_force(costs, stages, [0.0] * n, uncut)[0])
+        )
+    with pytest.raises(ValueError, match="kept together"):
+        solve(costs, n - len(uncut) + 1, uncut=uncut)
+
+
+def test_balance_keeps_marked_layers_with_the_next():
+    model = nn.Sequential(Sleep(0.002), Sleep(0.02), Sleep(0.02), Sleep(0.002))
+    assert balance(model, torch.ones(2), 2) == [2, 2]
+    model[1].keep_with_next = True  # e.g. where a stage boundary hurts learning
+    assert balance(model, torch.ones(2), 2) == [3, 1]
 
 
 def test_more_stages_than_layers_is_refused():

@@ -89,6 +89,21 @@ def test_partime_matches_the_plain_reference(balance, opt):
         assert_same_weights(pipe, parts)
 
 
+def test_per_stage_learning_rates_match_the_reference():
+    model, (xs, ys) = make_model(), stream()
+    with Pipeline(model, xs[0], balance=[2, 2, 1], loss_fn=mse, optimizer=OPTIMIZERS["adam"]) as pipe:
+        assert pipe.gradient_delays == [4, 2, 0]  # the loss behind stage h's update is 2(D-1-h) frames old
+        lrs = [2e-3, 5e-3, 1e-2]
+        pipe.set_lr(lrs)
+        outputs, losses = run(pipe, xs, ys)
+        want_out, want_loss, parts = ref.partime(model, [2, 2, 1], OPTIMIZERS["adam"], mse, xs, ys, lrs)
+        assert_close_dicts(losses, want_loss)
+        assert_close_dicts(outputs, want_out)
+        assert_same_weights(pipe, parts)
+        with pytest.raises(ValueError, match="2 learning rates for 3 stages"):
+            pipe.set_lr([1e-3, 1e-3])
+
+
 def test_stages_without_balance_profiles_a_balance_and_still_matches_the_reference():
     model, (xs, ys) = make_model(), stream()
     with Pipeline(model, xs[0], stages=3, loss_fn=mse, optimizer=OPTIMIZERS["sgd"]) as pipe:

@@ -99,6 +99,12 @@ class Schedule:
         cache one CUDA graph per key."""
         return None
 
+    def gradient_delay(self, h: int) -> int:
+        """How many frames older the loss behind stage h's update is than the newest frame the stage
+        has forwarded (0: exact backprop). Delayed gradients need smaller steps, so learning-rate
+        rules scale by it."""
+        return 0
+
     def message_slots(self) -> int:
         """How many messages of one kind a stage may have in flight: static CUDA buffers needed."""
         return 2

@@ -39,6 +39,10 @@ class Partime(Schedule):
             plan.append(forward_part(h, last, frame, grad=True) + backward)
         return plan
 
+    def gradient_delay(self, h: int) -> int:
+        """Stage h pushes through frame f's graph the gradient of the loss of frame f - 2(D-1-h)."""
+        return 2 * (self.last - h)
+
     def output_frame(self, step: int) -> int:
         return step - self.last
 

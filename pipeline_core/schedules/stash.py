@@ -19,14 +19,14 @@ class Stash(Schedule):
     name = "stash"
     intra_step_messages = False
 
-    def staleness(self, h: int) -> int:
+    def gradient_delay(self, h: int) -> int:
         """Steps between stage h's forward of a frame and its backward of that frame."""
         return 2 * (self.last - h)
 
     def actions(self, step: int, last_frame: int | None, learn: bool) -> StepActions:
         plan: StepActions = []
         for h in range(self.stages):
-            frame, back = step - h, step - h - self.staleness(h)
+            frame, back = step - h, step - h - self.gradient_delay(h)
             if h == self.last:  # forward and backward of the same frame: exact, nothing stashed
                 plan.append(exact_step(h, h, frame, learn) if exists(frame, last_frame) else [])
                 continue
@@ -52,7 +52,7 @@ class Stash(Schedule):
         return step - self.last
 
     def drain_steps(self) -> int:
-        return self.staleness(0)  # stage 0 learns from the last frame 2(D-1) steps after it entered
+        return self.gradient_delay(0)  # stage 0 learns from the last frame 2(D-1) steps after it entered
 
 
 class Hybrid(Stash):
@@ -72,7 +72,7 @@ class Hybrid(Stash):
         if hybrid_after < 0:
             raise ValueError(f"hybrid_after must be >= 0, got {hybrid_after}")
         self.hybrid_after = hybrid_after
-        self.lag = self.staleness(0)
+        self.lag = self.gradient_delay(0)
         self.exact = Sequential(stages)
 
     def sequential_from(self) -> int:
