@@ -25,7 +25,7 @@ from models.classical import classical_methods
 from models.flow_loss import flow_loss
 from models.flow_metrics import epe, moving_mask, photometric_error, reconstruction_accuracy
 from models.flow_nets import FLOW_NETS, build_flow_net
-from models.online import BASE_LR, flow_optimizer, frame_pair, lr_for_stages
+from models.online import BASE_LR, flow_optimizer, frame_pair, stage_lrs
 from models.streams import Stream, load_npz
 from pipeline_core import Pipeline
 from pipeline_core import balance as plan_balance
@@ -69,7 +69,6 @@ def learn_online(stream: Stream, stages: int, net: str, base_lr: float, seed: in
     model = build_flow_net(net)
     pairs = len(stream.flow)
     x0 = frame_pair(stream.frames[0], stream.frames[1])
-    lr = lr_for_stages(base_lr, stages)
     balance = plan_balance(model, x0, stages, [torch.device("cpu")], flow_loss) if stages > 1 else [len(model)]
     scores = Scores(pairs)
     with Pipeline(
@@ -78,9 +77,11 @@ def learn_online(stream: Stream, stages: int, net: str, base_lr: float, seed: in
         balance=balance,
         loss_fn=flow_loss,
         sample_target=x0,
-        optimizer=flow_optimizer(lr),
+        optimizer=flow_optimizer(base_lr),
         schedule="partime" if stages > 1 else "sequential",
     ) as pipe:
+        lrs = stage_lrs(base_lr, pipe.gradient_delays)
+        pipe.set_lr(lrs)
         results = []
         for t in range(pairs):
             x = frame_pair(stream.frames[t], stream.frames[t + 1])
@@ -91,7 +92,7 @@ def learn_online(stream: Stream, stages: int, net: str, base_lr: float, seed: in
                 scores.add(stream, r.frame, r.output[0].permute(1, 2, 0).numpy(), r.loss)
         for r in pipe.flush():
             scores.add(stream, r.frame, r.output[0].permute(1, 2, 0).numpy(), r.loss)
-    return scores, {"stages": stages, "lr": lr, "balance": balance, "net": net}
+    return scores, {"stages": stages, "lr": lrs, "balance": balance, "net": net}
 
 
 def run_classical(stream: Stream) -> dict[str, Scores]:
@@ -157,7 +158,11 @@ def markdown(results: dict[str, dict], title: str) -> str:
         lines.append("")
         for name, r in results.items():
             if name.startswith("partime"):
-                lines.append(f"- {name} / sequential EPE last 100: {r['epe_last100'] / seq['epe_last100']:.3f}")
+                lrs = ", ".join(f"{lr:.2g}" for lr in r["lr"])
+                lines.append(
+                    f"- {name} / sequential EPE last 100: {r['epe_last100'] / seq['epe_last100']:.3f}"
+                    f" (balance {r['balance']}, stage lrs {lrs})"
+                )
         if "farneback" in results:
             ratio = seq["epe_last100"] / results["farneback"]["epe_last100"]
             lines.append(f"- sequential / farneback EPE last 100: {ratio:.3f}")
@@ -170,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stages", default="1,2,4", help="comma-separated pipeline depths; 1 = sequential")
     parser.add_argument("--json", help="output JSON (default bench/results/flow-<stream>.json)")
     parser.add_argument("--net", default="strong", choices=sorted(FLOW_NETS))
-    parser.add_argument("--lr", type=float, default=BASE_LR, help="base Adam lr (deeper pipelines: lr_for_stages)")
+    parser.add_argument("--lr", type=float, default=BASE_LR, help="Adam lr of the last stage (earlier ones: stage_lrs)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     args = parser.parse_args(argv)

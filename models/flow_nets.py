@@ -14,6 +14,15 @@ cells), read the cost with a soft-argmax into a residual flow, and add a learned
 large motions; learning sharpens the features and the corrections. ``strong`` adds, after each
 level, two Lucas-Kanade steps on RGB plus learned feature channels: damped least-squares updates
 over a window, which give the sub-pixel precision that a soft-argmax over whole cells lacks.
+
+Stage boundaries: the full-resolution refinements (match and Lucas-Kanade steps at factor 1) set
+``keep_with_next``, so automatic balancing never ends a stage after one. Measured with PARTIME
+(strong net, 256x256, D = 2): stages ending anywhere up to the full-resolution features learned as
+well as sequential training, but a stage ending after a full-resolution refinement diverged
+(EPE 2-7 against 0.5) and freezing the coarse levels of that stage stopped it: the two-frame-old
+gradient of a pixel-precise refinement, pushed through the coarse levels of another frame, drives
+them astray. Coarser boundaries tolerate the delay because the motion over the delay stays within
+their cells.
 """
 
 from __future__ import annotations
@@ -102,6 +111,7 @@ class CostVolumeMatch(nn.Module):
     def __init__(self, factor: int, width: int, radius: int, head: int) -> None:
         super().__init__()
         self.factor, self.width, self.radius = factor, width, radius
+        self.keep_with_next = factor == 1  # see the module docstring: no stage ends after it
         self.log_temperature = nn.Parameter(torch.tensor(2.5))
         k = 2 * radius + 1
         dy, dx = torch.meshgrid(torch.arange(k) - radius, torch.arange(k) - radius, indexing="ij")
@@ -141,6 +151,7 @@ class LucasKanadeStep(nn.Module):
     def __init__(self, factor: int, width: int, window: int) -> None:
         super().__init__()
         self.factor, self.window = factor, window
+        self.keep_with_next = factor == 1  # see the module docstring: no stage ends after it
         self.convs = _feature_convs(width)
         self.log_damping = nn.Parameter(torch.tensor(-9.0))
 

@@ -6,7 +6,7 @@ must be identical wherever flow is learned, or bench numbers would not describe 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -31,19 +31,21 @@ def flow_optimizer(lr: float = BASE_LR) -> OptimizerFactory:
     return make
 
 
-def lr_for_stages(base_lr: float, stages: int) -> float:
-    """Learning rate for a D-stage PARTIME pipeline: ``base_lr / D**2``.
+def stage_lrs(base_lr: float, delays: Sequence[int]) -> list[float]:
+    """Learning rate of each pipeline stage: ``base_lr / (1 + delay)``, with ``delay`` how many
+    frames stale the stage's gradients are (``Pipeline.gradient_delays``: 2(D-1-h) for PARTIME).
 
-    Why: stage h updates with gradients that are up to D-1 frames stale (PARTIME Sec. IV), and the
-    stable step size of delayed gradient descent shrinks with the delay; PARTIME lowers the rate for
-    deeper pipelines. Measured with the strong flow net on a held-out 256x256 stream (150 frames,
-    EPE; sequential at 4e-3: 0.75): D=2 diverged at 2.8e-3, 2e-3 and 1.5e-3 and learned at 1e-3
-    (0.95) and 5e-4 (1.48); D=4 diverged at 1e-3 and reached 2.24 at 5e-4. 1/D² gives D=2 its best
-    measured rate and keeps D=4 on the stable side.
+    Why per stage: the last stage backpropagates its own loss exactly and learns best at the
+    sequential rate; an earlier stage applies a delayed gradient, and delayed gradient descent needs
+    a step that shrinks with the delay (PARTIME lowers the rate for deeper pipelines; PipeMare
+    scales it per stage by the delay). Measured with the strong flow net on a tuning stream (256x256,
+    150 frames, EPE over the last 50; sequential at 4e-3: 0.49): D = 2, stage 0 at base/3 and the
+    last at base: 0.52, where one rate for both diverged at 4e-3 and learned slower at 1e-3; D = 4
+    (base/7, /5, /3, /1): 0.53, where base/D² for all stages reached 1.1-2.2 on held-out streams.
     """
-    if stages < 1:
-        raise ValueError(f"stages must be >= 1, got {stages}")
-    return base_lr / stages**2
+    if base_lr <= 0 or any(d < 0 for d in delays):
+        raise ValueError(f"need a positive base_lr and delays >= 0, got {base_lr} and {list(delays)}")
+    return [base_lr / (1 + d) for d in delays]
 
 
 def frame_pair(prev: np.ndarray, cur: np.ndarray, device: str | torch.device = "cpu") -> torch.Tensor:

@@ -20,7 +20,7 @@ class StreamCreate(BaseModel):
     model: str | None = None
     stages: int | None = Field(None, ge=1, le=16)
     devices: list[str] | None = Field(None, max_length=16)
-    lr: float | None = Field(None, gt=0, le=1e9)
+    lr: float | None = Field(None, gt=0, le=1e9, description="the last stage's lr; earlier stages: lr / (1 + delay)")
     schedule: str | None = None
     loop: bool | None = Field(None, description="loop a file source (default: only the demo loops)")
 

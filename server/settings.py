@@ -33,7 +33,9 @@ class Settings(BaseSettings):
     height: int = Field(128, ge=16, le=1080, multiple_of=4, description="default frame height")
     model: str = Field("fast", description="default flow network")
     stages: int = Field(2, ge=1, le=16, description="default number of pipeline stages D")
-    lr: float | None = Field(None, gt=0, description="default learning rate (None: the model's own)")
+    lr: float | None = Field(
+        None, gt=0, description="default lr of the last stage; earlier ones: lr / (1 + gradient delay) (None: 4e-3)"
+    )
     # Supervision.
     checkpoint_interval_s: float = Field(30.0, gt=0, description="seconds between periodic checkpoints")
     open_timeout_s: float = Field(10.0, gt=0, description="timeout for opening a source")

@@ -26,7 +26,7 @@ import torch
 
 from models.flow_loss import flow_loss
 from models.flow_nets import build_flow_net
-from models.online import BASE_LR, flow_optimizer, frame_pair, lr_for_stages
+from models.online import BASE_LR, flow_optimizer, frame_pair, stage_lrs
 from pipeline_core import Pipeline, StepResult, balance
 
 from . import checkpoints, errors
@@ -78,8 +78,9 @@ class Learner:
             self._check_compatible(saved)
         sample = torch.zeros(1, 6, cfg.height, cfg.width)
         torch.manual_seed(zlib.crc32(cfg.name.encode()))  # a new stream's initial weights depend on its name only
-        # An explicit lr wins (a restart after a crash passes a halved one); else the checkpoint's; else the default.
-        self.lr = cfg.lr or (float(saved["lr"]) if saved else lr_for_stages(BASE_LR, cfg.stages))
+        # The base lr (the last stage's; earlier stages scale it down by their gradient delay, ``stage_lrs``). An
+        # explicit one wins (a restart after a crash passes a halved one); else the checkpoint's; else the default.
+        self.lr = cfg.lr or (float(saved["lr"]) if saved else BASE_LR)
         model = build_flow_net(cfg.model)
         devices = list(cfg.devices) if cfg.devices else None
         # A resumed stream keeps its checkpoint's split (profiling could pick another one and the weights would
@@ -102,6 +103,7 @@ class Learner:
         if saved:
             self.pipe.load_state_dict(saved["pipeline"])
             self.resumed_from = int(saved["pipeline"]["frames"])
+        self.pipe.set_lr(stage_lrs(self.lr, self.pipe.gradient_delays))  # after the load: optimizer states carry lrs
         self._initial = None if saved else copy.deepcopy(self.pipe.state_dict())
         self.nonfinite = 0
         self.poison_next = False  # fault-injection hook: the next frame is all NaN, so its loss is NaN
@@ -145,7 +147,7 @@ class Learner:
         self.pipe.load_state_dict(state)
         self.resumed_from = int(state["frames"])
         self.lr /= 2
-        self.pipe.set_lr(self.lr)
+        self.pipe.set_lr(stage_lrs(self.lr, self.pipe.gradient_delays))
         self.nonfinite += 1
 
 

@@ -1,11 +1,13 @@
+import itertools
+
 import pytest
 import torch
 
 from models.flow_loss import flow_loss
 from models.flow_nets import FLOW_NETS, build_flow_net
-from models.online import flow_optimizer, frame_pair, lr_for_stages
-from pipeline_core import Pipeline
-from pipeline_core.partition import equal_balance
+from models.online import flow_optimizer, frame_pair, stage_lrs
+from pipeline_core import Pipeline, balance
+from pipeline_core.partition import equal_balance, keeps_with_next
 
 
 @pytest.mark.parametrize("name", sorted(FLOW_NETS))
@@ -32,6 +34,20 @@ def test_flow_net_splits_at_every_layer_boundary(name):
     assert result.frame == 0 and result.loss is not None
 
 
+def test_automatic_balance_never_ends_a_stage_after_a_full_resolution_refinement():
+    net = build_flow_net("strong")
+    kept = [i for i, layer in enumerate(net) if keeps_with_next(layer)]
+    assert [(type(net[i]).__name__, net[i].factor) for i in kept] == [
+        ("CostVolumeMatch", 1),
+        ("LucasKanadeStep", 1),
+        ("LucasKanadeStep", 1),
+    ]
+    x = torch.rand(1, 6, 32, 32)
+    for stages in (2, 4):
+        ends = set(itertools.accumulate(balance(net, x, stages, loss_fn=flow_loss)[:-1]))
+        assert not ends & {i + 1 for i in kept}
+
+
 def test_online_learning_reduces_the_loss_on_a_moving_pair():
     torch.manual_seed(0)
     image = torch.rand(1, 3, 32, 32)
@@ -52,9 +68,9 @@ def test_online_learning_reduces_the_loss_on_a_moving_pair():
 def test_unknown_net_and_helpers():
     with pytest.raises(ValueError, match="unknown flow net"):
         build_flow_net("nope")
-    assert lr_for_stages(1e-3, 1) == 1e-3 and lr_for_stages(1e-3, 4) < lr_for_stages(1e-3, 2) < 1e-3
+    assert stage_lrs(3e-3, [4, 2, 0]) == pytest.approx([6e-4, 1e-3, 3e-3])
     with pytest.raises(ValueError):
-        lr_for_stages(1e-3, 0)
+        stage_lrs(1e-3, [-1, 0])
     import numpy as np
 
     a = np.zeros((4, 5, 3), np.uint8)
