@@ -4,9 +4,10 @@ The controller (the process that owns the ``Pipeline``) starts one worker per st
 its ``Stage`` (module + optimizer, pickled) and then, per step, the schedule's plan plus the frames
 and targets it feeds. Workers exchange activations and gradients among themselves over
 torch.distributed (gloo, ``dist_transport.py``) and run their actions through the same interpreter
-as every other runtime (``worker.py``). Commands and small results (outputs, losses, timings) travel
-over one pipe per worker, so the controller holds no process group and a failed or vanished worker
-is seen at once (its pipe or process sentinel) instead of as a hang.
+as every other runtime (``worker.py``; a worker's own side is ``stage_process.py``). Commands and
+small results (outputs, losses, timings) travel over one pipe per worker, so the controller holds no
+process group and a failed or vanished worker is seen at once (its pipe or process sentinel)
+instead of as a hang.
 
 Any failure (a worker raising, dying, or not answering within the timeout) stops every worker and
 raises a ``PipelineError`` naming the stage; the pipeline cannot be used afterwards.
@@ -15,20 +16,13 @@ raises a ``PipelineError`` naming the stage; the pipeline cannot be used afterwa
 from __future__ import annotations
 
 import contextlib
-import io
-import os
 import pickle
 import queue
 import signal
-import sys
 import threading
 import time
-import traceback
 import weakref
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import timedelta
 from multiprocessing.connection import Connection, wait
 from typing import Any, NoReturn
 
@@ -37,19 +31,19 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import Tensor, nn
 
-from .dist_transport import DistTransport
+from . import stage_process
 from .interpreter import StepRecord
 from .partition import TensorMeta
 from .schedules import StepActions
 from .stage import LossFn, Stage
+from .stage_process import WorkerSpec, dumps, recv, stage_process_main
 from .transport import PipelineError
-from .worker import StageWorker, prepare_process, settle_process
 
 #: Workers are forked from multiprocessing's fork server: a clean process (no threads, no torch
 #: state) started once per controller and preloaded with torch, so after the first pipeline a
 #: pipeline starts in a fraction of a second instead of seconds (spawn re-imports torch each time).
 START_METHOD = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
-PRELOAD = ["torch", "torch._dynamo", __name__]
+PRELOAD = ["torch", "torch._dynamo", stage_process.__name__]
 #: How long to wait for workers to start (the fork server imports torch: seconds on a loaded machine).
 START_TIMEOUT = 120.0
 #: How long a closing worker may take to exit before it is terminated.
@@ -58,117 +52,6 @@ EXIT_TIMEOUT = 5.0
 FAILURE_GRACE = 2.0
 
 
-# -- messages over the pipes --------------------------------------------------------------------
-class _Pickler(pickle.Pickler):
-    """Plain CPU tensors travel as numpy arrays: ~10x cheaper than torch's own pickling, and no
-    shared memory (torch.multiprocessing's default), so a worker's weights are never aliased."""
-
-    def reducer_override(self, obj: Any) -> Any:
-        if type(obj) is Tensor and obj.device.type == "cpu" and obj.dtype in _NUMPY_DTYPES:
-            return torch.from_numpy, (obj.detach().resolve_conj().resolve_neg().numpy(),)
-        return NotImplemented
-
-
-_NUMPY_DTYPES = {torch.float64, torch.float32, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8}
-_NUMPY_DTYPES |= {torch.uint8, torch.bool}
-
-
-def _dumps(obj: Any) -> bytes:
-    buf = io.BytesIO()
-    _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
-    return buf.getvalue()
-
-
-def _send(conn: Connection, obj: Any) -> None:
-    conn.send_bytes(_dumps(obj))
-
-
-def _recv(conn: Connection) -> Any:
-    return pickle.loads(conn.recv_bytes())
-
-
-def _describe(exc: BaseException) -> str:
-    return "".join(traceback.format_exception_only(exc)).strip()
-
-
-# -- the worker process -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class WorkerSpec:
-    stage: int
-    depth: int
-    payload: bytes  # _dumps((stage, loss_fn))
-    input_meta: TensorMeta
-    output_meta: TensorMeta
-    store_port: int
-    threads: int
-    slots: int
-    timeout: float
-
-
-def _worker_main(spec: WorkerSpec, conn: Connection) -> None:
-    """Entry point of a worker: set up, report ready, then serve commands until told to close."""
-    prepare_process(spec.threads)
-    if sys.platform.startswith("linux"):
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # workers of one machine talk over loopback
-    try:
-        stage, loss_fn = pickle.loads(spec.payload)
-        store = dist.TCPStore("127.0.0.1", spec.store_port, is_master=False, timeout=timedelta(seconds=spec.timeout))
-        dist.init_process_group(
-            "gloo", store=store, rank=spec.stage, world_size=spec.depth, timeout=timedelta(seconds=spec.timeout)
-        )
-        transport = DistTransport(dist.group.WORLD, spec.stage, spec.timeout)
-        worker = StageWorker(stage, spec.depth, transport, loss_fn, spec.input_meta, spec.output_meta, spec.slots)
-        settle_process()
-    except BaseException as exc:
-        _send(conn, ("error", _describe(exc)))
-        return
-    _send(conn, ("ok", None))
-    try:
-        served = _serve(worker, conn)
-    finally:
-        dist.destroy_process_group()
-        conn.close()
-    # Nothing is left to release: skip the interpreter's teardown of torch (a second or more).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0 if served else 1)
-
-
-def _serve(worker: StageWorker, conn: Connection) -> bool:
-    """Answer commands in order until ``close`` (True) or a failure (False)."""
-    stage = worker.stage
-
-    def step(plan: StepActions, deliveries: list[tuple[str, int, Tensor]]) -> tuple[float | None, dict, dict]:
-        for kind, frame, tensor in deliveries:
-            worker.transport.put(kind, frame, tensor)
-        record = worker.run_step(plan)
-        return record.stage_seconds[stage.index], record.outputs, record.losses
-
-    handlers: dict[str, Callable[..., Any]] = {
-        "step": step,
-        "new_epoch": worker.new_epoch,
-        "state_dict": stage.state_dict,
-        "load_state_dict": stage.load_state_dict,
-        "set_lr": stage.set_lr,
-        "module": lambda: stage.module,
-    }
-    while True:
-        try:
-            name, args = _recv(conn)
-        except (EOFError, OSError):
-            return False  # the controller is gone
-        if name == "close":
-            return True
-        try:
-            result = handlers[name](*args)
-        except Exception as exc:  # the step cannot complete: report, and let the controller stop us all
-            traceback.print_exc()
-            _send(conn, ("error", _describe(exc)))
-            return False
-        _send(conn, ("ok", result))
-
-
-# -- the controller -----------------------------------------------------------------------------
 class _Deliveries:
     """Frames and targets fed between steps; they go to their stage with the next step's command."""
 
@@ -199,7 +82,7 @@ class _Outbox:
         self._thread.start()
 
     def put(self, command: Any) -> None:
-        self._queue.put(_dumps(command))  # pickled now: later changes to the tensors do not leak in
+        self._queue.put(dumps(command))  # pickled now: later changes to the tensors do not leak in
 
     def _run(self) -> None:
         while (data := self._queue.get()) is not None:
@@ -259,7 +142,7 @@ class ProcessRuntime:
         for h, payload in enumerate(payloads):
             spec = WorkerSpec(h, self.depth, payload, metas[h], metas[h + 1], self._store.port, threads, slots, timeout)
             parent, child = ctx.Pipe()
-            proc = ctx.Process(target=_worker_main, args=(spec, child), name=f"pipeline-stage-{h}", daemon=True)
+            proc = ctx.Process(target=stage_process_main, args=(spec, child), name=f"pipeline-stage-{h}", daemon=True)
             proc.start()
             child.close()
             self._procs.append(proc)
@@ -276,7 +159,7 @@ class ProcessRuntime:
     @staticmethod
     def _payload(stage: Stage, loss_fn: LossFn | None) -> bytes:
         try:
-            return _dumps((stage, loss_fn))
+            return dumps((stage, loss_fn))
         except (pickle.PicklingError, AttributeError, TypeError) as exc:
             raise ValueError(
                 "runtime='processes' sends each stage (module, optimizer) and loss_fn to a worker process, so "
@@ -358,7 +241,7 @@ class ProcessRuntime:
                     continue  # a death: seen at the top of the loop
                 h = conns[obj]
                 try:
-                    status, value = _recv(obj)
+                    status, value = recv(obj)
                 except (EOFError, OSError):
                     del conns[obj]  # it died: its sentinel will tell how
                     continue
