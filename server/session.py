@@ -1,6 +1,6 @@
 """One stream's supervision: its decoder and worker processes, its state, its metrics and its viewers.
 
-A supervisor thread per stream runs *generations*: a generation is a fresh shared-memory ring, fresh queues
+A supervisor thread per stream runs *generations* (``generation.py``): a fresh shared-memory ring, fresh queues
 and one decoder + one worker process. When either process fails (or a live source drops), the whole
 generation is stopped — the worker saves a checkpoint on the way out — and a new one starts with back-off.
 Fresh queues each time matter: a process killed while holding a ``multiprocessing.Queue`` lock would wedge
@@ -18,7 +18,6 @@ import contextlib
 import itertools
 import logging
 import math
-import multiprocessing as mp
 import queue
 import signal
 import threading
@@ -31,19 +30,17 @@ from typing import Any
 from . import errors
 from .broadcast import Broadcaster
 from .checkpoints import checkpoint_path
-from .decoder import DecoderConfig, run_decoder
+from .decoder import DecoderConfig
 from .demo import ensure_demo
+from .generation import RING_SLOTS, WORKER_STOP_S, Generation
 from .metrics import Metrics
 from .ring import FrameRing
 from .sources import SourceSpec
-from .worker import WorkerConfig, run_worker
+from .worker import WorkerConfig
 
 log = logging.getLogger(__name__)
-RING_SLOTS = 4
-WORKER_STOP_S = 20.0  # room for the final checkpoint
 FINAL_DRAIN_S = 0.3  # a reader thread polls every 0.1 s
 HEALTHY_RUN_S = 10.0  # a generation that ran this long resets the back-off
-SPAWN = mp.get_context("spawn")  # never fork a process that runs threads (uvicorn, torch)
 CRASH_SIGNALS = {signal.SIGSEGV, signal.SIGFPE, signal.SIGABRT, signal.SIGBUS}
 
 
@@ -76,64 +73,6 @@ class Outcome:
     kind: str  # "closing" | "decoder" | "worker" | "ended"
     code: str | None = None
     message: str = ""
-
-
-class Generation:
-    """One ring, its queues, one decoder and one worker.
-
-    Reader threads move the processes' messages into ``inbox``: a process killed halfway through writing a
-    message would block a direct reader forever; here it strands only its own reader thread. Flags go through
-    the ring's shared memory, not ``multiprocessing.Event``, whose ``set()`` hangs once a waiter was killed.
-    """
-
-    def __init__(self, ring: FrameRing, slots: Any, events: Any, out: Any, control: Any, ingest: Any,
-                 decoder: Any, worker: Any) -> None:  # fmt: skip
-        self.ring, self.slots, self.control, self.ingest = ring, slots, control, ingest
-        self.decoder, self.worker = decoder, worker
-        self.started = time.monotonic()
-        self.inbox: queue.Queue[tuple[str, dict]] = queue.Queue()
-        self._done = threading.Event()
-        self._readers = {
-            tag: (q, threading.Thread(target=self._read, args=(q, tag), daemon=True))
-            for tag, q in (("worker", out), ("decoder", events))
-        }
-        for _, thread in self._readers.values():
-            thread.start()
-
-    def _read(self, q: Any, tag: str) -> None:
-        while True:
-            try:
-                message = q.get(timeout=0.1)
-            except queue.Empty:
-                if self._done.is_set():
-                    return
-                continue
-            except (OSError, EOFError, ValueError):
-                return
-            self.inbox.put((tag, message))
-
-    def shutdown(self) -> None:
-        """Stop both processes (the worker checkpoints on the way out), then free the queues and the ring."""
-        self.ring.request_stop()
-        if not self.ring.ready and self.worker.is_alive():
-            self.worker.kill()  # still building its pipeline: nothing learned, nothing to save
-        if self.worker.pid is not None:
-            self.worker.join(WORKER_STOP_S)
-        self.decoder.join(3.0)
-        for proc in (self.worker, self.decoder):
-            if proc.pid is not None and proc.is_alive():
-                proc.kill()
-                proc.join(3.0)
-        self._done.set()
-        queues = [self.slots, self.control, self.ingest]
-        for q, thread in self._readers.values():
-            thread.join(2.0)
-            if not thread.is_alive():  # a reader stuck on a half-written message keeps its queue (and fd)
-                queues.append(q)
-        for q in queues:
-            q.cancel_join_thread()  # never block this thread on a queue whose reader is gone
-            q.close()
-        self.ring.close()
 
 
 class StreamSession:
@@ -285,21 +224,13 @@ class StreamSession:
 
     def _start_generation(self) -> Generation:
         cfg, s = self.cfg, self.settings
-        ring = FrameRing.create(RING_SLOTS, cfg.height, cfg.width)
-        slots = SPAWN.Queue(ring.queue_size)
-        events, out, control, ingest = SPAWN.Queue(), SPAWN.Queue(), SPAWN.Queue(), SPAWN.Queue(2)
         dcfg = DecoderConfig(cfg.spec, cfg.fps, cfg.width, cfg.height, cfg.loop, s.open_timeout_s, s.read_timeout_s,
                              start_at_s=self.position)  # fmt: skip
         wcfg = WorkerConfig(cfg.name, cfg.model, cfg.stages, cfg.width, cfg.height, self.lr, cfg.schedule,
                             cfg.devices, self.checkpoint_file, s.checkpoint_interval_s,
                             s.jpeg_quality)  # fmt: skip
-        worker = SPAWN.Process(target=run_worker, args=(wcfg, ring.spec, slots, out, control),
-                               name=f"overtime-worker-{self.id}", daemon=True)  # fmt: skip
-        decoder = SPAWN.Process(target=run_decoder, args=(dcfg, ring.spec, slots, events, ingest),
-                                name=f"overtime-decoder-{self.id}", daemon=True)  # fmt: skip
-        decoder.start()  # the worker starts once the source opened: a bad source never costs a pipeline
         self._last_frame_at = None  # the stall watchdog starts when the worker is ready (frames flow from then on)
-        return Generation(ring, slots, events, out, control, ingest, decoder, worker)
+        return Generation.start(dcfg, wcfg, FrameRing.create(RING_SLOTS, cfg.height, cfg.width), self.id)
 
     def _watch(self, gen: Generation) -> Outcome:
         """Relay messages until the generation must end; return why."""
