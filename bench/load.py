@@ -22,7 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import Api, ApiProbe, LiveSource, Server, ViewerPool, machine_load, make_video, write_results
+from bench.harness import Api, ApiProbe, LiveSource, Server, machine_load, make_video, write_results
+from bench.viewers import ViewerPool
 
 CLIP = "clip.mp4"
 

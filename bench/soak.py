@@ -21,7 +21,8 @@ from pathlib import Path
 
 import torch
 
-from bench.harness import Server, ViewerPool, machine_load, rss_and_fds, write_results
+from bench.harness import Server, machine_load, rss_and_fds, write_results
+from bench.viewers import ViewerPool
 
 FD_SLACK = 2  # a scrape or a REST call in flight may hold a socket at the moment of a sample
 
