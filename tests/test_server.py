@@ -1,19 +1,17 @@
 """The streaming service end to end: a real ``overtime serve`` in a subprocess on 127.0.0.1.
 
-One server (loopback sources allowed, a token, short timeouts) is shared by the tests in this file; the last
-test restarts it to show that a stream of the same name resumes its weights.
+One server (``server_support.serve``) is shared by the tests in this file; the last test restarts it to show
+that a stream of the same name resumes its weights. Bad input and failing sources: ``test_server_errors.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import http.server
 import json
 import os
 import shutil
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -21,137 +19,42 @@ import cv2
 import numpy as np
 import pytest
 import websockets
+from server_support import (
+    LOOP,
+    SIZE,
+    create,
+    decode,
+    delete,
+    delete_all,
+    loss_falls,
+    make_media,
+    metric,
+    serve,
+    watch,
+    watch_images,
+)
 
-from models.streams import generate, write_mp4
-from server.launch import ServerProcess, free_port
+from models.streams import generate
+from server.launch import free_port
 
 pytestmark = pytest.mark.slow
-TOKEN = "test-token"
-SIZE = 64
-LOOP = 30  # frames of loop.mp4: a window of LOOP consecutive frames shows every frame of it once
-FLAGS = (
-    "--no-demo-stream",
-    "--allow-private",
-    "--checkpoint-interval-s",
-    "3",
-    "--read-timeout-s",
-    "2",
-    "--open-timeout-s",
-    "3",
-    "--reconnect-max-s",
-    "2",
-    "--max-streams",
-    "2",
-    "--stages",
-    "2",
-    "--width",
-    "64",
-    "--height",
-    "64",
-)
 
 
 @pytest.fixture(scope="module")
 def media(tmp_path_factory) -> Path:
-    work = tmp_path_factory.mktemp("overtime")
-    media = work / "media"
-    media.mkdir()
-    frames = generate(SIZE, 300, seed=1).frames
-    write_mp4(frames, media / "clip.mp4", fps=15)  # the streams run at 15 fps: every frame pair has the same time step
-    write_mp4(frames[:LOOP], media / "loop.mp4", fps=15)
-    write_mp4(frames[:20], media / "short.mp4", fps=25)
-    (media / "notes.mp4").write_text("this is not a video\n" * 50)
-    data = (media / "clip.mp4").read_bytes()
-    (media / "truncated.mp4").write_bytes(data[: len(data) // 2])
-    write_mp4(frames[:40], work / "a.ts", fps=25)
-    big = np.stack([cv2.resize(f, (96, 96)) for f in frames[40:80]])
-    write_mp4(big, work / "b.ts", fps=25)
-    (media / "resized.ts").write_bytes((work / "a.ts").read_bytes() + (work / "b.ts").read_bytes())
-    return media
+    return make_media(tmp_path_factory.mktemp("overtime"))
 
 
 @pytest.fixture(scope="module")
 def server(media):
-    with ServerProcess(media.parent, *FLAGS, token=TOKEN) as srv:
+    with serve(media) as srv:
         yield srv
 
 
 @pytest.fixture(autouse=True)
-def no_streams_left(request):
-    """Whatever a test leaves running (a failed assertion skips its clean-up) is deleted before the next one."""
+def no_streams_left(server):
     yield
-    if "server" in request.fixturenames:
-        srv = request.getfixturevalue("server")
-        if srv.proc is not None and srv.proc.poll() is None:
-            for info in srv.client.get("/api/streams").json():
-                srv.client.delete(f"/api/streams/{info['id']}")
-
-
-def create(srv: ServerProcess, **body) -> dict:
-    r = srv.client.post("/api/streams", json=body)
-    assert r.status_code == 201, r.text
-    return r.json()
-
-
-def delete(srv: ServerProcess, sid: str) -> None:
-    assert srv.client.delete(f"/api/streams/{sid}").status_code == 204
-
-
-def watch(srv: ServerProcess, sid: str, frames: int, timeout_s: float = 90.0) -> list[tuple[dict, bytes]]:
-    """Collect ``frames`` (JSON, JPEG) pairs from the stream's WebSocket."""
-
-    async def run() -> list[tuple[dict, bytes]]:
-        got: list[tuple[dict, bytes]] = []
-        async with websockets.connect(srv.ws(f"/ws/streams/{sid}"), max_size=2**22) as ws:
-            async with asyncio.timeout(timeout_s):
-                while len(got) < frames:
-                    message = json.loads(await ws.recv())
-                    if message["type"] == "frame":
-                        got.append((message, await ws.recv()))
-        return got
-
-    return asyncio.run(run())
-
-
-def watch_images(srv: ServerProcess, sid: str, images: str) -> tuple[dict, list[bytes]]:
-    """One frame from ``/ws/streams/{sid}?images=...``: its JSON and the images that follow it (or the error)."""
-
-    async def run() -> tuple[dict, list[bytes]]:
-        async with websockets.connect(srv.ws(f"/ws/streams/{sid}?images={images}"), max_size=2**22) as ws:
-            async with asyncio.timeout(60):
-                while (message := json.loads(await ws.recv()))["type"] not in ("frame", "error"):
-                    pass
-                count = len(message.get("images", [])) if message["type"] == "frame" else 0
-                return message, [await ws.recv() for _ in range(count)]
-
-    return asyncio.run(run())
-
-
-def decode(jpeg: bytes) -> np.ndarray:
-    return cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR).astype(np.float32)
-
-
-def metric(text: str, name: str, **labels: str) -> float:
-    """Sum of the samples of ``name`` whose labels include ``labels``."""
-    total, found = 0.0, False
-    for line in text.splitlines():
-        named = line.startswith(name + "{") or line.startswith(name + " ")
-        if named and all(f'{k}="{v}"' in line for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-            found = True
-    assert found, f"{name}{labels} not in /metrics"
-    return total
-
-
-def loss_falls(frames: list[tuple[dict, bytes]]) -> tuple[float, float]:
-    """Median loss of the first and the last LOOP frames of a looping loop.mp4 stream.
-
-    Each window holds every frame pair of the loop once, so both see the same content and differ only
-    in the weights (a frame's loss depends on how much it moves: first vs last frames of a clip would
-    compare motion, not learning). Medians: the loop's wrap-around is one outlier pair."""
-    losses = [m["loss"] for m, _ in frames]
-    assert len(losses) >= 2 * LOOP
-    return float(np.median(losses[:LOOP])), float(np.median(losses[-LOOP:]))
+    delete_all(server)
 
 
 # -- learning on a file, metrics, recovery ---------------------------------------------------------
@@ -273,129 +176,6 @@ def test_webcam_ingest_learns(server, media):
     assert len(got) == 20 and all(np.isfinite(m["loss"]) for m in got)
     assert server.stream(info["id"])["source_info"]["codec"] == "mjpeg"
     delete(server, info["id"])
-
-
-# -- bad input -------------------------------------------------------------------------------------
-@pytest.mark.parametrize(
-    ("body", "status", "code"),
-    [
-        ({"source": "ftp://example.com/a.mp4"}, 400, "scheme_not_allowed"),
-        ({"source": "/etc/passwd"}, 400, "bad_source"),
-        ({"source": "file:///etc/passwd"}, 400, "path_outside_media"),
-        ({"source": "file:../../etc/passwd"}, 400, "path_outside_media"),
-        ({"source": "file:missing.mp4"}, 400, "file_not_found"),
-        ({"source": "demo", "model": "nope"}, 400, "bad_request"),
-        ({"source": "demo", "schedule": "nope"}, 400, "bad_request"),
-        ({"source": "demo", "schedule": "gpipe", "stages": 2}, 400, "bad_request"),  # one frame: no micro-batches
-        ({"source": "http://"}, 400, "bad_source"),
-    ],
-)
-def test_bad_requests_get_clear_errors(server, body, status, code):
-    r = server.client.post("/api/streams", json=body)
-    assert r.status_code == status, r.text
-    assert r.json()["detail"]["code"] == code and r.json()["detail"]["message"]
-
-
-@pytest.mark.parametrize(
-    "body",
-    [{}, {"source": 3}, {"source": "demo", "fps": -1}, {"source": "demo", "width": 63}, {"source": "demo", "x": 1}],
-)
-def test_malformed_bodies_are_422(server, body):
-    r = server.client.post("/api/streams", json=body)
-    assert r.status_code == 422 and r.json()["detail"]
-
-
-def test_token_is_required(server):
-    assert server.client.get("/api/streams", headers={"Authorization": "Bearer wrong"}).status_code == 401
-    assert server.client.get("/api/streams", headers={"Authorization": ""}).status_code == 401
-    assert server.client.get("/healthz", headers={"Authorization": ""}).status_code == 200
-
-    async def ws_without_token() -> tuple[dict, int]:
-        async with websockets.connect(f"{server.ws_url}/ws/streams/x?token=wrong") as ws:
-            message = json.loads(await ws.recv())
-            with pytest.raises(websockets.ConnectionClosed) as closed:
-                await ws.recv()
-            return message, closed.value.rcvd.code
-
-    message, close_code = asyncio.run(ws_without_token())
-    assert message == {"type": "error", "code": "unauthorized", "message": message["message"]} and close_code == 1008
-
-
-class _Sources(http.server.BaseHTTPRequestHandler):
-    """/stall.ts sends the start of a stream, then nothing; anything else is a 404."""
-
-    payload = b""
-    release = threading.Event()
-
-    def do_GET(self) -> None:  # noqa: N802 - the http.server API
-        if self.path != "/stall.ts":
-            self.send_error(404)
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", "video/mp2t")
-        self.end_headers()
-        self.wfile.write(self.payload)
-        self.wfile.flush()
-        self.release.wait(30)
-
-    def log_message(self, *args) -> None:
-        pass
-
-
-@pytest.fixture(scope="module")
-def http_sources(media):
-    _Sources.payload = (media / "resized.ts").read_bytes()[:20_000]
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Sources)
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    _Sources.release.set()
-    httpd.shutdown()
-
-
-def _settles(server, source: str, state: str, code: str | None, **body) -> dict:
-    sid = create(server, source=source, **body)["id"]
-    try:
-        return server.wait_for(
-            sid, lambda i: i["state"] == state and (i["error"] or {}).get("code") == code, 60, f"{state}/{code}"
-        )
-    finally:
-        delete(server, sid)
-
-
-def test_runtime_source_errors(server, http_sources):
-    _settles(server, "file:notes.mp4", "error", "not_video")
-    _settles(server, "file:truncated.mp4", "error", "decode_error")
-    _settles(server, f"{http_sources}/missing.ts", "error", "not_found")
-    _settles(server, f"http://127.0.0.1:{free_port()}/live.ts", "reconnecting", "source_unreachable")
-
-
-def test_stream_end_resolution_change_and_stall(server, http_sources):
-    info = _settles(server, "file:short.mp4", "ended", None)
-    assert info["counters"]["processed"] > 0
-    _settles(server, "file:resized.ts", "error", "resolution_changed")
-    _settles(server, f"{http_sources}/stall.ts", "reconnecting", "stalled")
-
-
-def test_max_streams_is_429(server):
-    dead = f"http://127.0.0.1:{free_port()}/x.ts"
-    sids = [create(server, source=dead)["id"] for _ in range(2)]
-    try:
-        r = server.client.post("/api/streams", json={"source": dead})
-        assert r.status_code == 429 and r.json()["detail"]["code"] == "too_many_streams"
-    finally:
-        for sid in sids:
-            delete(server, sid)
-
-
-def test_nonfinite_loss_halves_lr_and_keeps_going(server):
-    sid = create(server, source="file:clip.mp4", name="blowup", fps=15, loop=True, lr=10.0)["id"]
-    info = server.wait_for(sid, lambda i: i["counters"]["nonfinite_losses"] >= 3, what="non-finite losses")
-    assert info["lr"] <= 10.0 / 8 and info["state"] in ("starting", "running")
-    assert metric(server.metrics(), "overtime_nonfinite_losses_total", stream=sid) >= 3
-    server.wait_for(sid, lambda i: i["counters"]["processed"] > 0, what="frames processed after the blow-ups")
-    delete(server, sid)
 
 
 # -- the whole server restarts ---------------------------------------------------------------------

@@ -1,0 +1,157 @@
+"""The streaming service end to end, refusing bad input: clear HTTP errors, and failing sources that end in a
+clear state with an error code while the server stays up (a real ``overtime serve``, see ``server_support``)."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import json
+import threading
+from pathlib import Path
+
+import pytest
+import websockets
+from server_support import create, delete, delete_all, make_media, metric, serve
+
+from server.launch import free_port
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def media(tmp_path_factory) -> Path:
+    return make_media(tmp_path_factory.mktemp("overtime"))
+
+
+@pytest.fixture(scope="module")
+def server(media):
+    with serve(media) as srv:
+        yield srv
+
+
+@pytest.fixture(autouse=True)
+def no_streams_left(server):
+    yield
+    delete_all(server)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ({"source": "ftp://example.com/a.mp4"}, 400, "scheme_not_allowed"),
+        ({"source": "/etc/passwd"}, 400, "bad_source"),
+        ({"source": "file:///etc/passwd"}, 400, "path_outside_media"),
+        ({"source": "file:../../etc/passwd"}, 400, "path_outside_media"),
+        ({"source": "file:missing.mp4"}, 400, "file_not_found"),
+        ({"source": "demo", "model": "nope"}, 400, "bad_request"),
+        ({"source": "demo", "schedule": "nope"}, 400, "bad_request"),
+        ({"source": "demo", "schedule": "gpipe", "stages": 2}, 400, "bad_request"),  # one frame: no micro-batches
+        ({"source": "http://"}, 400, "bad_source"),
+    ],
+)
+def test_bad_requests_get_clear_errors(server, body, status, code):
+    r = server.client.post("/api/streams", json=body)
+    assert r.status_code == status, r.text
+    assert r.json()["detail"]["code"] == code and r.json()["detail"]["message"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{}, {"source": 3}, {"source": "demo", "fps": -1}, {"source": "demo", "width": 63}, {"source": "demo", "x": 1}],
+)
+def test_malformed_bodies_are_422(server, body):
+    r = server.client.post("/api/streams", json=body)
+    assert r.status_code == 422 and r.json()["detail"]
+
+
+def test_token_is_required(server):
+    assert server.client.get("/api/streams", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert server.client.get("/api/streams", headers={"Authorization": ""}).status_code == 401
+    assert server.client.get("/healthz", headers={"Authorization": ""}).status_code == 200
+
+    async def ws_without_token() -> tuple[dict, int]:
+        async with websockets.connect(f"{server.ws_url}/ws/streams/x?token=wrong") as ws:
+            message = json.loads(await ws.recv())
+            with pytest.raises(websockets.ConnectionClosed) as closed:
+                await ws.recv()
+            return message, closed.value.rcvd.code
+
+    message, close_code = asyncio.run(ws_without_token())
+    assert message == {"type": "error", "code": "unauthorized", "message": message["message"]} and close_code == 1008
+
+
+class _Sources(http.server.BaseHTTPRequestHandler):
+    """/stall.ts sends the start of a stream, then nothing; anything else is a 404."""
+
+    payload = b""
+    release = threading.Event()
+
+    def do_GET(self) -> None:  # noqa: N802 - the http.server API
+        if self.path != "/stall.ts":
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "video/mp2t")
+        self.end_headers()
+        self.wfile.write(self.payload)
+        self.wfile.flush()
+        self.release.wait(30)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def http_sources(media):
+    _Sources.payload = (media / "resized.ts").read_bytes()[:20_000]
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Sources)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    _Sources.release.set()
+    httpd.shutdown()
+
+
+def _settles(server, source: str, state: str, code: str | None, **body) -> dict:
+    sid = create(server, source=source, **body)["id"]
+    try:
+        return server.wait_for(
+            sid, lambda i: i["state"] == state and (i["error"] or {}).get("code") == code, 60, f"{state}/{code}"
+        )
+    finally:
+        delete(server, sid)
+
+
+def test_runtime_source_errors(server, http_sources):
+    _settles(server, "file:notes.mp4", "error", "not_video")
+    _settles(server, "file:truncated.mp4", "error", "decode_error")
+    _settles(server, f"{http_sources}/missing.ts", "error", "not_found")
+    _settles(server, f"http://127.0.0.1:{free_port()}/live.ts", "reconnecting", "source_unreachable")
+
+
+def test_stream_end_resolution_change_and_stall(server, http_sources):
+    info = _settles(server, "file:short.mp4", "ended", None)
+    assert info["counters"]["processed"] > 0
+    _settles(server, "file:resized.ts", "error", "resolution_changed")
+    _settles(server, f"{http_sources}/stall.ts", "reconnecting", "stalled")
+
+
+def test_max_streams_is_429(server):
+    dead = f"http://127.0.0.1:{free_port()}/x.ts"
+    sids = [create(server, source=dead)["id"] for _ in range(2)]
+    try:
+        r = server.client.post("/api/streams", json={"source": dead})
+        assert r.status_code == 429 and r.json()["detail"]["code"] == "too_many_streams"
+    finally:
+        for sid in sids:
+            delete(server, sid)
+
+
+def test_nonfinite_loss_halves_lr_and_keeps_going(server):
+    sid = create(server, source="file:clip.mp4", name="blowup", fps=15, loop=True, lr=10.0)["id"]
+    info = server.wait_for(sid, lambda i: i["counters"]["nonfinite_losses"] >= 3, what="non-finite losses")
+    assert info["lr"] <= 10.0 / 8 and info["state"] in ("starting", "running")
+    assert metric(server.metrics(), "overtime_nonfinite_losses_total", stream=sid) >= 3
+    server.wait_for(sid, lambda i: i["counters"]["processed"] > 0, what="frames processed after the blow-ups")
+    delete(server, sid)
