@@ -1,7 +1,12 @@
-"""Fixtures shared by the engine's tests."""
+"""Fixtures shared by several test modules: the engine's thread budget, and the end-to-end server."""
+
+from pathlib import Path
 
 import pytest
 import torch
+from server_support import FLAGS, TOKEN, make_media
+
+from server.launch import ServerProcess
 
 
 @pytest.fixture
@@ -13,3 +18,26 @@ def one_intra_op_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+# The end-to-end server of test_server.py and test_server_errors.py (each module gets its own: module scope). Modules
+# that need another server define their own ``server`` fixture, which wins over these.
+@pytest.fixture(scope="module")
+def media(tmp_path_factory) -> Path:
+    return make_media(tmp_path_factory.mktemp("overtime"))
+
+
+@pytest.fixture(scope="module")
+def server(media):
+    """Loopback sources allowed, a token, short timeouts and at most 2 streams (``server_support.FLAGS``)."""
+    with ServerProcess(media.parent, *FLAGS, token=TOKEN) as srv:
+        yield srv
+
+
+@pytest.fixture
+def no_streams_left(server):
+    """Whatever a test left running (a failed assertion skips its clean-up) is deleted before the next one."""
+    yield
+    if server.proc is not None and server.proc.poll() is None:
+        for info in server.client.get("/api/streams").json():
+            server.client.delete(f"/api/streams/{info['id']}")

@@ -56,18 +56,6 @@ def make_media(work: Path) -> Path:
     return media
 
 
-def serve(media: Path) -> ServerProcess:
-    """The shared test server: loopback sources allowed, a token, short timeouts, at most 2 streams."""
-    return ServerProcess(media.parent, *FLAGS, token=TOKEN)
-
-
-def delete_all(srv: ServerProcess) -> None:
-    """Whatever a test left running (a failed assertion skips its clean-up) is deleted before the next one."""
-    if srv.proc is not None and srv.proc.poll() is None:
-        for info in srv.client.get("/api/streams").json():
-            srv.client.delete(f"/api/streams/{info['id']}")
-
-
 def create(srv: ServerProcess, **body) -> dict:
     r = srv.client.post("/api/streams", json=body)
     assert r.status_code == 201, r.text

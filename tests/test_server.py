@@ -1,6 +1,6 @@
 """The streaming service end to end: a real ``overtime serve`` in a subprocess on 127.0.0.1.
 
-One server (``server_support.serve``) is shared by the tests in this file; the last test restarts it to show
+One server (``server`` in ``conftest.py``) is shared by the tests in this file; the last test restarts it to show
 that a stream of the same name resumes its weights. Bad input and failing sources: ``test_server_errors.py``.
 """
 
@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import cv2
 import numpy as np
@@ -25,11 +24,8 @@ from server_support import (
     create,
     decode,
     delete,
-    delete_all,
     loss_falls,
-    make_media,
     metric,
-    serve,
     watch,
     watch_images,
 )
@@ -37,24 +33,7 @@ from server_support import (
 from models.streams import generate
 from server.launch import free_port
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def media(tmp_path_factory) -> Path:
-    return make_media(tmp_path_factory.mktemp("overtime"))
-
-
-@pytest.fixture(scope="module")
-def server(media):
-    with serve(media) as srv:
-        yield srv
-
-
-@pytest.fixture(autouse=True)
-def no_streams_left(server):
-    yield
-    delete_all(server)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_streams_left")]
 
 
 # -- learning on a file, metrics, recovery ---------------------------------------------------------

@@ -7,32 +7,14 @@ import asyncio
 import http.server
 import json
 import threading
-from pathlib import Path
 
 import pytest
 import websockets
-from server_support import create, delete, delete_all, make_media, metric, serve
+from server_support import create, delete, metric
 
 from server.launch import free_port
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def media(tmp_path_factory) -> Path:
-    return make_media(tmp_path_factory.mktemp("overtime"))
-
-
-@pytest.fixture(scope="module")
-def server(media):
-    with serve(media) as srv:
-        yield srv
-
-
-@pytest.fixture(autouse=True)
-def no_streams_left(server):
-    yield
-    delete_all(server)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_streams_left")]
 
 
 @pytest.mark.parametrize(
