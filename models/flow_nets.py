@@ -19,8 +19,9 @@ Stage boundaries: the full-resolution refinements (match and Lucas-Kanade steps 
 ``keep_with_next``, so automatic balancing never ends a stage after one. Measured with PARTIME
 (strong net, 256x256 tuning stream, D = 2, EPE over frames 100-150; sequential: 0.49): a stage
 ending after a full-resolution refinement diverged (EPE 1.3-6.8 with stage 0 at 1e-3 and above;
-0.86 at 2.5e-4), and freezing the coarse levels of that stage stopped it: the two-frame-old gradient of a
-pixel-precise refinement, pushed through the coarse levels of another frame, drives them astray.
+0.86 at 2.5e-4), and freezing the coarse levels of that stage stopped it: the two-frame-old
+gradient of a pixel-precise refinement, pushed through the coarse levels of another frame, drives
+them astray.
 Stages ending at any earlier boundary learned (0.48-0.53): over the delay the motion stays within
 the cells of the coarser levels.
 """

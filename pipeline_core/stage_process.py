@@ -137,6 +137,3 @@ def _serve(worker: StageWorker, conn: Connection) -> bool:
             send(conn, ("error", describe(exc)))
             return False
         send(conn, ("ok", result))
-
-
-# -- the controller -----------------------------------------------------------------------------

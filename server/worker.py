@@ -103,7 +103,7 @@ class Learner:
         if saved:
             self.pipe.load_state_dict(saved["pipeline"])
             self.resumed_from = int(saved["pipeline"]["frames"])
-        self.pipe.set_lr(stage_lrs(self.lr, self.pipe.gradient_delays))  # after the load: optimizer states carry lrs
+        self._apply_lr()  # after the load: optimizer states carry lrs
         self._initial = None if saved else copy.deepcopy(self.pipe.state_dict())
         self.nonfinite = 0
         self.poison_next = False  # fault-injection hook: the next frame is all NaN, so its loss is NaN
@@ -147,8 +147,12 @@ class Learner:
         self.pipe.load_state_dict(state)
         self.resumed_from = int(state["frames"])
         self.lr /= 2
-        self.pipe.set_lr(stage_lrs(self.lr, self.pipe.gradient_delays))
+        self._apply_lr()
         self.nonfinite += 1
+
+    def _apply_lr(self) -> None:
+        """Every stage's rate from the base ``lr``, scaled down by the stage's gradient delay."""
+        self.pipe.set_lr(stage_lrs(self.lr, self.pipe.gradient_delays))
 
 
 def run_worker(cfg: WorkerConfig, ring_spec: RingSpec, slots: Any, out: Any, control: Any) -> None:

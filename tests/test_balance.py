@@ -71,13 +71,6 @@ def test_solver_never_cuts_after_a_layer_that_keeps_with_next(seed):
         solve(costs, n - len(uncut) + 1, uncut=uncut)
 
 
-def test_balance_keeps_marked_layers_with_the_next():
-    model = nn.Sequential(Sleep(0.002), Sleep(0.02), Sleep(0.02), Sleep(0.002))
-    assert balance(model, torch.ones(2), 2) == [2, 2]
-    model[1].keep_with_next = True  # e.g. where a stage boundary hurts learning
-    assert balance(model, torch.ones(2), 2) == [3, 1]
-
-
 def test_more_stages_than_layers_is_refused():
     with pytest.raises(ValueError, match="only 3 layers"):
         solve([1, 1, 1], 4)
@@ -102,3 +95,10 @@ def test_profiling_balances_sleeping_layers():
     assert balance(model, torch.ones(2), 2, loss_fn=loss) == [4, 1]
     model = nn.Sequential(Sleep(0.03), *[Sleep(0.005) for _ in range(6)])
     assert balance(model, torch.ones(2), 2) == [1, 6]
+
+
+def test_balance_keeps_marked_layers_with_the_next():
+    model = nn.Sequential(Sleep(0.002), Sleep(0.02), Sleep(0.02), Sleep(0.002))
+    assert balance(model, torch.ones(2), 2) == [2, 2]
+    model[1].keep_with_next = True  # e.g. where a stage boundary hurts learning
+    assert balance(model, torch.ones(2), 2) == [3, 1]
