@@ -2,6 +2,7 @@
 import { api } from "./api.js";
 import { budgetSeries, LiveChart, lossSeries, COLORS } from "./charts.js";
 import { drawLegend } from "./colorwheel.js";
+import { showKindFields, streamSpec } from "./form.js";
 import { errorWords, ms, num, shortSource } from "./format.js";
 import { LiveStream } from "./live.js";
 import { renderStreams } from "./streams.js";
@@ -44,33 +45,6 @@ const charts = {
 };
 
 // ---------- new-stream form ----------
-function selectedKind() {
-  return document.querySelector('input[name="kind"]:checked').value;
-}
-
-function showKindFields() {
-  const kind = selectedKind();
-  document.querySelectorAll("#stream-form [data-for]").forEach((node) => (node.hidden = node.dataset.for !== kind));
-}
-
-function streamSpec() {
-  const kind = selectedKind();
-  const [width, height] = $("size").value.split("x").map(Number);
-  const spec = { fps: Number($("fps").value), width, height, stages: Number($("stages").value) };
-  if ($("lr").value) spec.lr = Number($("lr").value);
-  const name = $("name").value.trim();
-  if (name) spec.name = name;
-  if (kind === "demo") spec.source = "demo";
-  else if (kind === "webcam") spec.source = "webcam";
-  else if (kind === "camera") spec.source = `camera:${Number($("camera-index").value) || 0}`;
-  else {
-    spec.source = $("source-url").value.trim();
-    spec.loop = $("loop").checked;
-    if (!spec.source) throw new Error("type a video URL first");
-  }
-  return spec;
-}
-
 async function onSubmit(ev) {
   ev.preventDefault();
   const button = $("start-button");

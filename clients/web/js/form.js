@@ -1,0 +1,30 @@
+// The new-stream form as data: which fields show for the chosen source kind, and the POST /api/streams body it
+// describes (throws with a message the form shows when something is missing).
+const $ = (id) => document.getElementById(id);
+
+function selectedKind() {
+  return document.querySelector('input[name="kind"]:checked').value;
+}
+
+export function showKindFields() {
+  const kind = selectedKind();
+  document.querySelectorAll("#stream-form [data-for]").forEach((node) => (node.hidden = node.dataset.for !== kind));
+}
+
+export function streamSpec() {
+  const kind = selectedKind();
+  const [width, height] = $("size").value.split("x").map(Number);
+  const spec = { fps: Number($("fps").value), width, height, stages: Number($("stages").value) };
+  if ($("lr").value) spec.lr = Number($("lr").value);
+  const name = $("name").value.trim();
+  if (name) spec.name = name;
+  if (kind === "demo") spec.source = "demo";
+  else if (kind === "webcam") spec.source = "webcam";
+  else if (kind === "camera") spec.source = `camera:${Number($("camera-index").value) || 0}`;
+  else {
+    spec.source = $("source-url").value.trim();
+    spec.loop = $("loop").checked;
+    if (!spec.source) throw new Error("type a video URL first");
+  }
+  return spec;
+}
