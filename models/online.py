@@ -32,22 +32,21 @@ def flow_optimizer(lr: float = BASE_LR) -> OptimizerFactory:
 
 
 def stage_lrs(base_lr: float, delays: Sequence[int]) -> list[float]:
-    """Learning rate of each pipeline stage: ``base_lr / (1 + delay)²``, with ``delay`` how many
+    """Learning rate of each pipeline stage: ``base_lr / (1 + delay)``, with ``delay`` how many
     frames stale the stage's gradients are (``Pipeline.gradient_delays``: 2(D-1-h) for PARTIME).
 
     Why per stage: the last stage backpropagates its own loss exactly and learns best at the
     sequential rate; an earlier stage pushes a gradient computed on an older frame through the graph
     of a newer one, and delayed gradient descent needs a step that shrinks with the delay (PARTIME
-    lowers the rate for deeper pipelines; PipeMare scales it per stage by the delay). Why squared:
-    the mismatch grows with the delay too (the scene moves on). Measured with the strong flow net on
-    two tuning streams (256x256, 150 frames, EPE over the last 50; sequential at 4e-3: 0.487 and
-    0.284), D = 2, last stage at base: stage 0 at base/3 gave 0.520 / 0.381, at base/9 0.518 / 0.309,
-    at base/15 - / 0.308; one rate for both diverged at 4e-3. D = 4: 0.526-0.530 on the first stream
-    for base/(1+d), base/(1+2d) and base/(1+d)², and 0.324 on the second with base/(1+d)².
+    lowers the rate for deeper pipelines; PipeMare scales it per stage by 1/delay). Measured with
+    the strong flow net (coarse levels deep-supervised) on a tuning stream (256x256, 150 frames, EPE
+    over the last 50; sequential at 4e-3: 0.263): D = 2, stage 0 at base/3 0.280, at base 0.283, at
+    base/9 0.290; D = 4 0.296 with base/(1+d) and 0.299 with base/(1+d)². Without deep supervision
+    the stale stage diverged at the sequential rate and needed base/(1+d)² (0.309 vs 0.284).
     """
     if base_lr <= 0 or any(d < 0 for d in delays):
         raise ValueError(f"need a positive base_lr and delays >= 0, got {base_lr} and {list(delays)}")
-    return [base_lr / (1 + d) ** 2 for d in delays]
+    return [base_lr / (1 + d) for d in delays]
 
 
 def frame_pair(prev: np.ndarray, cur: np.ndarray, device: str | torch.device = "cpu") -> torch.Tensor:

@@ -68,7 +68,7 @@ def test_online_learning_reduces_the_loss_on_a_moving_pair():
 def test_unknown_net_and_helpers():
     with pytest.raises(ValueError, match="unknown flow net"):
         build_flow_net("nope")
-    assert stage_lrs(4.5e-3, [4, 2, 0]) == pytest.approx([1.8e-4, 5e-4, 4.5e-3])
+    assert stage_lrs(4.5e-3, [4, 2, 0]) == pytest.approx([9e-4, 1.5e-3, 4.5e-3])
     with pytest.raises(ValueError):
         stage_lrs(1e-3, [-1, 0])
     import numpy as np
