@@ -34,10 +34,11 @@ def test_flow_net_splits_at_every_layer_boundary(name):
     assert result.frame == 0 and result.loss is not None
 
 
-def test_automatic_balance_never_ends_a_stage_after_a_full_resolution_refinement():
+def test_automatic_balance_never_ends_a_stage_after_a_full_resolution_layer():
     net = build_flow_net("strong")
     kept = [i for i, layer in enumerate(net) if keeps_with_next(layer)]
     assert [(type(net[i]).__name__, net[i].factor) for i in kept] == [
+        ("PairFeatures", 1),
         ("CostVolumeMatch", 1),
         ("LucasKanadeStep", 1),
         ("LucasKanadeStep", 1),
