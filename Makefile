@@ -7,7 +7,7 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8000
 # Ground-truth flow streams for bench-flow are generated, never committed (see models/streams.py).
 STREAMS := $(VENV)/streams
-FLOW_STREAMS ?= 1:coffee 2:chelsea 3:rocket
+FLOW_STREAMS ?= 1:coffee 2:chelsea 3:rocket 4:hubble_deep_field 5:astronaut
 
 .PHONY: run test lint clean screenshots up up-gpu down \
 	bench bench-engine bench-flow bench-schedules bench-memory bench-processes \
