@@ -109,7 +109,6 @@ class PairFeatures(nn.Module):
         if (2 * width) % (factor * factor):
             raise ValueError(f"2 x width ({2 * width}) must divide by factor² ({factor * factor}) to pack losslessly")
         self.factor = factor
-        self.keep_with_next = factor == 1  # full-resolution features belong with their match (module docstring)
         self.convs = _feature_convs(width)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -131,7 +130,6 @@ class CostVolumeMatch(nn.Module):
     def __init__(self, factor: int, width: int, radius: int, head: int, supervision: float = 0.0) -> None:
         super().__init__()
         self.factor, self.width, self.radius, self.supervision = factor, width, radius, supervision
-        self.keep_with_next = factor == 1  # see the module docstring: no stage ends after it
         self.log_temperature = nn.Parameter(torch.tensor(2.5))
         k = 2 * radius + 1
         dy, dx = torch.meshgrid(torch.arange(k) - radius, torch.arange(k) - radius, indexing="ij")
@@ -171,7 +169,6 @@ class LucasKanadeStep(nn.Module):
     def __init__(self, factor: int, width: int, window: int, supervision: float = 0.0) -> None:
         super().__init__()
         self.factor, self.window, self.supervision = factor, window, supervision
-        self.keep_with_next = factor == 1  # see the module docstring: no stage ends after it
         self.convs = _feature_convs(width)
         self.log_damping = nn.Parameter(torch.tensor(-9.0))
 
@@ -226,8 +223,11 @@ def pyramid_flow_net(
     layers: list[nn.Module] = [StartFlow()]
     for factor, width, radius, head in zip(factors, widths, radii, heads, strict=True):
         own = supervision if factor > 1 else 0.0  # at full resolution the objective itself supervises
-        layers += [PairFeatures(factor, width), CostVolumeMatch(factor, width, radius, head, own)]
-        layers += [LucasKanadeStep(factor, lk_width, window, own) for _ in range(lk_steps)]
+        level = [PairFeatures(factor, width), CostVolumeMatch(factor, width, radius, head, own)]
+        level += [LucasKanadeStep(factor, lk_width, window, own) for _ in range(lk_steps)]
+        for layer in level:  # no stage ends inside the full-resolution level (module docstring)
+            layer.keep_with_next = factor == 1
+        layers += level
     return nn.Sequential(*layers, TakeFlow())
 
 
