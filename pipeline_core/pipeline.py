@@ -140,14 +140,17 @@ class Pipeline:
         return len(self.stages)
 
     def step(self, x: Tensor, target: Tensor | None = None) -> StepResult:
-        """Feed frame x (and its target); return what leaves the pipeline at this step."""
+        """Feed frame x (and its target); return what leaves the pipeline at this step.
+
+        Both are copied before this returns: a caller may refill the same buffers for the next frame,
+        while the target is read D-1 or more steps later (when its frame's loss is computed)."""
         if tuple(x.shape) != tuple(self.sample_input.shape):
             raise ValueError(
                 f"frame shape {tuple(x.shape)} differs from sample_input shape {tuple(self.sample_input.shape)}"
             )
         self.runtime.transport.send("input", 0, self._fed, x, outside_step=True)
         if target is not None and self.loss_fn is not None:
-            self._targets[self._fed] = target
+            self._targets[self._fed] = target.detach().clone()
         self._fed += 1
         return self._run(last_frame=None)
 
