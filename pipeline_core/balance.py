@@ -36,7 +36,7 @@ def solve(
 
     ``transfer[i]`` is the cost of crossing the boundary after layer i (paid by both stages it
     separates: activation forward, gradient backward); ``uncut`` holds the layers after which no
-    stage may end. Ties prefer earlier, larger stages.
+    stage may end. Of equally good splits, the one with the earliest cuts (see ``_earliest_cuts``).
     """
     n = len(costs)
     if stages < 1:
@@ -62,22 +62,40 @@ def solve(
     inf = float("inf")
     # best[k][j]: minimal max-cost of splitting the first j layers into k stages.
     best = [[inf] * (n + 1) for _ in range(stages + 1)]
-    cut = [[0] * (n + 1) for _ in range(stages + 1)]
     best[0][0] = 0.0
     for k in range(1, stages + 1):
         for j in range(k, n - (stages - k) + 1):
             for i in range(k - 1, j):
-                if i > 0 and i - 1 in uncut:
-                    continue
-                value = max(best[k - 1][i], stage_cost(i, j))
-                if value < best[k][j]:
-                    best[k][j], cut[k][j] = value, i
-    counts, j = [], n
+                if i == 0 or i - 1 not in uncut:
+                    best[k][j] = min(best[k][j], max(best[k - 1][i], stage_cost(i, j)))
+    return _earliest_cuts(n, stages, best[stages][n], stage_cost, uncut)
+
+
+def _earliest_cuts(n: int, stages: int, bound: float, stage_cost, uncut: frozenset[int]) -> list[int]:
+    """Among the splits whose slowest stage costs at most ``bound``, the one whose every cut comes
+    earliest. Why this tie-break: it is deterministic (equal costs never leave the choice to the
+    order of a loop), and it puts the fewest layers in the first stages, whose gradients are the
+    most delayed under PARTIME."""
+    # fits[k][i]: layers i..n-1 split into k stages, none over the bound.
+    fits = [[False] * (n + 1) for _ in range(stages + 1)]
+    fits[0][n] = True
+    for k in range(1, stages + 1):
+        for i in range(n - 1, -1, -1):
+            fits[k][i] = any(
+                fits[k - 1][j] and stage_cost(i, j) <= bound
+                for j in range(i + 1, n + 1)
+                if j == n or j - 1 not in uncut
+            )
+    counts, start = [], 0
     for k in range(stages, 0, -1):
-        i = cut[k][j]
-        counts.append(j - i)
-        j = i
-    return counts[::-1]
+        end = next(
+            j
+            for j in range(start + 1, n + 1)
+            if (j == n or j - 1 not in uncut) and stage_cost(start, j) <= bound and fits[k - 1][j]
+        )
+        counts.append(end - start)
+        start = end
+    return counts
 
 
 def _sync(device: torch.device) -> None:
