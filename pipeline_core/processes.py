@@ -163,7 +163,8 @@ class ProcessRuntime:
         except (pickle.PicklingError, AttributeError, TypeError) as exc:
             raise ValueError(
                 "runtime='processes' sends each stage (module, optimizer) and loss_fn to a worker process, so "
-                f"they must be picklable (a module-level function, not a lambda or local function): {exc}"
+                f"they must be picklable by cloudpickle (lambdas and closures are; locks, open files and sockets "
+                f"are not): {exc}"
             ) from exc
 
     # -- running -------------------------------------------------------------------------------

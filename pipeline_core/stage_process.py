@@ -2,8 +2,9 @@
 
 The controller starts :func:`stage_process_main` once per stage; the process joins the stages' gloo
 group, reports ready, then answers the controller's commands (``step``, ``state_dict``, ``set_lr``,
-...) in order until ``close``. Commands and answers are pickled with :func:`dumps`, which sends plain
-CPU tensors as numpy arrays.
+...) in order until ``close``. Commands and answers are pickled with :func:`dumps`: cloudpickle, so
+lambdas and closures (a ``loss_fn`` written inline) reach the workers by value, and plain CPU tensors
+travel as numpy arrays.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from datetime import timedelta
 from multiprocessing.connection import Connection
 from typing import Any
 
+import cloudpickle
 import torch
 import torch.distributed as dist
 from torch import Tensor
@@ -30,14 +32,15 @@ from .worker import StageWorker, prepare_process, settle_process
 
 
 # -- messages over the pipes --------------------------------------------------------------------
-class _Pickler(pickle.Pickler):
+class _Pickler(cloudpickle.Pickler):
     """Plain CPU tensors travel as numpy arrays: ~10x cheaper than torch's own pickling, and no
-    shared memory (torch.multiprocessing's default), so a worker's weights are never aliased."""
+    shared memory (torch.multiprocessing's default), so a worker's weights are never aliased.
+    Everything else as cloudpickle does it (functions without an importable name by value)."""
 
     def reducer_override(self, obj: Any) -> Any:
         if type(obj) is Tensor and obj.device.type == "cpu" and obj.dtype in _NUMPY_DTYPES:
             return torch.from_numpy, (obj.detach().resolve_conj().resolve_neg().numpy(),)
-        return NotImplemented
+        return super().reducer_override(obj)
 
 
 _NUMPY_DTYPES = {torch.float64, torch.float32, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -22,7 +23,6 @@ STEPS = 22
 TOL = 1e-6
 BALANCE = [2, 2]
 
-# Factories, not lambdas: the workers receive them pickled.
 OPTIMIZERS = {
     "sgd": functools.partial(torch.optim.SGD, lr=0.05, momentum=0.9),
     "adam": functools.partial(torch.optim.Adam, lr=1e-2),
@@ -160,11 +160,33 @@ def test_a_hung_worker_is_an_error_within_the_timeout():
     assert not any(alive(p) for p in pids), "a stopped worker must be killed too"
 
 
+def test_lambda_loss_and_closure_optimizer_factory_run_in_processes():
+    """What the README shows: a loss written inline and an optimizer factory closing over its rate."""
+    lr = 0.05
+
+    def optimizer(params):
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+
+    xs, ys = stream(10)
+    inline = lambda out, target: out.pow(2).mean() if target is None else (out - target).pow(2).mean()  # noqa: E731
+    kw = dict(balance=BALANCE, loss_fn=inline, optimizer=optimizer)
+    with (
+        Pipeline(make_model(), xs[0], runtime="local", **kw) as local,
+        Pipeline(make_model(), xs[0], runtime="processes", timeout=60, **kw) as procs,
+    ):
+        assert_same_results(run(local, xs, ys), run(procs, xs, ys))
+        assert_same_state(local, procs)
+
+
 def test_unpicklable_loss_is_refused_before_any_process_starts():
+    lock = threading.Lock()
+
+    def loss_under_lock(out, target):
+        with lock:
+            return out.sum()
+
     with pytest.raises(ValueError, match="picklable"):
-        Pipeline(
-            make_model(), torch.zeros(1, 3, 8, 8), balance=BALANCE, loss_fn=lambda o, t: o.sum(), runtime="processes"
-        )
+        Pipeline(make_model(), torch.zeros(1, 3, 8, 8), balance=BALANCE, loss_fn=loss_under_lock, runtime="processes")
 
 
 def test_unknown_runtime_is_refused():
