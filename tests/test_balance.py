@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import itertools
-import time
 
 import pytest
 import torch
+from sleep_layers import Sleep
 from torch import nn
 
 from pipeline_core import balance
@@ -88,19 +88,6 @@ def test_solver_never_cuts_after_a_layer_that_keeps_with_next(seed):
 def test_more_stages_than_layers_is_refused():
     with pytest.raises(ValueError, match="only 3 layers"):
         solve([1, 1, 1], 4)
-
-
-class Sleep(nn.Module):
-    """A layer whose cost is known: it sleeps in forward (and has a weight to update)."""
-
-    def __init__(self, seconds: float) -> None:
-        super().__init__()
-        self.seconds = seconds
-        self.scale = nn.Parameter(torch.ones(1))
-
-    def forward(self, x):
-        time.sleep(self.seconds)
-        return x * self.scale
 
 
 def test_profiling_balances_sleeping_layers():
