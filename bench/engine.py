@@ -13,18 +13,14 @@ where a GPU exists. Writes ``bench/results/engine-<device>.json`` and ``.md``.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import platform
 import time
-from pathlib import Path
 
 import torch
 
+from bench.report import Run
 from models.paper_nets import pixelwise
 from pipeline_core import Pipeline, balance
-
-RESULTS = Path(__file__).parent / "results"
 
 
 def square_loss(out: torch.Tensor, _target: torch.Tensor | None) -> torch.Tensor:
@@ -134,20 +130,16 @@ def main(argv: list[str] | None = None) -> None:
     device_name = torch.cuda.get_device_name() if gpu else f"{platform.processor() or 'cpu'} x{torch.get_num_threads()}"
     print(f"pixel-wise net: {args.layers} layers, 5x5 convs, 32 channels on {device_name}")
     print(table([], args.stages))
-    load_before = os.getloadavg()[0]  # the machine may be shared: say how loaded it was
+    run = Run()
     rows = measure(args, args.device)
-    load = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     config = {k: v for k, v in vars(args).items() if k != "quick"}
-    report = {"device": device_name, "torch": torch.__version__, "config": config, "load_avg": load, "rows": rows}
-    RESULTS.mkdir(parents=True, exist_ok=True)
     suffix = "-quick" if args.quick else ""
-    (RESULTS / f"engine-{args.device}{suffix}.json").write_text(json.dumps(report, indent=2))
-    title = (
-        f"# Engine benchmark on {device_name}\n\n{args.layers}-layer pixel-wise network; "
-        f"1-minute load average {load[0]} before, {load[1]} after.\n\n"
+    run.write(
+        f"engine-{args.device}{suffix}",
+        f"Engine benchmark on {device_name}",
+        f"{args.layers}-layer pixel-wise network.\n\n{table(rows, args.stages)}",
+        {"device": device_name, "config": config, "rows": rows},
     )
-    md = title + table(rows, args.stages) + "\n"
-    (RESULTS / f"engine-{args.device}{suffix}.md").write_text(md)
 
 
 if __name__ == "__main__":

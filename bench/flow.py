@@ -1,19 +1,18 @@
 """Online unsupervised flow on a ground-truth stream: sequential vs PARTIME vs OpenCV.
 
-``python -m bench.flow --stream FILE.npz --stages 1,2,4 --json OUT.json``
+``python -m bench.flow --stream FILE.npz --stages 1,2,4 [--out STEM]``
 
 Every learner starts from the same random weights and sees each frame pair once, in order
 (predict-then-update: the flow scored for pair t was produced before learning from it). With
 PARTIME the output of step t belongs to pair t-(D-1) (``StepResult.frame``) and is scored against
-that pair's ground truth. Writes OUT.json (per method: epe_all, epe_last100, photo_last100,
-ms_per_frame, ...), a loss/EPE-over-time PNG and a markdown table next to it (default
-bench/results/flow-<stream>.*).
+that pair's ground truth. Writes STEM.json (per method: epe_all, epe_last100, photo_last100,
+ms_per_frame, ...), a loss/EPE-over-time STEM.png and a markdown table STEM.md (default
+bench/results/flow-<stream>).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -21,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bench.report import RESULTS, Run
 from models.classical import classical_methods
 from models.flow_loss import flow_loss
 from models.flow_metrics import epe, moving_mask, photometric_error, reconstruction_accuracy
@@ -118,7 +118,8 @@ def _smooth(values: np.ndarray, window: int = 9) -> np.ndarray:
     return np.convolve(filled, kernel, mode="same") / np.convolve(np.ones_like(filled), kernel, mode="same")
 
 
-def plot(all_scores: dict[str, Scores], path: Path, title: str) -> None:
+def plot(all_scores: dict[str, Scores], title: str):
+    """Smoothed training loss and EPE over the stream (a matplotlib figure)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -137,14 +138,12 @@ def plot(all_scores: dict[str, Scores], path: Path, title: str) -> None:
     ax_epe.set_yscale("log")
     ax_epe.legend(fontsize=8, ncol=2)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    fig.set_dpi(110)
+    return fig
 
 
-def markdown(results: dict[str, dict], title: str) -> str:
+def markdown(results: dict[str, dict]) -> str:
     lines = [
-        f"### {title}",
-        "",
         "| method | EPE all | EPE last 100 | photo last 100 | recon acc@0.05 last 100 | ms/frame |",
         "|---|---|---|---|---|---|",
     ]
@@ -173,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--stream", required=True, help=".npz from models.streams (frames + flow)")
     parser.add_argument("--stages", default="1,2,4", help="comma-separated pipeline depths; 1 = sequential")
-    parser.add_argument("--json", help="output JSON (default bench/results/flow-<stream>.json)")
+    parser.add_argument("--out", help="results stem (default bench/results/flow-<stream>: .json, .md, .png)")
     parser.add_argument("--net", default="strong", choices=sorted(FLOW_NETS))
     parser.add_argument("--lr", type=float, default=BASE_LR, help="Adam lr of the last stage (earlier ones: stage_lrs)")
     parser.add_argument("--seed", type=int, default=0)
@@ -193,8 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"stream needs >= 3 frames and sides divisible by 4, got {stream.frames.shape}")
     if args.threads:
         torch.set_num_threads(args.threads)
-    out_json = Path(args.json) if args.json else Path("bench/results") / f"flow-{Path(args.stream).stem}.json"
-    out_json.parent.mkdir(parents=True, exist_ok=True)
+    out = Path(args.out) if args.out else RESULTS / f"flow-{Path(args.stream).stem}"
+    run = Run(directory=out.parent)
 
     all_scores: dict[str, Scores] = {}
     info: dict[str, dict] = {}
@@ -209,10 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     size = "x".join(map(str, stream.frames.shape[1:3]))
     threads = torch.get_num_threads()
     title = f"{Path(args.stream).name}: {len(stream.frames)} frames {size}, net {args.net}, torch threads {threads}"
-    out_json.write_text(json.dumps(results, indent=2))
-    plot(all_scores, out_json.with_suffix(".png"), title)
-    out_json.with_suffix(".md").write_text(markdown(results, title))
-    print(markdown(results, title))
+    run.png(f"{out.name}.png", plot(all_scores, title))
+    run.write(out.name, title, f"{markdown(results)}\n![curves]({out.name}.png)", {"methods": results})
     return 0
 
 

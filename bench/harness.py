@@ -8,7 +8,6 @@ that never reaches a state, a viewer that hears nothing — each ends in a clear
 from __future__ import annotations
 
 import contextlib
-import os
 import subprocess
 import time
 from dataclasses import dataclass
@@ -22,7 +21,6 @@ from prometheus_client.parser import text_string_to_metric_families
 from server.launch import ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "bench" / "results"
 HOST = "127.0.0.1"
 TOKEN = "reliability-token"
 
@@ -285,21 +283,6 @@ class ApiProbe:
         }
         out |= {f"p95_{k}_ms": 1e3 * percentile(v, 95) for k, v in self.latencies.items()}
         return {k: round(v, 2) if isinstance(v, float) else v for k, v in out.items()}
-
-
-def machine_load() -> dict:
-    """The 1/5/15-minute load averages on this machine (other work shares the cores)."""
-    return {"cpus": os.cpu_count(), "loadavg": [round(x, 2) for x in os.getloadavg()]}
-
-
-def write_results(name: str, result: dict, table: str) -> None:
-    """``bench/results/<name>.json`` (everything) and ``.md`` (the table)."""
-    import json
-
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (RESULTS / f"{name}.md").write_text(table)
-    print(table)
 
 
 def rss_and_fds(procs: list[psutil.Process], roles: dict[int, str]) -> dict[int, dict]:

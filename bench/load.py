@@ -22,7 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import Api, ApiProbe, LiveSource, Server, machine_load, make_video, write_results
+from bench.harness import Api, ApiProbe, LiveSource, Server, make_video
+from bench.report import Run
 from bench.viewers import ViewerPool
 
 CLIP = "clip.mp4"
@@ -141,8 +142,6 @@ def streams_run(srv: Server, api: Api, args: argparse.Namespace) -> dict:
 
 def viewers_table(r: dict) -> str:
     lines = [
-        "# Load: WebSocket viewers on one 64x64 stream",
-        "",
         "| viewers (slow) | processed fps | worker-behind drops | ws drops | fast viewer min frames | "
         "slow viewer max frames | API p50 / p95 ms |",
         "|---|---|---|---|---|---|---|",
@@ -159,8 +158,6 @@ def viewers_table(r: dict) -> str:
 
 def streams_table(r: dict) -> str:
     lines = [
-        "# Load: several 64x64 streams at once",
-        "",
         "| streams | fps per stream | worker-behind drops | held |",
         "|---|---|---|---|",
     ]
@@ -189,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=("viewers", "streams"), help="run one part")
     args = parser.parse_args(argv)
     ok = True
+    run = Run()
     with tempfile.TemporaryDirectory(prefix="overtime-load-") as tmp:
         srv = Server(
             Path(tmp),
@@ -201,12 +199,12 @@ def main(argv: list[str] | None = None) -> int:
         make_video(srv.media_dir / CLIP, frames=150, fps=int(args.fps))
         with srv, srv.api() as api:
             if args.only in (None, "viewers"):
-                r = viewers_run(srv, api, args) | {"machine": machine_load(), "args": vars(args)}
-                write_results("load-viewers", r, viewers_table(r))
+                r = viewers_run(srv, api, args) | {"args": vars(args)}
+                run.write("load-viewers", "Load: WebSocket viewers on one 64x64 stream", viewers_table(r), r)
                 ok &= r["ok"]
             if args.only in (None, "streams"):
-                r = streams_run(srv, api, args) | {"machine": machine_load(), "args": vars(args)}
-                write_results("load-streams", r, streams_table(r))
+                r = streams_run(srv, api, args) | {"args": vars(args)}
+                run.write("load-streams", "Load: several 64x64 streams at once", streams_table(r), r)
                 ok &= r["ok"]
     return 0 if ok else 1
 

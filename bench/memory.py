@@ -19,16 +19,15 @@ import os
 import resource
 import subprocess
 import sys
-from pathlib import Path
 
 import torch
 
+from bench.report import Run
 from models.paper_nets import pixelwise
 from pipeline_core import Pipeline
 from pipeline_core.partition import equal_balance
 from pipeline_core.schedules import GPipe
 
-RESULTS = Path(__file__).parent / "results"
 CONFIGS = [
     ("sequential", None),
     ("partime", None),
@@ -85,6 +84,7 @@ def main(argv: list[str] | None = None) -> None:
         name, _, checkpoint = args.one.partition(":")
         print(json.dumps(measure(args, name, checkpoint or None)))
         return
+    run = Run()
     rows = []
     forwarded = list(argv if argv is not None else sys.argv[1:])
     for name, checkpoint in CONFIGS:
@@ -100,8 +100,6 @@ def main(argv: list[str] | None = None) -> None:
         print(rows[-1]["schedule"], f"{rows[-1]['peak_MiB_above_built']:.0f} MiB", flush=True)
     act = args.batch * args.channels * args.size * args.size * 4 / 2**20
     lines = [
-        "# Schedule memory (CPU, peak RSS above the built pipeline)",
-        "",
         f"{args.layers}-layer pixel-wise net, {args.channels} channels, batch {args.batch} at {args.size}x{args.size} "
         f"(one layer's activation: {act:.1f} MiB), D={args.stages}, GPipe chunks={args.chunks}, {args.steps} steps.",
         "",
@@ -112,10 +110,8 @@ def main(argv: list[str] | None = None) -> None:
         entries = ", ".join(str(s["entries"]) for s in r["stash_per_stage"])
         mib = ", ".join(f"{s['MiB']:.1f}" for s in r["stash_per_stage"])
         lines.append(f"| {r['schedule']} | {r['peak_MiB_above_built']:.0f} | {entries} | {mib} |")
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "memory.json").write_text(json.dumps({"config": vars(args), "rows": rows}, indent=2))
-    (RESULTS / "memory.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    run.write("memory", "Schedule memory (CPU, peak RSS above the built pipeline)", "\n".join(lines), {
+        "config": vars(args), "rows": rows})  # fmt: skip
 
 
 if __name__ == "__main__":

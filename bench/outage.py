@@ -16,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from bench.harness import Api, LiveSource, Server, machine_load, make_video, write_results
+from bench.harness import Api, LiveSource, Server, make_video
+from bench.report import Run
 
 
 def outage(api: Api, video: Path, pause_s: float, name: str) -> dict:
@@ -67,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pause", type=float, default=40.0, help="seconds the source stays away")
     args = parser.parse_args(argv)
+    run = Run()
     with tempfile.TemporaryDirectory(prefix="overtime-outage-") as tmp:
         srv = Server(
             Path(tmp),
@@ -81,9 +83,8 @@ def main(argv: list[str] | None = None) -> int:
         with srv, srv.api() as api:
             result = outage(api, srv.media_dir / "clip.mp4", args.pause, "outage")
     result["ok"] = result["reconnected"] and result["resumed_from"] == result["checkpoint_on_disk"]
-    result["machine"] = machine_load()
     rows = "\n".join(f"| {k} | {v} |" for k, v in result.items())
-    write_results("outage", result, f"# Live-source outage ({args.pause:g} s)\n\n| | |\n|---|---|\n{rows}\n")
+    run.write("outage", f"Live-source outage ({args.pause:g} s)", f"| | |\n|---|---|\n{rows}", result)
     return 0 if result["ok"] else 1
 
 

@@ -21,25 +21,18 @@ from __future__ import annotations
 import argparse
 import collections
 import functools
-import json
-import os
 import statistics
 import time
-from pathlib import Path
 
 import torch
 
 from bench.engine import square_loss
+from bench.report import Run
 from models.paper_nets import pixelwise
 from pipeline_core import Pipeline, balance
 
-RESULTS = Path(__file__).parent / "results"
 WAYS = ["seq-1t", "seq-2t", "local-D2", "procs-D2"]
 TARGETS = {"procs-D2 / seq-1t": 1.8, "procs-D2 / seq-2t": 1.2}
-
-
-def load() -> list[float]:
-    return [round(v, 2) for v in os.getloadavg()]
 
 
 def timed(pipe: Pipeline, x: torch.Tensor, frames: int) -> tuple[float, list[float], float]:
@@ -100,11 +93,8 @@ def measure(res: int, args: argparse.Namespace) -> dict:
 
 def markdown(report: dict) -> str:
     lines = [
-        "# Process runtime benchmark (CPU)",
-        "",
         f"{report['layers']}-layer pixel-wise network (5x5 convs, 32 channels, F=1), learning (SGD), on "
-        f"{report['cores']} cores; best of {report['rounds']} interleaved rounds of {report['frames']} frames. "
-        f"Load average before {report['load_before']}, after {report['load_after']}.",
+        f"{report['cores']} cores; best of {report['rounds']} interleaved rounds of {report['frames']} frames.",
         "",
         "| R | balance | seq 1 thread | seq 2 threads | local D=2 | processes D=2 | procs/seq-1t (>= 1.8) "
         "| procs/seq-2t (>= 1.2) | local/seq-1t | seq-2t/seq-1t |",
@@ -139,25 +129,16 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.quick:
         args.resolutions, args.layers, args.frames, args.rounds = [32], 4, 5, 1
-    report = {
-        "torch": torch.__version__,
-        "cores": torch.get_num_threads(),
-        "layers": args.layers,
-        "frames": args.frames,
-        "rounds": args.rounds,
-        "load_before": load(),
-    }
-    print(f"pixel-wise net, {args.layers} layers, load {report['load_before']}", flush=True)
+    run = Run()
+    report = {"cores": torch.get_num_threads(), "layers": args.layers, "frames": args.frames, "rounds": args.rounds}
+    print(f"pixel-wise net, {args.layers} layers, load {run.load_before}", flush=True)
     report["rows"] = [measure(res, args) for res in args.resolutions]
-    report["load_after"] = load()
     for row in report["rows"]:
         for name, target in TARGETS.items():
             verdict = "met" if row["ratios"][name] >= target else "MISSED"
             print(f"{row['R']}x{row['R']}: {name} = {row['ratios'][name]:.2f} (target {target}) {verdict}")
-    RESULTS.mkdir(parents=True, exist_ok=True)
     suffix = "-quick" if args.quick else ""
-    (RESULTS / f"processes-cpu{suffix}.json").write_text(json.dumps(report, indent=2))
-    (RESULTS / f"processes-cpu{suffix}.md").write_text(markdown(report))
+    run.write(f"processes-cpu{suffix}", "Process runtime benchmark (CPU)", markdown(report), report)
 
 
 if __name__ == "__main__":

@@ -25,24 +25,20 @@ cdp-v1 / cdp-v2 at D = 2 and 4; frames/s is measured within the same run (evalua
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from bench.report import Run
 from models.online import stage_lrs
 from pipeline_core import Pipeline, balance
 from pipeline_core.schedules import Hybrid, Schedule
 
-RESULTS = Path(__file__).parent / "results"
 DIGITS_LR = 1e-3
 NAMES = ["sequential", "partime", "stash", "hybrid", "cdp-v1", "cdp-v2"]
 
@@ -227,7 +223,8 @@ def table(rows: list[dict], tasks: dict[str, Task]) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: list[dict], tasks: dict[str, Task], depths: list[int], path: Path) -> None:
+def plot(rows: list[dict], tasks: dict[str, Task], depths: list[int]):
+    """Learning curves, one panel per stream and depth (a matplotlib figure)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -251,7 +248,8 @@ def plot(rows: list[dict], tasks: dict[str, Task], depths: list[int], path: Path
             ax.set_ylabel(task.metric)
             ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.set_dpi(110)
+    return fig
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -273,8 +271,7 @@ def main(argv: list[str] | None = None) -> None:
     builders = {"digits": digits_task, "flow": flow_task}
     tasks = {name: builders[name](args) for name in args.tasks.split(",")}
 
-    machine = f"{platform.processor() or 'cpu'}, {os.cpu_count()} cores, torch {torch.__version__}"
-    load_before = os.getloadavg()[0]
+    run = Run()
     rows = []
     for task in tasks.values():
         sample = next(task.inputs())[0].clone()
@@ -286,20 +283,11 @@ def main(argv: list[str] | None = None) -> None:
                 row.update(summary(row, task))
                 rows.append(row)
                 print(f"{task.name} D={depth} {name}: {row['fps']:.1f} frames/s, final {row['final']:.3f}", flush=True)
-    load_after = os.getloadavg()[0]
-
-    RESULTS.mkdir(parents=True, exist_ok=True)
     stem = "schedules-quick" if args.quick else "schedules"
     config = {k: v for k, v in vars(args).items() if k != "quick"}
-    report = {"machine": machine, "load_average": [load_before, load_after], "config": config, "rows": rows}
-    (RESULTS / f"{stem}.json").write_text(json.dumps(report, indent=2))
-    md = (
-        f"# Schedules benchmark\n\n{machine}; 1-minute load average {load_before:.1f} before, "
-        f"{load_after:.1f} after (shared machine).\n\n{table(rows, tasks)}\n\n![curves]({stem}.png)\n"
-    )
-    (RESULTS / f"{stem}.md").write_text(md)
-    plot(rows, tasks, args.stages, RESULTS / f"{stem}.png")
-    print(table(rows, tasks))
+    run.png(f"{stem}.png", plot(rows, tasks, args.stages))
+    run.write(stem, "Schedules benchmark", f"{table(rows, tasks)}\n\n![curves]({stem}.png)", {
+        "config": config, "rows": rows})  # fmt: skip
 
 
 if __name__ == "__main__":

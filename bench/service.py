@@ -15,26 +15,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-import torch
 import websockets
 
+from bench.report import Run
 from models.streams import generate, write_mp4
 from server.launch import ServerProcess
 
-RESULTS = Path(__file__).resolve().parent / "results"
 SOURCE_FPS = 30  # the ground truth moves this fast per source frame; a rate r sees pairs 30/r frames apart
 LATENCY_KEYS = ("latency_p50_s", "latency_p95_s", "latency_target_s")
-
-
-def load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
 
 
 async def measure(srv: ServerProcess, sid: str, warmup_s: float, seconds: float) -> dict:
@@ -83,7 +76,6 @@ def run(args: argparse.Namespace) -> dict:
     write_mp4(generate(args.size, 450, seed=3).frames, work / "media" / "bench.mp4", fps=SOURCE_FPS)
     flags = ("--no-demo-stream", "--stages", str(args.stages), "--width", str(args.size), "--height", str(args.size))
     rows = []
-    load_before = load()
     with ServerProcess(work, *flags) as srv:
         for fps in args.ladder:
             body = {"source": "file:bench.mp4", "name": f"bench-{fps:g}", "fps": fps, "loop": True}
@@ -110,23 +102,13 @@ def run(args: argparse.Namespace) -> dict:
         if best
         else None,
         "rows": rows,
-        "machine": {
-            "cpus": os.cpu_count(),
-            "platform": platform.platform(),
-            "torch": torch.__version__,
-            "load_before": load_before,
-            "load_after": load(),
-        },  # fmt: skip
     }
 
 
 def markdown(result: dict) -> str:
     lines = [
-        f"# Service benchmark ({result['size']}x{result['size']}, fast flow net, D={result['stages']}, CPU)",
-        "",
-        f"Highest rate sustained for {result['window_s']:g} s with zero drops: **{result['best_fps_zero_drops']} fps**."
-        f" Load average before/after: {result['machine']['load_before']} / {result['machine']['load_after']}"
-        f" on {result['machine']['cpus']} CPUs (shared machine).",
+        f"Highest rate sustained for {result['window_s']:g} s with zero drops: "
+        f"**{result['best_fps_zero_drops']} fps**.",
         "",
         "| fps | frames | dropped | ΔP mean | ΔP p95 | latency p50 | latency p95 | p95 target | loss first→last |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---|",
@@ -150,11 +132,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stages", type=int, default=2)
     p.add_argument("--out", default="service-cpu", help="results file stem under bench/results/")
     args = p.parse_args(argv)
+    report = Run()
     result = run(args)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{args.out}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (RESULTS / f"{args.out}.md").write_text(markdown(result))
-    print(markdown(result))
+    title = f"Service benchmark ({args.size}x{args.size}, fast flow net, D={args.stages}, CPU)"
+    report.write(args.out, title, markdown(result), result)
     return 0
 
 

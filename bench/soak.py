@@ -21,7 +21,8 @@ from pathlib import Path
 
 import torch
 
-from bench.harness import Server, machine_load, rss_and_fds, write_results
+from bench.harness import Server, rss_and_fds
+from bench.report import Run
 from bench.viewers import ViewerPool
 
 FD_SLACK = 2  # a scrape or a REST call in flight may hold a socket at the moment of a sample
@@ -120,8 +121,6 @@ def analyse(samples: list[dict], args: argparse.Namespace) -> dict:
 
 def table(r: dict, args: argparse.Namespace) -> str:
     lines = [
-        f"# Soak: demo stream, {args.viewers} viewers, {args.duration:g} s",
-        "",
         "| process | RSS after warm-up MB | RSS at end MB | growth % | fds after warm-up | fds at end |",
         "|---|---|---|---|---|---|",
     ]
@@ -150,13 +149,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.sample = min(args.sample, args.duration / 8)
     interval = args.checkpoint_interval or max(2.0, args.duration / 20)
+    run = Run()
     with tempfile.TemporaryDirectory(prefix="overtime-soak-") as tmp:
         size = str(args.size or 128)  # the demo's own size unless --size
         settings = {"OVERTIME_CHECKPOINT_INTERVAL_S": str(interval), "OVERTIME_WIDTH": size, "OVERTIME_HEIGHT": size}
         srv = Server(Path(tmp), settings=settings)
         with srv:
-            r = soak(srv, args) | {"machine": machine_load(), "args": vars(args), "checkpoint_interval_s": interval}
-    write_results("soak" if args.duration >= 600 else "soak-smoke", r, table(r, args))
+            r = soak(srv, args) | {"args": vars(args), "checkpoint_interval_s": interval}
+    title = f"Soak: demo stream, {args.viewers} viewers, {args.duration:g} s"
+    run.write("soak" if args.duration >= 600 else "soak-smoke", title, table(r, args), r)
     return 0 if r["ok"] else 1
 
 
