@@ -69,6 +69,50 @@ def photometric_loss(flow: Tensor, frames: Tensor, eps: float = 1e-3, alpha: flo
     return err.sum() / (mask.sum() * 3).clamp_min(1.0)
 
 
+#: Side of the census patch: UFlow, ARFlow and SMURF compare 7x7 neighbourhoods.
+CENSUS_PATCH = 7
+
+
+def census(image: Tensor, patch: int = CENSUS_PATCH) -> Tensor:
+    """(B, patch², H, W) soft ternary census of an RGB image in [0, 1].
+
+    For every neighbour in the patch, the sign of its grey-level difference to the centre, softened
+    as d / sqrt(0.81 + d²) (d in 0-255 grey levels). Why: it compares local structure, not brightness,
+    so a flicker, an exposure change or a codec's DC shift leaves it unchanged where a photometric
+    difference would call for motion."""
+    grey = (0.299 * image[:, :1] + 0.587 * image[:, 1:2] + 0.114 * image[:, 2:3]) * 255.0
+    b, _, h, w = grey.shape
+    r = patch // 2
+    neighbours = F.unfold(F.pad(grey, [r] * 4, mode="replicate"), patch).view(b, patch * patch, h, w)
+    d = neighbours - grey
+    return d * torch.rsqrt(0.81 + d * d)
+
+
+def census_distance(a: Tensor, b: Tensor, threshold: float = 0.1) -> Tensor:
+    """(B, 1, H, W) soft Hamming distance between two census transforms, as a fraction of the patch."""
+    sq = (a - b) ** 2
+    return (sq / (threshold + sq)).mean(1, keepdim=True)
+
+
+def census_loss(flow: Tensor, frames: Tensor, eps: float = 0.01, q: float = 0.4) -> Tensor:
+    """Mean robust census distance (x + eps)^q between the previous frame and the current one warped
+    back by the flow, over pixels whose match is inside the frame and whose patch is whole."""
+    prev, cur = frames[:, :3], frames[:, 3:6]
+    mask = in_frame_mask(flow) * _inner(flow, CENSUS_PATCH // 2)
+    err = (census_distance(census(prev), census(warp(cur, flow))) + eps) ** q * mask
+    return err.sum() / mask.sum().clamp_min(1.0)
+
+
+def _inner(t: Tensor, border: int) -> Tensor:
+    """(1, 1, H, W) 1 except ``border`` pixels along the edges, where a patch reaches outside the image."""
+    mask = t.new_zeros(1, 1, *t.shape[-2:])
+    mask[..., border : t.shape[-2] - border, border : t.shape[-1] - border] = 1.0
+    return mask
+
+
+PHOTOMETRIC = {"charbonnier": photometric_loss, "census": census_loss}
+
+
 def smoothness_loss(flow: Tensor, image: Tensor | None = None, edge_weight: float = 0.0) -> Tensor:
     """Quadratic first-order smoothness of the flow; with ``edge_weight`` > 0 it is relaxed across
     image edges (weights exp(-edge_weight·|∇I|)) so motion boundaries can follow object borders."""
@@ -88,10 +132,10 @@ def flow_loss(
     smooth_weight: float = 0.5,
     edge_weight: float = 10.0,
     levels: int = 3,
-    eps: float = 1e-3,
-    alpha: float = 0.5,
+    photometric: str = "charbonnier",
 ) -> Tensor:
-    """Photometric Charbonnier + ``smooth_weight`` · smoothness, averaged over ``levels`` scales.
+    """Photometric term (``photometric``: ``charbonnier`` or ``census``) + ``smooth_weight`` · smoothness,
+    averaged over ``levels`` scales.
 
     Why several scales: on the full-resolution image the photometric gradient only sees a few
     pixels around the current estimate; on 2x/4x downsampled frames (and flow / 2^k) it also pulls
@@ -103,6 +147,7 @@ def flow_loss(
         raise ValueError(f"frames must be (B, 6, H, W) (previous RGB, current RGB), got {tuple(frames.shape)}")
     if flow.shape[0] != frames.shape[0] or flow.shape[1] != 2 or flow.shape[-2:] != frames.shape[-2:]:
         raise ValueError(f"flow must be (B, 2, H, W) matching frames {tuple(frames.shape)}, got {tuple(flow.shape)}")
+    data_term = PHOTOMETRIC[photometric]
     total = flow.new_zeros(())
     for level in range(levels):
         if level:
@@ -110,6 +155,6 @@ def flow_loss(
                 break
             frames = F.avg_pool2d(frames, 2)
             flow = F.avg_pool2d(flow, 2) / 2
-        photo = photometric_loss(flow, frames, eps, alpha)
+        photo = data_term(flow, frames)
         total = total + photo + smooth_weight * smoothness_loss(flow, frames[:, :3], edge_weight)
     return total / levels

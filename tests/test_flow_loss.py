@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from models.flow_loss import flow_loss, photometric_loss, smoothness_loss, warp
+from models.flow_loss import census, census_distance, census_loss, flow_loss, photometric_loss, smoothness_loss, warp
 
 
 def test_integer_translation_warps_exactly():
@@ -66,3 +66,46 @@ def test_diverged_flow_warps_to_the_border_without_crashing_backward():
         assert torch.isfinite(out).all() and torch.isfinite(image.grad).all()
         image.grad = None
     torch.testing.assert_close(warp(image, far), image[:, :, -1:, -1:].expand(1, 3, 6, 6))
+
+
+def test_census_of_a_flat_image_is_zero_and_of_a_step_is_the_soft_sign():
+    flat = torch.full((1, 3, 9, 9), 0.5)
+    assert census(flat).abs().max() == 0
+    image = torch.zeros(1, 3, 9, 9)
+    image[..., 4, 5] = 10 / 255  # the right neighbour of the centre is 10 grey levels brighter
+    c = census(image)
+    assert c.shape == (1, 49, 9, 9)
+    right = 3 * 7 + 4  # row 3 (centre row), column 4 (one right of the centre) of the 7x7 patch
+    torch.testing.assert_close(c[0, right, 4, 4], torch.tensor(10 / (0.81 + 100) ** 0.5))
+    left = 3 * 7 + 2
+    torch.testing.assert_close(c[0, left, 4, 5], torch.tensor(-10 / (0.81 + 100) ** 0.5))  # the bright one's left
+    assert c[0, :, 0, 0].abs().max() == 0  # far from the bright pixel nothing changes
+
+
+def test_census_distance_counts_differing_neighbours_softly():
+    a = torch.zeros(1, 49, 1, 1)
+    b = a.clone()
+    b[0, :7] = 1.0  # 7 of 49 neighbours flip from 0 to 1
+    torch.testing.assert_close(census_distance(a, b), torch.full((1, 1, 1, 1), 7 / 49 * 1 / 1.1))
+
+
+def test_census_loss_ignores_a_brightness_change_that_charbonnier_calls_motion():
+    gen = torch.Generator().manual_seed(0)
+    image = torch.nn.functional.avg_pool2d(torch.rand(1, 3, 24, 24, generator=gen), 3, 1, 1) * 0.8
+    zero = torch.zeros(1, 2, 24, 24)
+    same, brighter = torch.cat([image, image], 1), torch.cat([image, image + 0.1], 1)
+    torch.testing.assert_close(census_loss(zero, brighter), census_loss(zero, same))
+    assert photometric_loss(zero, brighter) > 10 * photometric_loss(zero, same)
+
+
+def test_census_loss_prefers_the_true_flow():
+    image = torch.nn.functional.avg_pool2d(
+        torch.rand(1, 3, 32, 32, generator=torch.Generator().manual_seed(1)), 3, 1, 1
+    )
+    frames = torch.cat([image, torch.roll(image, shifts=2, dims=-1)], 1)
+    truth = torch.zeros(1, 2, 32, 32)
+    truth[:, 0] = 2.0
+    assert census_loss(truth, frames) < 0.5 * census_loss(torch.zeros_like(truth), frames)
+    assert flow_loss(truth, frames, photometric="census") < flow_loss(
+        torch.zeros_like(truth), frames, photometric="census"
+    )
