@@ -61,6 +61,18 @@ class Scores:
         }
 
 
+def parse_stages(text: str) -> list[int]:
+    """``"1,2,4"`` -> [1, 2, 4], sorted, without repeats; ValueError unless positive integers."""
+    stages = sorted({int(s) for s in text.split(",")})
+    if not stages or stages[0] < 1:
+        raise ValueError(f"pipeline depths must be positive integers, got {text!r}")
+    return stages
+
+
+def learner_name(stages: int) -> str:
+    return "sequential" if stages == 1 else f"partime_d{stages}"
+
+
 def learn_online(stream: Stream, stages: int, net: str, base_lr: float, seed: int) -> tuple[Scores, dict]:
     """One pass over the stream with a fresh net split into ``stages`` (1 = plain sequential)."""
     torch.manual_seed(seed)
@@ -104,7 +116,8 @@ def _smooth(values: np.ndarray, window: int = 9) -> np.ndarray:
     return np.convolve(filled, kernel, mode="same") / np.convolve(np.ones_like(filled), kernel, mode="same")
 
 
-def plot(all_scores: dict[str, Scores], path: Path, title: str) -> None:
+def plot(all_scores: dict[str, Scores], path: Path, title: str, footer: str = "") -> None:
+    """Training loss and EPE of every method over the stream (smoothed); ``footer``: a line under the axes."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -123,6 +136,9 @@ def plot(all_scores: dict[str, Scores], path: Path, title: str) -> None:
     ax_epe.set_yscale("log")
     ax_epe.legend(fontsize=8, ncol=2)
     fig.tight_layout()
+    if footer:
+        fig.subplots_adjust(bottom=0.12)
+        fig.text(0.01, 0.01, footer, fontsize=6, family="monospace")
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
@@ -166,9 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     args = parser.parse_args(argv)
     try:
-        stages = sorted({int(s) for s in args.stages.split(",")})
-        if not stages or stages[0] < 1:
-            raise ValueError
+        stages = parse_stages(args.stages)
     except ValueError:
         parser.error(f"--stages must be positive integers like 1,2,4, got {args.stages!r}")
     try:
@@ -185,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     all_scores: dict[str, Scores] = {}
     info: dict[str, dict] = {}
     for d in stages:
-        name = "sequential" if d == 1 else f"partime_d{d}"
+        name = learner_name(d)
         print(f"{name}: learning online over {len(stream.flow)} pairs ...", file=sys.stderr, flush=True)
         all_scores[name], info[name] = learn_online(stream, d, args.net, args.lr, args.seed)
     print("classical references ...", file=sys.stderr, flush=True)
