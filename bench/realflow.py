@@ -87,7 +87,7 @@ def load_clip(path: Path, fps: float, width: int, height: int) -> Clip:
     """Decode once as the service would (``Resampler`` keeps the frames, ``to_rgb`` scales them), keeping the
     working-size frames and the pseudo ground truth between consecutive kept frames at full resolution."""
     reference = dis_refined()
-    frames, flows, times, decoded = [], [], [], 0
+    frames, flows, times, decoded, backwards, last = [], [], [], 0, 0, -np.inf
     previous: np.ndarray | None = None
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
@@ -96,6 +96,7 @@ def load_clip(path: Path, fps: float, width: int, height: int) -> Clip:
         for index, frame in enumerate(container.decode(stream)):
             decoded += 1
             t = frame_time(frame, index, step)
+            backwards, last = backwards + (t < last), t
             if not grid.keep(t):
                 continue
             full = to_rgb(frame)
@@ -106,7 +107,8 @@ def load_clip(path: Path, fps: float, width: int, height: int) -> Clip:
             times.append(t)
     if len(frames) < 2:
         raise ValueError(f"{path}: {len(frames)} frame(s) kept at {fps:g} fps, need 2")
-    info = {"decoded": decoded, "kept": len(frames), "full_size": list(previous.shape[1::-1])}
+    info = {"decoded": decoded, "kept": len(frames), "backwards_timestamps": backwards,
+            "full_size": list(previous.shape[1::-1])}  # fmt: skip
     return Clip(np.stack(frames), np.stack(flows), times, info)
 
 
@@ -267,6 +269,12 @@ def markdown(result: dict) -> str:
         f"{gt['method']}, mean speed {gt['mean_magnitude']:.2f} px, {100 * gt['moving_fraction']:.0f} % of pixels "
         f"moving (> 0.5 px), computed in {gt['seconds']:.0f} s.",
     ]
+    if clip["backwards_timestamps"]:
+        lines[-1] += (
+            f" {clip['backwards_timestamps']} decoded frames carry a timestamp earlier than the frame before them "
+            "(container timestamps in decode order); the service's resampler drops those, and so does this bench."
+        )
+    lines += ["", "ms/pair: median step time on this shared machine at the load above, not a speed measurement."]
     for window, pairs in WINDOWS.items():
         n = next(iter(result["methods"].values()))[window]["pairs"]
         label = "whole clip" if pairs is None else f"first {pairs} pairs"

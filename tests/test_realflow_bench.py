@@ -27,6 +27,7 @@ def test_writes_scored_results_for_every_method(clip, tmp_path):
     assert len(result["machine"]["loadavg_before"]) == len(result["machine"]["loadavg_after"]) == 3
     assert result["clip"]["decoded"] == result["clip"]["kept"] == 12 and result["clip"]["pairs"] == 11
     assert result["clip"]["fps"] == 15 and result["clip"]["size"] == [64, 48]
+    assert result["clip"]["backwards_timestamps"] == 0
 
     methods = result["methods"]
     assert list(methods) == ["scratch/sequential", "scratch/partime_d2", "farneback", "dis_fast", "zero_flow"]
