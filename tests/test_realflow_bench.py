@@ -9,6 +9,7 @@ import torch
 from PIL import Image
 
 from bench import realflow
+from models.flow_nets import build_flow_net
 from models.streams import generate, write_mp4
 
 
@@ -74,3 +75,14 @@ def test_sheet_pairs_start_early_and_spread():
     assert realflow.sheet_pairs(223) == [0, 10, 30, 100, 111, 222]
     assert realflow.sheet_pairs(67) == [0, 10, 30, 66]  # 33 is too close to 30
     assert realflow.sheet_pairs(3) == [0]
+
+
+def test_a_saved_state_dict_initialises_the_learner(tmp_path):
+    torch.manual_seed(5)
+    saved = build_flow_net("fast").state_dict()
+    torch.save(saved, tmp_path / "weights.pt")
+    sample = torch.zeros(1, 6, 32, 32)
+    for init, same in ((str(tmp_path / "weights.pt"), True), ("scratch", False)):
+        with realflow.build_learner(init, "fast", sample, 1, 1e-3, seed=0) as pipe:
+            weights = pipe.module().state_dict()
+        assert all(torch.equal(weights[k], v) for k, v in saved.items()) is same, init
