@@ -8,9 +8,11 @@ PORT   ?= 8000
 # Ground-truth flow streams for bench-flow are generated, never committed (see models/streams.py).
 STREAMS := $(VENV)/streams
 FLOW_STREAMS ?= 1:coffee 2:chelsea 3:rocket 4:hubble_deep_field 5:astronaut
+# Real clips for bench-realflow live outside the repository (a fresh clone has none).
+CLIPS ?= ../shared/clips
 
 .PHONY: run test lint clean screenshots up up-gpu down \
-	bench bench-engine bench-flow bench-schedules bench-memory bench-processes \
+	bench bench-engine bench-flow bench-realflow bench-schedules bench-memory bench-processes \
 	bench-service bench-load bench-soak bench-outage
 
 $(VENV)/.installed: pyproject.toml
@@ -48,6 +50,13 @@ bench-flow: $(VENV)/.installed
 	  seed=$${s%%:*}; photo=$${s##*:}; f=$(STREAMS)/s256_$${seed}_$${photo}.npz; \
 	  [ -f $$f ] || $(PY) -m models.streams --out $$f --size 256 --frames 300 --seed $$seed --photo $$photo || exit 1; \
 	  $(PY) -m bench.flow --stream $$f --stages 1,2,4 || exit 1; \
+	done
+
+bench-realflow: $(VENV)/.installed
+	@if [ ! -d "$(CLIPS)" ]; then echo "bench-realflow: skipped, no clips folder $(CLIPS) (set CLIPS=DIR)"; exit 0; fi; \
+	for f in "$(CLIPS)"/*.mp4 "$(CLIPS)"/*.avi "$(CLIPS)"/*.mkv "$(CLIPS)"/*.mov "$(CLIPS)"/*.webm; do \
+	  [ -f "$$f" ] || continue; \
+	  $(PY) -m bench.realflow --video "$$f" --stages 1,2 || exit 1; \
 	done
 
 bench-schedules: $(VENV)/.installed

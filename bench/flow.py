@@ -25,10 +25,8 @@ from models.classical import classical_methods
 from models.flow_loss import flow_loss
 from models.flow_metrics import epe, moving_mask, photometric_error, reconstruction_accuracy
 from models.flow_nets import FLOW_NETS, build_flow_net
-from models.online import BASE_LR, flow_optimizer, frame_pair, stage_lrs
+from models.online import BASE_LR, frame_pair, online_pipeline, predict_then_learn, stage_lrs
 from models.streams import Stream, load_npz
-from pipeline_core import Pipeline
-from pipeline_core import balance as plan_balance
 
 LAST = 100  # the "after learning" window
 
@@ -63,36 +61,36 @@ class Scores:
         }
 
 
+def parse_stages(text: str) -> list[int]:
+    """``"1,2,4"`` -> [1, 2, 4], sorted, without repeats; ValueError unless positive integers."""
+    stages = sorted({int(s) for s in text.split(",")})
+    if not stages or stages[0] < 1:
+        raise ValueError(f"pipeline depths must be positive integers, got {text!r}")
+    return stages
+
+
+def learner_name(stages: int) -> str:
+    return "sequential" if stages == 1 else f"partime_d{stages}"
+
+
 def learn_online(stream: Stream, stages: int, net: str, base_lr: float, seed: int) -> tuple[Scores, dict]:
     """One pass over the stream with a fresh net split into ``stages`` (1 = plain sequential)."""
     torch.manual_seed(seed)
-    model = build_flow_net(net)
     pairs = len(stream.flow)
     x0 = frame_pair(stream.frames[0], stream.frames[1])
-    balance = plan_balance(model, x0, stages, [torch.device("cpu")], flow_loss) if stages > 1 else [len(model)]
     scores = Scores(pairs)
-    with Pipeline(
-        model,
-        x0,
-        balance=balance,
-        loss_fn=flow_loss,
-        sample_target=x0,
-        optimizer=flow_optimizer(base_lr),
-        schedule="partime" if stages > 1 else "sequential",
-    ) as pipe:
-        lrs = stage_lrs(base_lr, pipe.gradient_delays)
-        pipe.set_lr(lrs)
-        results = []
-        for t in range(pairs):
-            x = frame_pair(stream.frames[t], stream.frames[t + 1])
-            r = pipe.step(x, target=x)
+    schedule = "partime" if stages > 1 else "sequential"
+    pipe = online_pipeline(
+        build_flow_net(net), x0, stages, base_lr, loss_fn=flow_loss, devices=["cpu"], schedule=schedule
+    )
+    inputs = (frame_pair(stream.frames[t], stream.frames[t + 1]) for t in range(pairs))
+    with pipe:
+        for r in predict_then_learn(pipe, inputs):
             scores.seconds.append(r.step_seconds)
-            results.append(r)
             if r.frame is not None:
                 scores.add(stream, r.frame, r.output[0].permute(1, 2, 0).numpy(), r.loss)
-        for r in pipe.flush():
-            scores.add(stream, r.frame, r.output[0].permute(1, 2, 0).numpy(), r.loss)
-    return scores, {"stages": stages, "lr": lrs, "balance": balance, "net": net}
+    lrs = stage_lrs(base_lr, pipe.gradient_delays)
+    return scores, {"stages": stages, "lr": lrs, "balance": pipe.balance, "net": net}
 
 
 def run_classical(stream: Stream) -> dict[str, Scores]:
@@ -179,9 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     args = parser.parse_args(argv)
     try:
-        stages = sorted({int(s) for s in args.stages.split(",")})
-        if not stages or stages[0] < 1:
-            raise ValueError
+        stages = parse_stages(args.stages)
     except ValueError:
         parser.error(f"--stages must be positive integers like 1,2,4, got {args.stages!r}")
     try:
@@ -198,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     all_scores: dict[str, Scores] = {}
     info: dict[str, dict] = {}
     for d in stages:
-        name = "sequential" if d == 1 else f"partime_d{d}"
+        name = learner_name(d)
         print(f"{name}: learning online over {len(stream.flow)} pairs ...", file=sys.stderr, flush=True)
         all_scores[name], info[name] = learn_online(stream, d, args.net, args.lr, args.seed)
     print("classical references ...", file=sys.stderr, flush=True)

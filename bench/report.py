@@ -21,8 +21,11 @@ from typing import Any
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def command_line() -> str:
-    """The command as a reader would retype it: ``python -m bench.x --flag``, not the interpreter's full path."""
+def command_line(module: str | None = None, args: list[str] | None = None) -> str:
+    """The command as a reader would retype it: ``python -m bench.x --flag``, not the interpreter's full path.
+    A script whose ``main(argv)`` was called directly (a test) names itself and its arguments."""
+    if module is not None:
+        return shlex.join(["python", "-m", module, *(args or [])])
     argv = list(getattr(sys, "orig_argv", sys.argv))
     if argv and Path(argv[0]).name.startswith("python"):
         argv[0] = "python"

@@ -158,3 +158,15 @@ def flow_loss(
         photo = data_term(flow, frames)
         total = total + photo + smooth_weight * smoothness_loss(flow, frames[:, :3], edge_weight)
     return total / levels
+
+
+MAX_FLOW_PX = 1e4  # no real motion is this large; such a flow means the weights have blown up
+
+
+def guarded_flow_loss(flow: Tensor, frames: Tensor) -> Tensor:
+    """``flow_loss``, but a blown-up flow gives a NaN loss instead of reaching ``grid_sample``, whose CPU backward
+    crashes the process on NaN or huge coordinates (the NaN loss then triggers the service's recovery)."""
+    magnitude = flow.detach().abs().max()
+    if not bool(torch.isfinite(magnitude)) or float(magnitude) > MAX_FLOW_PX:
+        return flow.sum() * float("nan")
+    return flow_loss(flow, frames)

@@ -6,11 +6,15 @@ must be identical wherever flow is learned, or bench numbers would not describe 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
 from torch import nn
+
+from pipeline_core import Pipeline, StepResult, balance
+
+from .flow_loss import guarded_flow_loss
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
@@ -56,3 +60,51 @@ def frame_pair(prev: np.ndarray, cur: np.ndarray, device: str | torch.device = "
         raise ValueError(f"frames must both be [H, W, 3], got {prev.shape} and {cur.shape}")
     pair = np.concatenate([prev, cur], axis=2).transpose(2, 0, 1)
     return torch.from_numpy(np.ascontiguousarray(pair)).to(device=device, dtype=torch.float32).div_(255.0)[None]
+
+
+def online_pipeline(
+    model: nn.Sequential,
+    sample: torch.Tensor,
+    stages: int,
+    lr: float = BASE_LR,
+    *,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = guarded_flow_loss,
+    layers: list[int] | None = None,
+    devices: list[str | torch.device] | None = None,
+    schedule: str = "partime",
+) -> Pipeline:
+    """The service's learner around ``model``: ``stages`` stages split by measured layer costs (unless ``layers``
+    gives the split), one Adam per stage (``flow_optimizer``) at ``stage_lrs(lr, ...)``, the frame pair as target.
+
+    Why one function: the service's worker and the benchmarks build their learners here, so a benchmark
+    measures what the service runs."""
+    if layers is None and stages > 1:
+        layers = balance(model, sample, stages, devices, loss_fn)
+    pipe = Pipeline(
+        model,
+        sample,
+        stages=stages,
+        balance=layers,
+        devices=devices,
+        loss_fn=loss_fn,
+        sample_target=sample,
+        optimizer=flow_optimizer(lr),
+        schedule=schedule,
+    )
+    pipe.set_lr(stage_lrs(lr, pipe.gradient_delays))
+    return pipe
+
+
+def predict_then_learn(pipe: Pipeline, pairs: Iterable[torch.Tensor]) -> Iterator[StepResult]:
+    """Feed each frame pair once, in order, as its own target; yield every step's result, then the flush's.
+
+    Scoring ``r.output`` against pair ``r.frame`` is prequential: no weight that produced the output has learned
+    from that pair. A stage records its output when it forwards, before that step's backward and update. With
+    PARTIME and D stages, stage h forwards pair f at step f + h; each of its earlier updates, at a step s < f + h,
+    used the loss of pair s + h - 2(D - 1) <= f - 1 - 2(D - 1 - h) < f (a deep-supervised layer adds its own
+    pair s - h < f). The last stage computes pair f's loss in the step that outputs it, after the forward.
+    ``tests/test_online.py`` recomputes every output from the weights each stage had when it forwarded.
+    """
+    for x in pairs:
+        yield pipe.step(x, target=x)
+    yield from pipe.flush()

@@ -1,11 +1,12 @@
 """The decoder process: open a source with PyAV, deliver RGB frames of the stream's size at its fixed rate.
 
-Resampling is by timestamps: a decoded frame is emitted when it falls on the next tick of the 1/fps grid
-(within a quarter tick), otherwise dropped and counted (``reason="resample"``); nothing is ever duplicated, so
-a slower source just yields fewer frames. Files are paced in real time (optionally looping); live sources
-(URLs, cameras, the browser webcam) arrive in real time by themselves. Frames go into the shared-memory ring;
-counts and state go to the API process on the ``events`` queue. Failures end the process with an error event
-carrying a code from ``errors`` — the API process decides whether to reconnect.
+Resampling is by timestamps (``resample.Resampler``, shared with ``bench.realflow``): a decoded frame is emitted
+when it falls on the next tick of the 1/fps grid (within a quarter tick), otherwise dropped and counted
+(``reason="resample"``); nothing is ever duplicated, so a slower source just yields fewer frames. Files are paced
+in real time (optionally looping); live sources (URLs, cameras, the browser webcam) arrive in real time by
+themselves. Frames go into the shared-memory ring; counts and state go to the API process on the ``events``
+queue. Failures end the process with an error event carrying a code from ``errors`` — the API process decides
+whether to reconnect.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import numpy as np
 
 from . import errors
 from .errors import SourceError
+from .resample import Resampler, frame_time, to_rgb
 from .ring import FrameRing, RingSpec
 from .sources import SourceSpec, check_host
 
@@ -106,23 +108,20 @@ def _emit(
     report: Reporter,
     parent: int,
 ) -> None:
-    ds = 1.0 / cfg.fps
-    tolerance = ds / 4
-    next_tick: float | None = None
-    wall0 = 0.0
+    grid = Resampler(cfg.fps)
+    wall0: float | None = None
     for rgb, t, position in frames:
         if ring.stopping or os.getppid() != parent:
             return
         report.decoded += 1
-        if next_tick is None:
+        if wall0 is None:
             while not ring.ready:
                 if ring.sleep(0.05):
                     return
-            next_tick, wall0 = t, time.monotonic() - t
-        if t < next_tick - tolerance:
+            wall0 = time.monotonic() - t
+        if not grid.keep(t):
             report.drop("resample")
         else:
-            next_tick = max(next_tick + ds, t + ds - tolerance)
             if not cfg.source.live:  # pace files in real time
                 delay = wall0 + t - time.monotonic()
                 if delay > 0 and ring.sleep(delay):
@@ -223,12 +222,11 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
                         errors.RESOLUTION_CHANGED,
                         f"resolution changed mid-stream from {size[0]}x{size[1]} to {frame.width}x{frame.height}",
                     )
-                t = frame.time if frame.time is not None else count * step
+                t = frame_time(frame, count, step)
                 if t < skip_until:
                     continue
                 last, count, last_at = t, count + 1, time.monotonic()
-                rgb = frame.reformat(width=cfg.width, height=cfg.height, format="rgb24").to_ndarray()
-                yield rgb, offset + t, t
+                yield to_rgb(frame, cfg.width, cfg.height), offset + t, t
             if not cfg.loop or cfg.source.live or (count == 0 and not skip_until):
                 return  # the end (an empty video never loops)
             container.seek(0, stream=stream)
@@ -262,5 +260,4 @@ def _webcam_frames(cfg: DecoderConfig, ingest: Any, ring: FrameRing) -> Iterator
         except av.error.FFmpegError as exc:
             raise SourceError(errors.DECODE_ERROR, f"a webcam frame is not a JPEG: {exc}") from exc
         for frame in decoded:
-            rgb = frame.reformat(width=cfg.width, height=cfg.height, format="rgb24").to_ndarray()
-            yield rgb, time.monotonic() - t0, 0.0
+            yield to_rgb(frame, cfg.width, cfg.height), time.monotonic() - t0, 0.0

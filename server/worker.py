@@ -24,10 +24,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from models.flow_loss import flow_loss
 from models.flow_nets import build_flow_net
-from models.online import BASE_LR, flow_optimizer, frame_pair, stage_lrs
-from pipeline_core import Pipeline, StepResult, balance
+from models.online import BASE_LR, frame_pair, online_pipeline, stage_lrs
+from pipeline_core import StepResult
 
 from . import checkpoints, errors
 from .overlay import frame_images
@@ -56,18 +55,6 @@ class CheckpointMismatch(Exception):
     pass
 
 
-MAX_FLOW_PX = 1e4  # no real motion is this large; such a flow means the weights have blown up
-
-
-def guarded_flow_loss(flow: torch.Tensor, frames: torch.Tensor) -> torch.Tensor:
-    """``flow_loss``, but a blown-up flow gives a NaN loss instead of reaching ``grid_sample``, whose CPU backward
-    crashes the process on NaN or huge coordinates (the NaN loss then triggers the learner's recovery)."""
-    magnitude = flow.detach().abs().max()
-    if not bool(torch.isfinite(magnitude)) or float(magnitude) > MAX_FLOW_PX:
-        return flow.sum() * float("nan")
-    return flow_loss(flow, frames)
-
-
 class Learner:
     """The pipeline, its learning rate and its checkpoints."""
 
@@ -81,22 +68,15 @@ class Learner:
         # The base lr (the last stage's; earlier stages scale it down by their gradient delay, ``stage_lrs``). An
         # explicit one wins (a restart after a crash passes a halved one); else the checkpoint's; else the default.
         self.lr = cfg.lr or (float(saved["lr"]) if saved else BASE_LR)
-        model = build_flow_net(cfg.model)
-        devices = list(cfg.devices) if cfg.devices else None
         # A resumed stream keeps its checkpoint's split (profiling could pick another one and the weights would
         # not fit); a new one is balanced by measured layer costs.
-        layers = saved["pipeline"]["balance"] if saved else None
-        if layers is None and cfg.stages > 1:
-            layers = balance(model, sample, cfg.stages, devices, guarded_flow_loss)
-        self.pipe = Pipeline(
-            model,
+        self.pipe = online_pipeline(
+            build_flow_net(cfg.model),
             sample,
-            stages=cfg.stages,
-            balance=layers,
-            devices=devices,
-            loss_fn=guarded_flow_loss,
-            sample_target=sample,
-            optimizer=flow_optimizer(self.lr),
+            cfg.stages,
+            self.lr,
+            layers=saved["pipeline"]["balance"] if saved else None,
+            devices=list(cfg.devices) if cfg.devices else None,
             schedule=cfg.schedule,
         )
         self.resumed_from = 0

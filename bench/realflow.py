@@ -1,0 +1,374 @@
+"""Online unsupervised flow on real footage, scored prequentially against a pseudo ground truth.
+
+``python -m bench.realflow --video FILE [--size WxH] [--fps N] [--stages 1,2] [--init scratch|PATH ...]``
+
+The clip is decoded as the service decodes it (PyAV, ``server.resample``: timestamps on the 1/fps grid, swscale to
+the working size; offline, so never paced) and played once. Every learner is the service's (``online_pipeline``)
+and scores each pair with the weights it had before learning from it (``predict_then_learn``; a PARTIME output
+belongs to pair ``r.frame``). No true flow exists, so the reference is DIS with variational refinement on the
+source's full-resolution frames, resized to the working size (``dis_refined``, ``resize_flow``). Farneback and
+DIS-fast run at the working size, like the learners, and zero flow is the floor. Scores over the first 30 and 100
+pairs and the whole clip: EPE on all pixels and on moving ones (pseudo-GT > 0.5 px), the moving region's F1
+(flow > 0.5 px against pseudo-GT > 0.5 px; pixels pooled over the window) and the photometric error. Writes
+``realflow-<clip>-<W>x<H>.{json,md,png}`` and ``-sheet.png`` (default under bench/results/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import av
+import numpy as np
+import torch
+
+from bench.flow import learner_name, parse_stages, plot
+from bench.report import Run, command_line
+from models.classical import REFINEMENT, classical_methods, dis_refined, resize_flow
+from models.flow_metrics import end_point_errors, f1_score, mask_counts, motion_mask, photometric_error
+from models.flow_nets import FLOW_NETS, build_flow_net
+from models.flow_viz import color_wheel_legend, flow_to_color
+from models.online import BASE_LR, frame_pair, online_pipeline, predict_then_learn, stage_lrs
+from pipeline_core import Pipeline
+from server.resample import Resampler, frame_time, to_rgb
+
+#: Score windows: the first 30 pairs (how fast a learner gets useful), the first 100 and the whole clip.
+WINDOWS = {"first30": 30, "first100": 100, "all": None}
+LONG_SIDE = 160  # default working size: the source's aspect ratio with this long side
+MAX_FPS = 30.0  # default rate: the source's own, capped here
+CLASSICAL = ("farneback", "dis_fast")  # at the working size; DIS medium is the pseudo-GT's own method
+
+
+@dataclass(frozen=True)
+class Clip:
+    """What the learner sees (working-size frames) and what it is scored against."""
+
+    frames: np.ndarray  # uint8 [T, H, W, 3], working size
+    pseudo_gt: np.ndarray  # float32 [T-1, H, W, 2], working-size pixels
+    times: list[float]  # source timestamps of the kept frames, seconds
+    info: dict  # source size, rate and codec; decoded and kept frame counts
+
+
+def working_size(width: int, height: int, long_side: int = LONG_SIDE) -> tuple[int, int]:
+    """The source's aspect ratio with ``long_side`` on its longer side, both sides multiples of 4 (the nets')."""
+    scale = long_side / max(width, height)
+    return max(4, int(width * scale / 4 + 0.5) * 4), max(4, int(height * scale / 4 + 0.5) * 4)
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``"160x120"`` -> (160, 120); ValueError unless both sides are positive multiples of 4."""
+    width, height = (int(v) for v in text.lower().split("x"))
+    if width <= 0 or height <= 0 or width % 4 or height % 4:
+        raise ValueError(f"sides must be positive multiples of 4, got {text!r}")
+    return width, height
+
+
+def probe(path: Path) -> dict:
+    """The first video stream's width, height, nominal rate (None if unknown) and codec."""
+    with av.open(str(path)) as container:
+        if not container.streams.video:
+            raise ValueError(f"{path} has no video stream")
+        vs = container.streams.video[0]
+        rate = vs.average_rate or vs.guessed_rate
+        return {
+            "width": vs.width,
+            "height": vs.height,
+            "fps": float(rate) if rate else None,
+            "codec": vs.codec_context.name,
+        }
+
+
+def load_clip(path: Path, fps: float, width: int, height: int) -> Clip:
+    """Decode once as the service would (``Resampler`` keeps the frames, ``to_rgb`` scales them), keeping the
+    working-size frames and the pseudo ground truth between consecutive kept frames at full resolution."""
+    reference = dis_refined()
+    frames, flows, times, decoded, backwards, last = [], [], [], 0, 0, -np.inf
+    previous: np.ndarray | None = None
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        step = 1.0 / float(stream.average_rate or 30)
+        grid = Resampler(fps)
+        for index, frame in enumerate(container.decode(stream)):
+            decoded += 1
+            t = frame_time(frame, index, step)
+            backwards, last = backwards + (t < last), t
+            if not grid.keep(t):
+                continue
+            full = to_rgb(frame)
+            if previous is not None:
+                flows.append(resize_flow(reference(previous, full), width, height))
+            previous = full
+            frames.append(to_rgb(frame, width, height))
+            times.append(t)
+    if len(frames) < 2:
+        raise ValueError(f"{path}: {len(frames)} frame(s) kept at {fps:g} fps, need 2")
+    info = {"decoded": decoded, "kept": len(frames), "backwards_timestamps": backwards,
+            "full_size": list(previous.shape[1::-1])}  # fmt: skip
+    return Clip(np.stack(frames), np.stack(flows), times, info)
+
+
+class PairScores:
+    """Per-pair scores of one method, filled in whatever order outputs arrive; windows pool them.
+
+    Pooled rather than averaged per pair: the moving-pixel EPE and the F1 count every moving pixel of a window
+    once, so a pair with little motion neither dominates nor leaves a hole (its own F1 may be undefined)."""
+
+    def __init__(self, clip: Clip, shown: set[int]) -> None:
+        pairs = len(clip.pseudo_gt)
+        self.clip = clip
+        self.epe = np.full(pairs, np.nan)  # mean over all pixels
+        self.photo = np.full(pairs, np.nan)
+        self.loss = np.full(pairs, np.nan)
+        self.moving = np.zeros((pairs, 5))  # EPE summed over moving pixels, moving pixels, TP, FP, FN
+        self.seconds: list[float] = []
+        self.shown = shown
+        self.flows: dict[int, np.ndarray] = {}  # the pairs drawn on the picture sheet
+
+    def add(self, t: int, flow: np.ndarray, loss: float | None = None) -> None:
+        gt, prev, cur = self.clip.pseudo_gt[t], self.clip.frames[t], self.clip.frames[t + 1]
+        errors, actual = end_point_errors(flow, gt), motion_mask(gt)
+        self.epe[t] = errors.mean()
+        self.photo[t] = photometric_error(prev, cur, flow)
+        self.moving[t] = (errors[actual].sum(), actual.sum(), *mask_counts(motion_mask(flow), actual))
+        if loss is not None:
+            self.loss[t] = loss
+        if t in self.shown:
+            self.flows[t] = flow
+
+    def window(self, pairs: int | None) -> dict[str, float]:
+        n = len(self.epe) if pairs is None else min(pairs, len(self.epe))
+        err, count, tp, fp, fn = self.moving[:n].sum(axis=0)
+        return {
+            "pairs": n,
+            "epe_all": float(np.nanmean(self.epe[:n])),
+            "epe_moving": float(err / count) if count else float("nan"),
+            "f1_moving": f1_score(tp, fp, fn),
+            "photo": float(np.nanmean(self.photo[:n])),
+        }
+
+    def summary(self) -> dict:
+        return {
+            **{name: self.window(pairs) for name, pairs in WINDOWS.items()},
+            "scored_pairs": int(np.isfinite(self.epe).sum()),
+            "ms_per_pair": 1000 * float(np.median(self.seconds)) if self.seconds else 0.0,
+        }
+
+
+def build_learner(init: str, net: str, sample: torch.Tensor, stages: int, lr: float, seed: int) -> Pipeline:
+    """The service's learner from an initial state: ``scratch`` = random weights drawn with ``seed``; a path = a
+    saved ``state_dict`` of the net. Why one function: a new initialisation (weights shipped in the package) is
+    one more branch here, and every depth and score then applies to it."""
+    torch.manual_seed(seed)
+    model = build_flow_net(net)
+    if init != "scratch":
+        model.load_state_dict(torch.load(init, map_location="cpu", weights_only=True))
+    return online_pipeline(model, sample, stages, lr)
+
+
+def init_label(init: str) -> str:
+    return init if init == "scratch" else Path(init).stem
+
+
+def learn(clip: Clip, init: str, stages: int, args: argparse.Namespace, shown: set[int]) -> tuple[PairScores, dict]:
+    """One pass over the clip, each pair scored before the learner learns from it."""
+    pairs = (frame_pair(clip.frames[t], clip.frames[t + 1]) for t in range(len(clip.pseudo_gt)))
+    scores = PairScores(clip, shown)
+    with build_learner(init, args.net, frame_pair(clip.frames[0], clip.frames[1]), stages, args.lr, args.seed) as pipe:
+        for r in predict_then_learn(pipe, pairs):
+            scores.seconds.append(r.step_seconds)
+            if r.frame is not None:
+                scores.add(r.frame, r.output[0].detach().permute(1, 2, 0).cpu().numpy(), r.loss)
+    lrs = stage_lrs(args.lr, pipe.gradient_delays)
+    return scores, {"init": init, "stages": stages, "balance": pipe.balance, "lr": lrs, "net": args.net}
+
+
+def run_references(clip: Clip, shown: set[int]) -> dict[str, PairScores]:
+    """Farneback and DIS-fast on the working-size frames, and zero flow."""
+    methods = classical_methods()
+    out = {}
+    for name in CLASSICAL:
+        scores = out[name] = PairScores(clip, shown)
+        for t in range(len(clip.pseudo_gt)):
+            start = time.perf_counter()
+            flow = methods[name](clip.frames[t], clip.frames[t + 1])
+            scores.seconds.append(time.perf_counter() - start)
+            scores.add(t, flow)
+    zero = out["zero_flow"] = PairScores(clip, shown)
+    for t in range(len(clip.pseudo_gt)):
+        zero.add(t, np.zeros_like(clip.pseudo_gt[t]))
+    return out
+
+
+def sheet_pairs(pairs: int) -> list[int]:
+    """Pairs drawn on the picture sheet: the first (untrained), two early ones, then across the clip."""
+    chosen: list[int] = []
+    for t in (0, 10, 30, 100, pairs // 2, pairs - 1):
+        if t < pairs and all(abs(t - c) >= 5 for c in chosen):
+            chosen.append(t)
+    return chosen
+
+
+def picture_sheet(clip: Clip, all_scores: dict[str, PairScores], title: str):
+    """Rows = pairs; columns = frame | each learner | pseudo-GT | Farneback | DIS-fast, one colour scale per row
+    (the pseudo-GT's 99th-percentile speed, at least 1 px: faster vectors are drawn fully saturated)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    learners = [name for name in all_scores if name not in (*CLASSICAL, "zero_flow")]
+    columns = ["frame", *learners, "pseudo-GT", *CLASSICAL]
+    rows = sorted(next(iter(all_scores.values())).flows)
+    height, width = clip.frames.shape[1:3]
+    cell = 2.0
+    fig, axes = plt.subplots(
+        len(rows), len(columns), figsize=(cell * len(columns), cell * height / width * len(rows) + 1.0), squeeze=False
+    )
+    for i, t in enumerate(rows):
+        gt = clip.pseudo_gt[t]
+        scale = max(1.0, float(np.percentile(np.linalg.norm(gt, axis=-1), 99)))
+        flows = {name: all_scores[name].flows[t] for name in (*learners, *CLASSICAL)} | {"pseudo-GT": gt}
+        for j, column in enumerate(columns):
+            ax = axes[i, j]
+            image = clip.frames[t] if column == "frame" else flow_to_color(flows[column], max_magnitude=scale)
+            ax.imshow(image, interpolation="nearest")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if i == 0:
+                ax.set_title(column, fontsize=8)
+            if j == 0:
+                ax.set_ylabel(f"pair {t}\n{scale:.1f} px", fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout(rect=(0, 0.0, 1, 0.95))
+    legend = fig.add_axes((0.005, 0.9, 0.06, 0.08))
+    legend.imshow(color_wheel_legend(64))
+    legend.axis("off")
+    fig.set_dpi(110)
+    return fig
+
+
+def markdown(result: dict) -> str:
+    clip, gt = result["clip"], result["pseudo_gt"]
+    lines = [
+        f"{result['torch_threads']} torch threads; {result['seconds']:.0f} s in all.",
+        "",
+        f"Decoded {clip['decoded']} frames, kept {clip['kept']} at {clip['fps']:g} fps ({clip['pairs']} pairs), "
+        f"{clip['full_size'][0]}x{clip['full_size'][1]} → {clip['size'][0]}x{clip['size'][1]}. Pseudo-GT: "
+        f"{gt['method']}, mean speed {gt['mean_magnitude']:.2f} px, {100 * gt['moving_fraction']:.0f} % of pixels "
+        f"moving (> 0.5 px), computed in {gt['seconds']:.0f} s.",
+    ]
+    if clip["backwards_timestamps"]:
+        lines[-1] += (
+            f" {clip['backwards_timestamps']} decoded frames carry a timestamp earlier than the frame before them "
+            "(container timestamps in decode order); the service's resampler drops those, and so does this bench."
+        )
+    lines += ["", "ms/pair: median step time on this shared machine at the load above, not a speed measurement."]
+    for window, pairs in WINDOWS.items():
+        n = next(iter(result["methods"].values()))[window]["pairs"]
+        label = "whole clip" if pairs is None else f"first {pairs} pairs"
+        lines += [
+            "",
+            f"### {label} ({n} pairs)",
+            "",
+            "| method | EPE all | EPE moving | F1 moving | photometric | ms/pair |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, m in result["methods"].items():
+            w = m[window]
+            lines.append(
+                f"| {name} | {w['epe_all']:.3f} | {w['epe_moving']:.3f} | {w['f1_moving']:.3f} | {w['photo']:.4f} "
+                f"| {m['ms_per_pair']:.1f} |"
+            )
+    learned = [(name, m) for name, m in result["methods"].items() if "balance" in m]
+    if learned:
+        lines.append("")
+        for name, m in learned:
+            lrs = ", ".join(f"{lr:.2g}" for lr in m["lr"])
+            lines.append(f"- {name}: net {m['net']}, balance {m['balance']}, stage lrs {lrs}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--video", required=True, type=Path, help="a video file PyAV can decode")
+    parser.add_argument("--size", help=f"working size WxH (default: the source's aspect, long side {LONG_SIDE})")
+    parser.add_argument("--fps", type=float, help=f"resampling rate (default: the source's, at most {MAX_FPS:g})")
+    parser.add_argument("--stages", default="1,2", help="comma-separated pipeline depths; 1 = sequential")
+    parser.add_argument(
+        "--init", action="append", help="'scratch' (default) or a saved state_dict of the net; repeat for several"
+    )
+    parser.add_argument("--net", default="fast", choices=sorted(FLOW_NETS), help="default: the service's")
+    parser.add_argument("--lr", type=float, default=BASE_LR, help="Adam lr of the last stage (earlier ones: stage_lrs)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
+    parser.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the results")
+    args = parser.parse_args(argv)
+    inits = args.init or ["scratch"]
+    try:
+        stages = parse_stages(args.stages)
+        size = parse_size(args.size) if args.size else None
+        source = probe(args.video)
+    except (ValueError, OSError, av.error.FFmpegError) as exc:
+        parser.error(str(exc))
+    for init in inits:
+        if init != "scratch" and not Path(init).is_file():
+            parser.error(f"--init must be 'scratch' or a state_dict file, got {init!r}")
+    width, height = size or working_size(source["width"], source["height"])
+    fps = args.fps or min(source["fps"] or MAX_FPS, MAX_FPS)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    run, start = Run(command=command_line("bench.realflow", argv), directory=args.out), time.perf_counter()
+
+    print(f"{args.video.name}: decoding at {fps:g} fps, pseudo-GT ...", file=sys.stderr, flush=True)
+    clip = load_clip(args.video, fps, width, height)
+    gt_seconds = time.perf_counter() - start
+    pairs = len(clip.pseudo_gt)
+    shown = set(sheet_pairs(pairs))
+    all_scores: dict[str, PairScores] = {}
+    info: dict[str, dict] = {}
+    for init in inits:
+        for d in stages:
+            name = f"{init_label(init)}/{learner_name(d)}"
+            print(f"{name}: learning online over {pairs} pairs ...", file=sys.stderr, flush=True)
+            all_scores[name], info[name] = learn(clip, init, d, args, shown)
+    print("classical references ...", file=sys.stderr, flush=True)
+    all_scores.update(run_references(clip, shown))
+
+    speeds = np.linalg.norm(clip.pseudo_gt, axis=-1)
+    result = {
+        "title": f"{args.video.name} at {width}x{height}, {fps:g} fps: online flow vs a pseudo ground truth",
+        "torch_threads": torch.get_num_threads(),
+        "clip": {
+            "path": str(args.video),
+            "source": source,
+            **clip.info,
+            "fps": fps,
+            "size": [width, height],
+            "pairs": pairs,
+            "times": clip.times,
+        },  # fmt: skip
+        "pseudo_gt": {
+            "method": f"DIS medium + variational refinement at {clip.info['full_size'][0]}x{clip.info['full_size'][1]}",
+            "refinement": REFINEMENT,
+            "mean_magnitude": float(speeds.mean()),
+            "moving_fraction": float((speeds > 0.5).mean()),
+            "seconds": gt_seconds,
+        },
+        "sheet_pairs": sorted(shown),
+        "methods": {name: {**scores.summary(), **info.get(name, {})} for name, scores in all_scores.items()},
+    }
+    result["seconds"] = time.perf_counter() - start
+    stem = f"realflow-{args.video.stem}-{width}x{height}"
+    run.png(f"{stem}.png", plot(all_scores, result["title"]))
+    run.png(f"{stem}-sheet.png", picture_sheet(clip, all_scores, result["title"]))
+    body = f"{markdown(result)}\n![over time]({stem}.png)\n\n![pictures]({stem}-sheet.png)"
+    run.write(stem, result["title"], body, result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,47 @@
+"""Prequential scoring is exact: a pipeline's output for pair f was produced before anything learned from pair f."""
+
+import pytest
+import torch
+
+from models.flow_nets import build_flow_net
+from models.online import frame_pair, online_pipeline, predict_then_learn
+from models.streams import generate
+
+SPLITS = {1: None, 2: [5, 3], 3: [3, 2, 3]}
+
+
+def outputs_by_pair(stages: int, pairs: list[torch.Tensor], targets: list[torch.Tensor]) -> dict[int, torch.Tensor]:
+    torch.manual_seed(0)
+    outputs = {}
+    with online_pipeline(build_flow_net("fast"), pairs[0], stages, layers=SPLITS[stages]) as pipe:
+        results = [pipe.step(x, target=y) for x, y in zip(pairs, targets, strict=True)] + pipe.flush()
+        for r in results:
+            if r.frame is not None:
+                assert r.frame not in outputs
+                outputs[r.frame] = r.output
+    return outputs
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3])
+def test_output_for_a_pair_does_not_depend_on_that_pairs_loss(stages, one_intra_op_thread):
+    stream = generate(size=32, frames=8, seed=1)
+    pairs = [frame_pair(stream.frames[t], stream.frames[t + 1]) for t in range(len(stream.flow))]
+    f = 3
+    wrong = list(pairs)
+    wrong[f] = torch.roll(pairs[f], shifts=(3, -2), dims=(2, 3))  # pair f is learned from another target
+    honest, altered = outputs_by_pair(stages, pairs, pairs), outputs_by_pair(stages, pairs, wrong)
+    assert sorted(honest) == list(range(len(pairs)))
+    for g in range(f + 1):  # up to pair f itself: identical, bit for bit
+        assert torch.equal(honest[g], altered[g]), g
+    assert not torch.equal(honest[f + 1], altered[f + 1])  # pair f's loss did reach the weights (the check can fail)
+
+
+def test_predict_then_learn_yields_every_pair_once_in_order():
+    stream = generate(size=32, frames=6, seed=2)
+    pairs = [frame_pair(stream.frames[t], stream.frames[t + 1]) for t in range(len(stream.flow))]
+    torch.manual_seed(0)
+    with online_pipeline(build_flow_net("fast"), pairs[0], 2, layers=SPLITS[2]) as pipe:
+        results = list(predict_then_learn(pipe, iter(pairs)))
+    assert len(results) == len(pairs) + 1  # D - 1 = 1 filling step without output, then one flush step
+    assert [r.frame for r in results if r.frame is not None] == list(range(len(pairs)))
+    assert all(r.output.shape == (1, 2, 32, 32) and r.loss is not None for r in results if r.frame is not None)

@@ -1,0 +1,88 @@
+"""``bench.realflow`` end to end on a short generated clip: the files, their structure and what must hold whatever
+the learners learn (the numbers themselves live in bench/results/)."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from bench import realflow
+from models.flow_nets import build_flow_net
+from models.streams import generate, write_mp4
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    path = tmp_path_factory.mktemp("clips") / "moving.mp4"
+    write_mp4(generate(size=64, frames=12, seed=3).frames[:, :48], path, fps=15)  # 64x48, 12 frames
+    return path
+
+
+def test_writes_scored_results_for_every_method(clip, tmp_path):
+    # One intra-op thread: on a loaded machine two OpenMP threads made a step ~9x slower (measured).
+    argv = ["--video", str(clip), "--size", "64x48", "--stages", "1,2", "--threads", "1", "--out", str(tmp_path)]
+    threads = torch.get_num_threads()
+    try:
+        assert realflow.main(argv) == 0
+    finally:
+        torch.set_num_threads(threads)
+    stem = tmp_path / "realflow-moving-64x48"
+    result = json.loads(stem.with_suffix(".json").read_text())
+    assert result["command"] == "python -m bench.realflow " + " ".join(argv)
+    assert len(result["load_average_before"]) == len(result["load_average_after"]) == 3
+    assert result["clip"]["decoded"] == result["clip"]["kept"] == 12 and result["clip"]["pairs"] == 11
+    assert result["clip"]["fps"] == 15 and result["clip"]["size"] == [64, 48]
+    assert result["clip"]["backwards_timestamps"] == 0
+
+    methods = result["methods"]
+    assert list(methods) == ["scratch/sequential", "scratch/partime_d2", "farneback", "dis_fast", "zero_flow"]
+    for name, m in methods.items():
+        assert m["scored_pairs"] == 11, name  # PARTIME's last pair comes out of the flush and is scored too
+        assert [m[w]["pairs"] for w in ("first30", "first100", "all")] == [11, 11, 11], name
+        assert set(m["all"]) == {"pairs", "epe_all", "epe_moving", "f1_moving", "photo"}, name
+    assert methods["scratch/partime_d2"]["balance"] and len(methods["scratch/partime_d2"]["lr"]) == 2
+
+    # Zero flow's EPE is the pseudo-GT's mean speed, and it finds no moving pixel; DIS-fast scores something finite.
+    zero = methods["zero_flow"]["all"]
+    assert zero["epe_all"] == pytest.approx(result["pseudo_gt"]["mean_magnitude"], rel=1e-5)
+    assert result["pseudo_gt"]["moving_fraction"] > 0 and zero["f1_moving"] == 0.0
+    dis = methods["dis_fast"]["all"]
+    assert all(np.isfinite(dis[k]) for k in ("epe_all", "epe_moving", "f1_moving", "photo"))
+    assert dis["epe_all"] < zero["epe_all"]
+
+    md = stem.with_suffix(".md").read_text()
+    assert f"`{result['command']}`" in md and "load average" in md
+    assert md.count("| zero_flow |") == 3  # first 30, first 100, whole clip
+    for png in (stem.with_suffix(".png"), tmp_path / "realflow-moving-64x48-sheet.png"):
+        with Image.open(png) as image:
+            assert image.size[0] > 400 and image.size[1] > 300
+
+
+def test_default_size_follows_the_aspect_ratio():
+    assert realflow.working_size(640, 480) == (160, 120)
+    assert realflow.working_size(320, 240) == (160, 120)
+    assert realflow.working_size(480, 640) == (120, 160)
+    w, h = realflow.working_size(1920, 1080)
+    assert w == 160 and h % 4 == 0 and abs(h - 90) <= 2
+    assert realflow.parse_size("64x48") == (64, 48)
+    with pytest.raises(ValueError):
+        realflow.parse_size("66x48")
+
+
+def test_sheet_pairs_start_early_and_spread():
+    assert realflow.sheet_pairs(223) == [0, 10, 30, 100, 111, 222]
+    assert realflow.sheet_pairs(67) == [0, 10, 30, 66]  # 33 is too close to 30
+    assert realflow.sheet_pairs(3) == [0]
+
+
+def test_a_saved_state_dict_initialises_the_learner(tmp_path):
+    torch.manual_seed(5)
+    saved = build_flow_net("fast").state_dict()
+    torch.save(saved, tmp_path / "weights.pt")
+    sample = torch.zeros(1, 6, 32, 32)
+    for init, same in ((str(tmp_path / "weights.pt"), True), ("scratch", False)):
+        with realflow.build_learner(init, "fast", sample, 1, 1e-3, seed=0) as pipe:
+            weights = pipe.module().state_dict()
+        assert all(torch.equal(weights[k], v) for k, v in saved.items()) is same, init

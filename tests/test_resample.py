@@ -1,0 +1,47 @@
+"""The decoder's frame selection (``server.resample``, shared with ``bench.realflow``): timestamps in, frames out."""
+
+import av
+import numpy as np
+import pytest
+
+from server.resample import Resampler, frame_time, to_rgb
+
+
+def kept(times: list[float], fps: float) -> list[float]:
+    grid = Resampler(fps)
+    return [t for t in times if grid.keep(t)]
+
+
+def test_halves_a_source_at_twice_the_rate():
+    times = [i / 30 for i in range(10)]
+    assert kept(times, 15) == times[::2]
+
+
+def test_never_duplicates_a_slower_source_and_tolerates_ntsc_rates():
+    times = [i / 15 for i in range(10)]
+    assert kept(times, 30) == times  # asking for more frames than there are gives every frame once
+    ntsc = [i * 1001 / 30000 for i in range(300)]
+    assert kept(ntsc, 30) == ntsc and kept(ntsc, 30000 / 1001) == ntsc  # 29.97 at 30: within a quarter tick
+
+
+def test_grid_starts_at_the_first_frame_and_re_anchors_after_a_gap():
+    assert kept([5.0, 5.04, 5.1, 7.0, 7.04, 7.1], 10) == [5.0, 5.1, 7.0, 7.1]
+
+
+def test_frames_whose_timestamps_go_backwards_are_dropped():
+    # Files whose container timestamps are in decode order: the decoder hands out presentation order carrying
+    # the wrong timestamps, and every frame stamped before the next tick is dropped (seen on real H.264 files).
+    assert kept([0.0, 0.1, 0.067, 0.134, 0.033, 0.234], 30) == [0.0, 0.1, 0.134, 0.234]
+
+
+def test_bad_rate():
+    with pytest.raises(ValueError):
+        Resampler(0)
+
+
+def test_frame_time_and_scaling():
+    frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 100, np.uint8), format="rgb24")
+    assert frame_time(frame, 3, 0.5) == 1.5  # no timestamp: index × nominal interval
+    assert to_rgb(frame).shape == (48, 64, 3)
+    small = to_rgb(frame, 32, 24)
+    assert small.shape == (24, 32, 3) and small.dtype == np.uint8 and abs(int(small[12, 16, 0]) - 100) <= 2
