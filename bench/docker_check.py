@@ -21,9 +21,10 @@ Steps, each skipped when already done (so a second run only rebuilds what change
    ``docker/prometheus/Dockerfile.debian``;
 6. run: ``docker compose -p overtime-check -f docker-compose.yml -f docker-compose.check.yml up -d overtime
    prometheus``;
-7. checks: HEALTHCHECK healthy, every process non-root, the demo stream learns over the WebSocket, Prometheus scrapes
-   ``/metrics`` with the repository's scrape config and rules, ``docker stop`` writes the final checkpoint into the
-   volume, a new container resumes from it;
+7. checks: the image holds Debian's Python, a CPU torch and every tracked file of the packages; HEALTHCHECK healthy;
+   every process non-root; the demo stream learns over the WebSocket (its loss over the last loop of the clip below
+   that over the first); Prometheus scrapes ``/metrics`` with the repository's scrape config and rules; ``docker
+   stop`` writes the final checkpoint into the volume; a new container resumes from it;
 8. cleanup: ``compose down -v`` (the project's containers and volumes); images stay, as the build cache.
 
 Any failed check ends the run with a message saying which, the service's log tail, and exit status 1.
@@ -380,8 +381,9 @@ def image_facts() -> dict:
     probe = ("import json, platform, sys, torch; print(json.dumps({'python': platform.python_version(), "
              "'debian_python': sys.base_prefix == '/usr', 'torch': torch.__version__}))")  # fmt: skip
     inside = json.loads(docker("run", "--rm", "--network", "none", IMAGE, "python", "-c", probe, timeout_s=120))
-    if ".".join(inside["python"].split(".")[:2]) != ".".join(map(str, IMAGE_PYTHON)) or "+cpu" not in inside["torch"]:
-        raise CheckFailed(f"the image runs Python {inside['python']} and torch {inside['torch']}: not what it should")
+    python_ok = inside["debian_python"] and inside["python"].startswith("{}.{}.".format(*IMAGE_PYTHON))
+    if not python_ok or "+cpu" not in inside["torch"]:
+        raise CheckFailed(f"the image runs {inside}: expected Debian's Python {IMAGE_PYTHON} and a CPU torch")
     user = docker("image", "inspect", "--format", "{{.Config.User}}", IMAGE)
     return {"size_mb": round(size / 1e6), "user": user, **inside, **package_in_image()}
 
@@ -420,7 +422,8 @@ class Stack:
         self.scrape_config = SCRAPE_CONFIG
         if self.port != 8000:  # the repository's config with only the target's port changed
             text = SCRAPE_CONFIG.read_text()
-            assert '"overtime:8000"' in text, "the scrape config no longer names overtime:8000"
+            if '"overtime:8000"' not in text:
+                raise CheckFailed(f"{SCRAPE_CONFIG.relative_to(ROOT)} no longer names the target overtime:8000")
             self.scrape_config = WORK / "prometheus.yml"
             self.scrape_config.write_text(text.replace('"overtime:8000"', f'"overtime:{self.port}"'))
         keep = {k: v for k, v in os.environ.items() if not k.startswith(("OVERTIME_", "PROMETHEUS_", "GRAFANA_"))}
