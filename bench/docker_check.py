@@ -768,6 +768,10 @@ def main(argv: list[str] | None = None) -> int:
     stack: Stack | None = None
     try:
         result["engine"] = ensure_engine()
+        if args.cold:  # the images this check builds go first, so that their layers go with them
+            for tag in (IMAGE, PROMETHEUS_IMAGE):
+                if image_exists(tag):
+                    docker("image", "rm", tag)
         result["base"] = ensure_base(dockerfile_facts(DOCKERFILE)["FROM"], args.cold)
         result["wheelhouse"] = ensure_wheelhouse(args.cold)
         with serve_wheelhouse() as index:
