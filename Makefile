@@ -13,7 +13,7 @@ CLIPS ?= ../shared/clips
 
 .PHONY: run test lint clean screenshots up up-gpu down \
 	bench bench-engine bench-flow bench-realflow bench-schedules bench-memory bench-processes \
-	bench-service bench-load bench-soak bench-outage
+	bench-service bench-load bench-soak bench-outage docker-check
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -89,6 +89,12 @@ up-gpu:
 
 down:
 	docker compose down
+
+## The CPU image built and run for real, checked end to end (not part of `make test`; root, or a running Docker
+## engine): makes its base and a wheelhouse when missing, writes bench/results/docker.{md,json}. DOCKER_CHECK_ARGS:
+## --cold (as on a fresh machine), --no-cache, --watch SECONDS.
+docker-check: $(VENV)/.installed
+	$(PY) -m bench.docker_check $(DOCKER_CHECK_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

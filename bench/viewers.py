@@ -20,6 +20,8 @@ from bench.harness import HOST
 @dataclass
 class ViewerStats:
     frames: int = 0  # JSON frame messages received
+    losses: list[float] = field(default_factory=list)  # the loss of each of those frames, in order
+    captured: list[float] = field(default_factory=list)  # and its capture time (receipt time - latency_s)
     images: int = 0  # binary messages received
     notices: list[dict] = field(default_factory=list)
     closed: str | None = None  # why the connection ended early, if it did
@@ -59,6 +61,8 @@ async def view(url: str, duration_s: float, read_delay_s: float = 0.0) -> Viewer
                     data = json.loads(msg)
                     if "frame" in data and "loss" in data:
                         stats.frames += 1
+                        stats.losses.append(data["loss"])
+                        stats.captured.append(time.time() - data.get("latency_s", 0.0))
                     else:
                         stats.notices.append(data)
                 if slow:

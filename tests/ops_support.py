@@ -25,6 +25,8 @@ GRAFANA_DIR = DOCKER / "grafana"
 DASHBOARDS = sorted((GRAFANA_DIR / "dashboards").glob("*.json"))
 COMPOSE = ROOT / "docker-compose.yml"
 COMPOSE_GPU = ROOT / "docker-compose.gpu.yml"
+COMPOSE_CHECK = ROOT / "docker-compose.check.yml"
+PROMETHEUS_DOCKERFILE = PROMETHEUS_DIR / "Dockerfile.debian"
 DOCKERFILES = [DOCKER / "Dockerfile", DOCKER / "Dockerfile.cuda"]
 
 # Grafana's variables, replaced by what they expand to so Prometheus itself can run a panel's query.

@@ -21,11 +21,13 @@ from tests.ops_support import (
     ALERT_RULES,
     ALERT_TESTS,
     COMPOSE,
+    COMPOSE_CHECK,
     COMPOSE_GPU,
     DASHBOARDS,
     DOCKERFILES,
     GRAFANA_DIR,
     PROMETHEUS_CONFIG,
+    PROMETHEUS_DOCKERFILE,
     ROOT,
     alert_rules,
     dashboard_panels,
@@ -245,7 +247,7 @@ def test_compose_rejects_an_invalid_file(tmp_path: Path):
     assert "shm_sise" in result.stderr
 
 
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("dockerfile", [*DOCKERFILES, PROMETHEUS_DOCKERFILE], ids=lambda p: p.name)
 def test_dockerfile_passes_hadolint(dockerfile: Path):
     assert_ok(run([find_tool("hadolint", HADOLINT_HINT), str(dockerfile)]))
 
@@ -296,3 +298,43 @@ def test_dependency_layer_of_the_image_installs_what_pyproject_lists(dockerfile:
     assert_ok(listed)
     expected = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
     assert listed.stdout.splitlines() == expected
+
+
+# --- the override of `make docker-check` (bench/docker_check.py) ------------------------------------------------
+
+
+def test_check_override_keeps_every_container_on_the_host_network_and_loopback():
+    """The check must not make a compose network (Docker hands those private-range addresses): every service it
+    starts uses the host's network, publishes nothing and binds 127.0.0.1; Grafana is behind a profile."""
+    config = compose_config(COMPOSE, COMPOSE_CHECK)
+    assert set(config["services"]) == {"overtime", "prometheus"}, "grafana must stay behind its profile"
+    assert "networks" not in config, "a service of the check would join a compose (bridge) network"
+    for name, service in config["services"].items():
+        assert service["network_mode"] == "host", name
+        assert not service.get("ports"), f"{name} publishes ports on the host network"
+    assert config["services"]["overtime"]["environment"]["OVERTIME_HOST"] == "127.0.0.1"
+    prometheus = config["services"]["prometheus"]
+    assert prometheus["entrypoint"] == ["/usr/bin/prometheus", "--web.listen-address=127.0.0.1:9090"]
+    assert prometheus["extra_hosts"] == ["overtime=127.0.0.1"], "the repo's scrape target must resolve to loopback"
+    assert prometheus["build"]["dockerfile"] == PROMETHEUS_DOCKERFILE.name
+
+
+def test_check_override_runs_the_compose_services_as_users_get_them():
+    """Only networking, ports and the Prometheus image differ: the service's image, volumes and shm, and the
+    Prometheus command and mounts are those of docker-compose.yml."""
+    base, check = compose_config(COMPOSE)["services"], compose_config(COMPOSE, COMPOSE_CHECK)["services"]
+    for key in ("image", "build", "volumes", "shm_size"):
+        assert check["overtime"][key] == base["overtime"][key], key
+    assert check["prometheus"]["command"] == base["prometheus"]["command"]
+    mounts = {v["target"]: v["source"] for v in check["prometheus"]["volumes"]}
+    assert mounts == {v["target"]: v["source"] for v in base["prometheus"]["volumes"]}
+
+
+def test_the_image_base_is_one_the_check_can_make_from_debian_packages():
+    """The same Dockerfile builds for users (who pull the base) and in the check (which makes it with debootstrap):
+    so the base must be a Debian slim image, and the dependency indexes must be build args."""
+    steps = instructions(DOCKERFILES[0])
+    (base,) = [args for op, args in steps if op == "FROM"]
+    assert re.fullmatch(r"debian:\w+-slim", base)
+    args = {a.split("=")[0] for op, a in steps if op == "ARG"}
+    assert {"TORCH_INDEX", "PIP_INDEX_URL"} <= args
