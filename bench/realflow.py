@@ -33,7 +33,7 @@ from models.flow_nets import FLOW_NETS, build_flow_net
 from models.flow_viz import color_wheel_legend, flow_to_color
 from models.online import BASE_LR, frame_pair, online_pipeline, predict_then_learn, stage_lrs
 from pipeline_core import Pipeline
-from server.resample import Resampler, frame_time, to_rgb
+from server.resample import FrameClock, Resampler, to_rgb
 
 #: Score windows: the first 30 pairs (how fast a learner gets useful), the first 100 and the whole clip.
 WINDOWS = {"first30": 30, "first100": 100, "all": None}
@@ -89,11 +89,11 @@ def load_clip(path: Path, fps: float, width: int, height: int) -> Clip:
     previous: np.ndarray | None = None
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
-        step = 1.0 / float(stream.average_rate or 30)
+        clock = FrameClock(1.0 / float(stream.average_rate or 30))
         grid = Resampler(fps)
         for index, frame in enumerate(container.decode(stream)):
             decoded += 1
-            t = frame_time(frame, index, step)
+            t = clock(frame, index)
             backwards, last = backwards + (t < last), t
             if not grid.keep(t):
                 continue

@@ -25,7 +25,7 @@ import numpy as np
 
 from . import errors
 from .errors import SourceError
-from .resample import Resampler, frame_time, to_rgb
+from .resample import FrameClock, Resampler, to_rgb
 from .ring import FrameRing, RingSpec
 from .sources import SourceSpec, check_host
 
@@ -213,7 +213,7 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
     step = 1.0 / float(stream.average_rate or 30)
     try:
         while True:
-            count = 0
+            count, clock = 0, FrameClock(step)  # a loop starts the timestamps afresh
             for frame in _decoded(container, stream, report):
                 if size is None:
                     size = (frame.width, frame.height)
@@ -222,7 +222,7 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
                         errors.RESOLUTION_CHANGED,
                         f"resolution changed mid-stream from {size[0]}x{size[1]} to {frame.width}x{frame.height}",
                     )
-                t = frame_time(frame, count, step)
+                t = clock(frame, count)
                 if t < skip_until:
                     continue
                 last, count, last_at = t, count + 1, time.monotonic()

@@ -32,10 +32,37 @@ class Resampler:
         return True
 
 
-def frame_time(frame: av.VideoFrame, index: int, step: float) -> float:
-    """A decoded frame's source time in seconds; a frame without a timestamp gets ``index`` × ``step`` (the
-    stream's nominal frame interval)."""
-    return frame.time if frame.time is not None else index * step
+class FrameClock:
+    """Source times of decoded frames, chosen as FFmpeg's best-effort timestamp is (``guess_correct_pts``).
+
+    Why not ``frame.pts``: some files carry presentation timestamps in decode order (no composition offsets,
+    yet B-frames), so the frames come out in the right order with timestamps that jump back and forth, and a
+    resampler would drop half of them. Like ``ffprobe``'s ``best_effort_timestamp``, count how often the
+    presentation and the decode timestamps fail to increase, and trust the one that fails less; a frame
+    with neither gets ``index`` × the stream's nominal interval."""
+
+    def __init__(self, step: float) -> None:
+        self.step = step
+        self.faulty_pts = self.faulty_dts = 0
+        self.last_pts: int | None = None
+        self.last_dts: int | None = None
+
+    def __call__(self, frame: av.VideoFrame, index: int) -> float:
+        pts, dts = frame.pts, frame.dts
+        if dts is not None:
+            self.faulty_dts += self.last_dts is not None and dts <= self.last_dts
+            self.last_dts = dts
+        elif pts is not None:
+            self.last_dts = pts
+        if pts is not None:
+            self.faulty_pts += self.last_pts is not None and pts <= self.last_pts
+            self.last_pts = pts
+        elif dts is not None:
+            self.last_pts = dts
+        best = pts if pts is not None and (dts is None or self.faulty_pts <= self.faulty_dts) else dts
+        if best is None or frame.time_base is None:
+            return index * self.step
+        return float(best * frame.time_base)
 
 
 def to_rgb(frame: av.VideoFrame, width: int | None = None, height: int | None = None) -> np.ndarray:

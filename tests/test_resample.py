@@ -1,10 +1,12 @@
 """The decoder's frame selection (``server.resample``, shared with ``bench.realflow``): timestamps in, frames out."""
 
+from fractions import Fraction
+
 import av
 import numpy as np
 import pytest
 
-from server.resample import Resampler, frame_time, to_rgb
+from server.resample import FrameClock, Resampler, to_rgb
 
 
 def kept(times: list[float], fps: float) -> list[float]:
@@ -34,6 +36,28 @@ def test_frames_whose_timestamps_go_backwards_are_dropped():
     assert kept([0.0, 0.1, 0.067, 0.134, 0.033, 0.234], 30) == [0.0, 0.1, 0.134, 0.234]
 
 
+def stamped(pts: int | None, dts: int | None) -> av.VideoFrame:
+    frame = av.VideoFrame(16, 16, "rgb24")
+    frame.pts, frame.dts, frame.time_base = pts, dts, Fraction(1, 1000)
+    return frame
+
+
+def test_decode_order_timestamps_fall_back_to_the_decode_times():
+    # box.mp4-like: presentation timestamps in decode order (pts jumps back), decode timestamps increasing.
+    clock = FrameClock(1 / 30)
+    stamps = [(0, 67), (101, 101), (67, 134), (134, 167), (34, 201), (234, 234), (201, 267)]
+    times = [clock(stamped(p, d), i) for i, (p, d) in enumerate(stamps)]
+    assert times[:2] == [0.0, 0.101]  # until the first fault, presentation time
+    assert times[2:] == [0.134, 0.167, 0.201, 0.234, 0.267]  # then the decode times, which never went back
+    assert kept(times, 30) == times  # all increasing: none dropped at the source rate
+
+
+def test_good_presentation_timestamps_are_kept_even_when_reordered_decode_times_repeat():
+    clock = FrameClock(1 / 30)
+    times = [clock(stamped(p, d), i) for i, (p, d) in enumerate([(0, None), (33, 33), (67, 33), (100, 67)])]
+    assert times == [0.0, 0.033, 0.067, 0.1]
+
+
 def test_bad_rate():
     with pytest.raises(ValueError):
         Resampler(0)
@@ -41,7 +65,7 @@ def test_bad_rate():
 
 def test_frame_time_and_scaling():
     frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 100, np.uint8), format="rgb24")
-    assert frame_time(frame, 3, 0.5) == 1.5  # no timestamp: index × nominal interval
+    assert FrameClock(0.5)(frame, 3) == 1.5  # no timestamp: index × nominal interval
     assert to_rgb(frame).shape == (48, 64, 3)
     small = to_rgb(frame, 32, 24)
     assert small.shape == (24, 32, 3) and small.dtype == np.uint8 and abs(int(small[12, 16, 0]) - 100) <= 2
