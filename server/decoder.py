@@ -149,7 +149,7 @@ def _open(cfg: DecoderConfig) -> av.container.InputContainer:
     timeout = (cfg.open_timeout_s, cfg.read_timeout_s)
     try:
         if src.kind == "url":
-            check_host(src.host or "", src.allow_private)  # DNS may have changed since the request was checked
+            check_host(src.host or "", src.policy)  # DNS may have changed since the request was checked
             options = {"rtsp_transport": "tcp"} if src.target.startswith("rtsp") else {}
             return av.open(src.target, options=options, timeout=timeout)
         if src.kind == "camera":
