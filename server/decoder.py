@@ -10,6 +10,7 @@ carrying a code from ``errors`` — the API process decides whether to reconnect
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -24,6 +25,7 @@ import numpy as np
 
 from . import errors
 from .errors import SourceError
+from .http_io import DEMUXER_OPTIONS, HttpOpener
 from .ring import FrameRing, RingSpec
 from .sources import SourceSpec, check_host
 
@@ -138,27 +140,30 @@ def _frames(cfg: DecoderConfig, report: Reporter, ingest: Any, ring: FrameRing) 
     """Decoded RGB frames of the target size: (pixels, monotonic source time, position in the file) in seconds."""
     if cfg.source.kind == "webcam":
         report.send({"type": "opened", "info": {"codec": "mjpeg"}})
-        return _webcam_frames(cfg, ingest, ring)
-    container = _open(cfg)
-    report.send({"type": "opened", "info": _describe(container)})
-    return _container_frames(cfg, container, report)
+        yield from _webcam_frames(cfg, ingest, ring)
+        return
+    with contextlib.ExitStack() as stack:
+        opener = None
+        if cfg.source.kind == "http":
+            opener = stack.enter_context(HttpOpener(cfg.source.policy, cfg.open_timeout_s, cfg.read_timeout_s))
+        container = stack.enter_context(_open(cfg, opener))
+        report.send({"type": "opened", "info": _describe(container)})
+        yield from _container_frames(cfg, container, report)
 
 
-def _open(cfg: DecoderConfig) -> av.container.InputContainer:
+def _open(cfg: DecoderConfig, opener: HttpOpener | None) -> av.container.InputContainer:
+    """The source's container; http(s) sources through ``opener``, which checks every URL FFmpeg opens."""
     src = cfg.source
     timeout = (cfg.open_timeout_s, cfg.read_timeout_s)
     try:
-        if src.kind == "url":
-            check_host(src.host or "", src.policy)  # DNS may have changed since the request was checked
-            options = {"rtsp_transport": "tcp"} if src.target.startswith("rtsp") else {}
-            return av.open(src.target, options=options, timeout=timeout)
+        if opener is not None:
+            return av.open(src.target, options=DEMUXER_OPTIONS, timeout=timeout, io_open=opener.io_open)
+        if src.kind == "rtsp":  # FFmpeg connects by itself: the host is checked first, DNS may have changed
+            check_host(src.host or "", src.policy)
+            return av.open(src.target, options={"rtsp_transport": "tcp"}, timeout=timeout)
         if src.kind == "camera":
             return av.open(src.target, format="v4l2", timeout=timeout)
         return av.open(src.target, timeout=timeout)
-    except av.error.HTTPNotFoundError as exc:
-        raise SourceError(errors.NOT_FOUND, f"the source answered 404: {exc}") from exc
-    except av.error.HTTPError as exc:
-        raise SourceError(errors.SOURCE_UNREACHABLE, f"the source answered with an HTTP error: {exc}") from exc
     except av.error.InvalidDataError as exc:
         if src.kind in ("file", "demo") and _looks_like_video(src.target):
             raise SourceError(errors.DECODE_ERROR, f"corrupt or truncated video: {exc}") from exc
@@ -244,8 +249,6 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
         if isinstance(exc, av.error.ExitError) or (cfg.source.live and silent >= 0.8 * cfg.read_timeout_s):
             raise SourceError(errors.STALLED, f"no data from the source for {silent:.1f} s ({exc})") from exc
         raise SourceError(errors.DECODE_ERROR, f"decoding failed: {exc}") from exc
-    finally:
-        container.close()
 
 
 def _webcam_frames(cfg: DecoderConfig, ingest: Any, ring: FrameRing) -> Iterator[Frame]:

@@ -40,6 +40,7 @@ class StreamManager:
         try:
             spec = parse_source(body.source, s.media_dir, s.schemes(), s.address_policy())
         except SourceError as exc:
+            self.metrics.sources_refused.labels(exc.code).inc()
             raise RequestError(400, exc.code, exc.message) from exc
         model = body.model or s.model
         if model not in FLOW_NETS:

@@ -288,6 +288,8 @@ class StreamSession:
         elif kind == "ended":
             return Outcome("ended", errors.ENDED, "the source ended")
         elif kind == "error":
+            if m["code"] in errors.REFUSED_HOP:
+                self.metrics.sources_refused.labels(m["code"]).inc()
             return Outcome("decoder", m["code"], m["message"])
         return None
 

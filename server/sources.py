@@ -1,8 +1,8 @@
 """Source validation: turn the user's ``source`` string into a ``SourceSpec`` the decoder can open, or refuse it.
 
 Checked here (at request time): the scheme allow-list, ``file:`` paths confined to the media dir, camera
-indices, and that URL hosts resolve to addresses the ``AddressPolicy`` allows. The decoder calls ``check_host``
-again right before every (re)connect, since DNS answers can change.
+indices, and that URL hosts resolve to addresses the ``AddressPolicy`` allows. The decoder checks again when it
+connects, since DNS answers can change: every hop of an http(s) source (``http_io.py``), an RTSP source's host.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class AddressPolicy:
 class SourceSpec:
     """What the decoder opens. ``live`` sources reconnect with back-off; files end (or loop)."""
 
-    kind: str  # "file" | "url" | "camera" | "webcam" | "demo"
+    kind: str  # "file" | "http" (and https) | "rtsp" (and rtsps) | "camera" | "webcam" | "demo"
     target: str  # file path, URL or device path ("" for webcam)
     live: bool
     host: str | None = None  # URL host, re-checked before each connect
@@ -69,7 +69,8 @@ def parse_source(source: str, media_dir: Path, schemes: set[str], policy: Addres
     if not parts.hostname:
         raise SourceError(errors.BAD_SOURCE, f"source {source!r} has no host")
     check_host(parts.hostname, policy, unresolved_ok=True)
-    return SourceSpec("url", source, live=True, host=parts.hostname, policy=policy)
+    kind = "rtsp" if scheme.startswith("rtsp") else "http"
+    return SourceSpec(kind, source, live=True, host=parts.hostname, policy=policy)
 
 
 def media_path(path: str, media_dir: Path) -> Path:

@@ -62,7 +62,7 @@ def test_private_addresses_need_permission(media, host):
 
 
 def test_unresolvable_host_is_unreachable_at_connect_time(media):
-    assert parse_source("http://no-such-host.invalid/x.ts", media, ALL, NONE).kind == "url"
+    assert parse_source("http://no-such-host.invalid/x.ts", media, ALL, NONE).kind == "http"
     with pytest.raises(SourceError) as exc:
         check_host("no-such-host.invalid", NONE)
     assert exc.value.code == "source_unreachable"
