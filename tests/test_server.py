@@ -16,6 +16,7 @@ import cv2
 import numpy as np
 import pytest
 import websockets
+from rtsp_support import RtspCamera
 from server_support import (
     LOOP,
     SIZE,
@@ -109,6 +110,20 @@ def test_live_mpegts_source_learns(server, media):
         assert last < 0.9 * first, f"loss did not trend down: {[round(m['loss'], 3) for m, _ in frames]}"
         assert server.stream(sid)["source_info"]["codec"] == "h264"
         delete(server, sid)
+
+
+# -- a live RTSP source -----------------------------------------------------------------------------
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the ffmpeg command (apt-get install ffmpeg)")
+def test_live_rtsp_source_learns_then_reconnects_when_it_goes_away(server, media):
+    with RtspCamera(media / "loop.mp4") as camera:
+        sid = create(server, source=camera.url, name="rtsp", fps=15)["id"]
+        frames = watch(server, sid, 3 * LOOP)
+        first, last = loss_falls(frames)
+        assert last < 0.9 * first, f"loss did not trend down: {[round(m['loss'], 3) for m, _ in frames]}"
+        assert server.stream(sid)["source_info"]["codec"] == "h264"
+    info = server.wait_for(sid, lambda i: i["state"] == "reconnecting", what="reconnecting once the camera is gone")
+    assert info["counters"]["reconnects"] >= 1 and info["counters"]["processed"] >= 3 * LOOP
+    delete(server, sid)
 
 
 # -- a browser webcam pushing JPEGs -----------------------------------------------------------------
