@@ -166,13 +166,18 @@ def _open(cfg: DecoderConfig, opener: HttpOpener | None) -> av.container.InputCo
         return av.open(src.target, timeout=timeout)
     except av.error.InvalidDataError as exc:
         if src.kind in ("file", "demo") and _looks_like_video(src.target):
-            raise SourceError(errors.DECODE_ERROR, f"corrupt or truncated video: {exc}") from exc
-        raise SourceError(errors.NOT_VIDEO, f"the source is not a video: {exc}") from exc
+            raise SourceError(errors.DECODE_ERROR, f"corrupt or truncated video: {_reason(exc)}") from exc
+        raise SourceError(errors.NOT_VIDEO, f"the source is not a video: {_reason(exc)}") from exc
     except (av.error.FileNotFoundError, FileNotFoundError) as exc:
         code = errors.SOURCE_UNREACHABLE if src.live else errors.NOT_FOUND
-        raise SourceError(code, f"cannot open the source: {exc}") from exc
+        raise SourceError(code, f"cannot open the source: {_reason(exc)}") from exc
     except (av.error.FFmpegError, OSError) as exc:
-        raise SourceError(errors.SOURCE_UNREACHABLE, f"cannot open the source: {exc}") from exc
+        raise SourceError(errors.SOURCE_UNREACHABLE, f"cannot open the source: {_reason(exc)}") from exc
+
+
+def _reason(exc: Exception) -> str:
+    """Why, in words: FFmpeg's and the OS's reason without the file name they append (a path on this server)."""
+    return getattr(exc, "strerror", None) or str(exc)
 
 
 def _looks_like_video(path: str) -> bool:
@@ -247,8 +252,8 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
         # PyAV's own timeout interrupts the read: that is "Immediate exit requested" (ExitError).
         silent = time.monotonic() - last_at
         if isinstance(exc, av.error.ExitError) or (cfg.source.live and silent >= 0.8 * cfg.read_timeout_s):
-            raise SourceError(errors.STALLED, f"no data from the source for {silent:.1f} s ({exc})") from exc
-        raise SourceError(errors.DECODE_ERROR, f"decoding failed: {exc}") from exc
+            raise SourceError(errors.STALLED, f"no data from the source for {silent:.1f} s ({_reason(exc)})") from exc
+        raise SourceError(errors.DECODE_ERROR, f"decoding failed: {_reason(exc)}") from exc
 
 
 def _webcam_frames(cfg: DecoderConfig, ingest: Any, ring: FrameRing) -> Iterator[Frame]:
@@ -263,7 +268,7 @@ def _webcam_frames(cfg: DecoderConfig, ingest: Any, ring: FrameRing) -> Iterator
         try:
             decoded = codec.decode(av.Packet(data))
         except av.error.FFmpegError as exc:
-            raise SourceError(errors.DECODE_ERROR, f"a webcam frame is not a JPEG: {exc}") from exc
+            raise SourceError(errors.DECODE_ERROR, f"a webcam frame is not a JPEG: {_reason(exc)}") from exc
         for frame in decoded:
             rgb = frame.reformat(width=cfg.width, height=cfg.height, format="rgb24").to_ndarray()
             yield rgb, time.monotonic() - t0, 0.0
