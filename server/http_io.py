@@ -75,7 +75,7 @@ class HttpOpener:
             except httpx.TransportError:
                 continue
         else:
-            raise SourceError(errors.SOURCE_UNREACHABLE, f"cannot connect to {url.netloc.decode('ascii')}")
+            raise SourceError(errors.SOURCE_UNREACHABLE, f"{url.netloc.decode('ascii')} does not answer")
         if response.status_code >= 400:
             response.close()
             code = errors.NOT_FOUND if response.status_code == 404 else errors.SOURCE_UNREACHABLE
