@@ -20,8 +20,10 @@ from bench.harness import Api, LiveSource, Server, machine_load, make_video, wri
 
 
 def outage(api: Api, video: Path, pause_s: float, name: str) -> dict:
-    """Run the scenario on a started server (which must allow loopback sources); the measurements as a dict."""
+    """Run the scenario on a started server (which must allow loopback sources); the measurements as a dict. The
+    stream is deleted at the end, so that nothing of it (a final checkpoint, say) overlaps what runs next."""
     live = LiveSource(video).start()
+    sid = None
     try:
         sid = api.create(live.url, name=name, fps=15)["id"]
         api.wait_processed(sid, 20, 90)
@@ -61,6 +63,8 @@ def outage(api: Api, video: Path, pause_s: float, name: str) -> dict:
         }
     finally:
         live.stop()
+        if sid is not None:
+            api.delete(sid)
 
 
 def main(argv: list[str] | None = None) -> int:
