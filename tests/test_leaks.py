@@ -44,7 +44,10 @@ def left(names: set[str]) -> list[str]:
 
 
 def released(names: set[str], what: str) -> None:
-    until(lambda: not left(names), 30, f"{what} released (left: {left(names)})")
+    try:
+        until(lambda: not left(names), 30, f"{what} released")
+    except TimeoutError:
+        raise AssertionError(f"{what} left {left(names)} in /dev/shm") from None
 
 
 def test_start_restart_delete_stop_leaves_nothing_behind(tmp_path):
