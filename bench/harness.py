@@ -187,7 +187,8 @@ class Metrics:
 
 class LiveSource:
     """A live HTTP MPEG-TS source on loopback: Debian's ffmpeg playing a file in real time, looping, listening for
-    one client. ``stop()`` is the source going away; ``start()`` again is it coming back on the same URL."""
+    one client. ``start()`` returns once ffmpeg listens; ``stop()`` is the source going away; ``start()`` again is it
+    coming back on the same URL."""
 
     def __init__(self, video: Path, port: int | None = None) -> None:
         self.video = video
@@ -219,7 +220,17 @@ class LiveSource:
             self.url,
         ]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        until(self._listening, 30, f"ffmpeg listening on {self.url}", 0.05)
         return self
+
+    def _listening(self) -> bool:
+        """Asked of the kernel, not by connecting: ffmpeg's ``-listen 1`` serves its first client only."""
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"ffmpeg exited with {self.proc.returncode} before listening on {self.url}")
+        with contextlib.suppress(psutil.NoSuchProcess):
+            sockets = psutil.Process(self.proc.pid).net_connections("tcp")
+            return any(s.status == psutil.CONN_LISTEN and s.laddr.port == self.port for s in sockets)
+        return False
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -21,8 +21,10 @@ from bench.report import Run
 
 
 def outage(api: Api, video: Path, pause_s: float, name: str) -> dict:
-    """Run the scenario on a started server (which must allow loopback sources); the measurements as a dict."""
+    """Run the scenario on a started server (which must allow loopback sources); the measurements as a dict. The
+    stream is deleted at the end, so that nothing of it (a final checkpoint, say) overlaps what runs next."""
     live = LiveSource(video).start()
+    sid = None
     try:
         sid = api.create(live.url, name=name, fps=15)["id"]
         api.wait_processed(sid, 20, 90)
@@ -62,6 +64,8 @@ def outage(api: Api, video: Path, pause_s: float, name: str) -> dict:
         }
     finally:
         live.stop()
+        if sid is not None:
+            api.delete(sid)
 
 
 def main(argv: list[str] | None = None) -> int:

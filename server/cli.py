@@ -19,6 +19,9 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
         help_text = f"{field.description} (env OVERTIME_{name.upper()}, default {field.default})"
         if kind is bool:
             parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        elif bool in typing.get_args(kind):  # a switch that may take a value instead: --allow-private 10.0.0.0/8
+            parser.add_argument(flag, dest=name, nargs="?", const=True, default=None, metavar="VALUE", help=help_text)
+            parser.add_argument(f"--no-{flag[2:]}", dest=name, action="store_const", const=False, help="(false)")
         elif typing.get_origin(kind) is list:
             parser.add_argument(flag, dest=name, default=None, type=lambda v: [s for s in v.split(",") if s],
                                 metavar="A,B,...", help=help_text)  # fmt: skip
@@ -27,16 +30,29 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, dest=name, default=None, type=convert, help=help_text)
 
 
+def settings_from(args: argparse.Namespace) -> Settings:
+    """The flags given win; everything else comes from ``OVERTIME_*`` env vars or the defaults."""
+    return Settings(**{name: getattr(args, name) for name in Settings.model_fields if getattr(args, name) is not None})
+
+
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from .app import create_app
 
-    overrides = {name: getattr(args, name) for name in Settings.model_fields if getattr(args, name) is not None}
-    settings = Settings(**overrides)
+    settings = settings_from(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning")
     return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="overtime", description="Video that learns optical flow while it plays.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve_parser = commands.add_parser("serve", help="run the service")
+    _add_setting_flags(serve_parser)
+    commands.add_parser("watch", help="watch a stream in the terminal (see `overtime watch --help`)")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,13 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         from clients.watch import main as watch_main  # the viewer pulls in nothing of the server
 
         return watch_main(argv[1:])
-    parser = argparse.ArgumentParser(prog="overtime", description="Video that learns optical flow while it plays.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    serve_parser = commands.add_parser("serve", help="run the service")
-    _add_setting_flags(serve_parser)
-    commands.add_parser("watch", help="watch a stream in the terminal (see `overtime watch --help`)")
-    args = parser.parse_args(argv)
-    return serve(args)
+    return serve(build_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ whether to reconnect.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -25,6 +26,7 @@ import numpy as np
 
 from . import errors
 from .errors import SourceError
+from .http_io import DEMUXER_OPTIONS, HttpOpener
 from .resample import FrameClock, Resampler, to_rgb
 from .ring import FrameRing, RingSpec
 from .sources import SourceSpec, check_host
@@ -137,36 +139,44 @@ def _frames(cfg: DecoderConfig, report: Reporter, ingest: Any, ring: FrameRing) 
     """Decoded RGB frames of the target size: (pixels, monotonic source time, position in the file) in seconds."""
     if cfg.source.kind == "webcam":
         report.send({"type": "opened", "info": {"codec": "mjpeg"}})
-        return _webcam_frames(cfg, ingest, ring)
-    container = _open(cfg)
-    report.send({"type": "opened", "info": _describe(container)})
-    return _container_frames(cfg, container, report)
+        yield from _webcam_frames(cfg, ingest, ring)
+        return
+    with contextlib.ExitStack() as stack:
+        opener = None
+        if cfg.source.kind == "http":
+            opener = stack.enter_context(HttpOpener(cfg.source.policy, cfg.open_timeout_s, cfg.read_timeout_s))
+        container = stack.enter_context(_open(cfg, opener))
+        report.send({"type": "opened", "info": _describe(container)})
+        yield from _container_frames(cfg, container, report)
 
 
-def _open(cfg: DecoderConfig) -> av.container.InputContainer:
+def _open(cfg: DecoderConfig, opener: HttpOpener | None) -> av.container.InputContainer:
+    """The source's container; http(s) sources through ``opener``, which checks every URL FFmpeg opens."""
     src = cfg.source
     timeout = (cfg.open_timeout_s, cfg.read_timeout_s)
     try:
-        if src.kind == "url":
-            check_host(src.host or "", src.allow_private)  # DNS may have changed since the request was checked
-            options = {"rtsp_transport": "tcp"} if src.target.startswith("rtsp") else {}
-            return av.open(src.target, options=options, timeout=timeout)
+        if opener is not None:
+            return av.open(src.target, options=DEMUXER_OPTIONS, timeout=timeout, io_open=opener.io_open)
+        if src.kind == "rtsp":  # FFmpeg connects by itself: the host is checked first, DNS may have changed
+            check_host(src.host or "", src.policy)
+            return av.open(src.target, options={"rtsp_transport": "tcp"}, timeout=timeout)
         if src.kind == "camera":
             return av.open(src.target, format="v4l2", timeout=timeout)
         return av.open(src.target, timeout=timeout)
-    except av.error.HTTPNotFoundError as exc:
-        raise SourceError(errors.NOT_FOUND, f"the source answered 404: {exc}") from exc
-    except av.error.HTTPError as exc:
-        raise SourceError(errors.SOURCE_UNREACHABLE, f"the source answered with an HTTP error: {exc}") from exc
     except av.error.InvalidDataError as exc:
         if src.kind in ("file", "demo") and _looks_like_video(src.target):
-            raise SourceError(errors.DECODE_ERROR, f"corrupt or truncated video: {exc}") from exc
-        raise SourceError(errors.NOT_VIDEO, f"the source is not a video: {exc}") from exc
+            raise SourceError(errors.DECODE_ERROR, f"corrupt or truncated video: {_reason(exc)}") from exc
+        raise SourceError(errors.NOT_VIDEO, f"the source is not a video: {_reason(exc)}") from exc
     except (av.error.FileNotFoundError, FileNotFoundError) as exc:
         code = errors.SOURCE_UNREACHABLE if src.live else errors.NOT_FOUND
-        raise SourceError(code, f"cannot open the source: {exc}") from exc
+        raise SourceError(code, f"cannot open the source: {_reason(exc)}") from exc
     except (av.error.FFmpegError, OSError) as exc:
-        raise SourceError(errors.SOURCE_UNREACHABLE, f"cannot open the source: {exc}") from exc
+        raise SourceError(errors.SOURCE_UNREACHABLE, f"cannot open the source: {_reason(exc)}") from exc
+
+
+def _reason(exc: Exception) -> str:
+    """Why, in words: FFmpeg's and the OS's reason without the file name they append (a path on this server)."""
+    return getattr(exc, "strerror", None) or str(exc)
 
 
 def _looks_like_video(path: str) -> bool:
@@ -240,10 +250,8 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
         # PyAV's own timeout interrupts the read: that is "Immediate exit requested" (ExitError).
         silent = time.monotonic() - last_at
         if isinstance(exc, av.error.ExitError) or (cfg.source.live and silent >= 0.8 * cfg.read_timeout_s):
-            raise SourceError(errors.STALLED, f"no data from the source for {silent:.1f} s ({exc})") from exc
-        raise SourceError(errors.DECODE_ERROR, f"decoding failed: {exc}") from exc
-    finally:
-        container.close()
+            raise SourceError(errors.STALLED, f"no data from the source for {silent:.1f} s ({_reason(exc)})") from exc
+        raise SourceError(errors.DECODE_ERROR, f"decoding failed: {_reason(exc)}") from exc
 
 
 def _webcam_frames(cfg: DecoderConfig, ingest: Any, ring: FrameRing) -> Iterator[Frame]:
@@ -258,6 +266,6 @@ def _webcam_frames(cfg: DecoderConfig, ingest: Any, ring: FrameRing) -> Iterator
         try:
             decoded = codec.decode(av.Packet(data))
         except av.error.FFmpegError as exc:
-            raise SourceError(errors.DECODE_ERROR, f"a webcam frame is not a JPEG: {exc}") from exc
+            raise SourceError(errors.DECODE_ERROR, f"a webcam frame is not a JPEG: {_reason(exc)}") from exc
         for frame in decoded:
             yield to_rgb(frame, cfg.width, cfg.height), time.monotonic() - t0, 0.0

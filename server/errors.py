@@ -33,6 +33,9 @@ INGEST_FLOOD = "ingest_flood"
 
 # Live sources retry these with back-off; every other run-time error is final.
 TRANSIENT = frozenset({SOURCE_UNREACHABLE, DECODE_ERROR, RESOLUTION_CHANGED, STALLED})
+# Request-time refusals the decoder also meets at run time: a hop of the source (a redirect, a playlist entry) that
+# leads to a refused address or scheme. Counted like a refused request.
+REFUSED_HOP = frozenset({PRIVATE_ADDRESS, SCHEME_NOT_ALLOWED})
 
 
 class SourceError(Exception):

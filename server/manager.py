@@ -38,8 +38,9 @@ class StreamManager:
         """Merge the request with the defaults and validate it; RequestError (400) when it cannot run."""
         s = self.settings
         try:
-            spec = parse_source(body.source, s.media_dir, s.schemes(), s.allow_private)
+            spec = parse_source(body.source, s.media_dir, s.schemes(), s.address_policy())
         except SourceError as exc:
+            self.metrics.sources_refused.labels(exc.code).inc()
             raise RequestError(400, exc.code, exc.message) from exc
         model = body.model or s.model
         if model not in FLOW_NETS:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from . import errors
+
 # ΔP and latency buckets: from a fast GPU step (1 ms) to a hopelessly slow one (2.5 s).
 TIME_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1.0, 2.5)
 STATES = ("starting", "running", "reconnecting", "ended", "error")
@@ -57,11 +59,18 @@ class Metrics:
         self.checkpoint_failures = Counter(
             "overtime_checkpoint_failures", "checkpoint writes that failed (disk full, ...)", ["stream"], registry=r
         )
+        self.sources_refused = Counter(
+            "overtime_sources_refused",
+            "sources refused, by error code: at the request (400), or at a later hop (redirect, playlist entry)",
+            ["code"],
+            registry=r,
+        )
         self.streams = Gauge("overtime_streams", "streams by state", ["state"], registry=r)
         self.ws_clients = Gauge("overtime_ws_clients", "connected WebSocket viewers", ["stream"], registry=r)
         self.ws_dropped = Counter("overtime_ws_dropped", "frames a slow viewer skipped", ["stream"], registry=r)
         for state in STATES:
             self.streams.labels(state).set(0)
+        self.sources_refused.labels(errors.PRIVATE_ADDRESS)  # the series exists (at 0) from the start
 
     def count_states(self, states: list[str]) -> None:
         for state in STATES:

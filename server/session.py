@@ -174,15 +174,18 @@ class StreamSession:
             try:
                 if self.cfg.spec.kind == "demo":
                     ensure_demo(Path(self.cfg.spec.target))
-                self._gen = self._start_generation()
+                self._gen = gen = self._start_generation()
             except Exception as exc:
                 log.exception("stream %s could not start", self.id)
                 self._set_state("error", errors.WORKER_FAILED, f"could not start: {exc}")
                 return
-            outcome = self._watch(self._gen)
-            healthy = time.monotonic() - self._gen.started > HEALTHY_RUN_S and self.counters["processed"] > 0
-            self._gen.shutdown()
-            self._relay(self._gen, final=True)  # what they sent on the way out (the final checkpoint) counts
+            outcome = self._watch(gen)
+            healthy = time.monotonic() - gen.started > HEALTHY_RUN_S and self.counters["processed"] > 0
+            gen.shutdown()
+            self._relay(gen, final=True)  # what they sent on the way out (the final checkpoint) counts
+            # The last references: once the generation is collected, multiprocessing unlinks its queues' semaphores
+            # (/dev/shm/sem.*). Held on to, they would outlive a server stopped by SIGTERM, which skips that clean-up.
+            self._gen = gen = None
             if outcome.kind == "closing":
                 self._set_state("ended", None, "")
                 return
@@ -230,7 +233,12 @@ class StreamSession:
                             cfg.devices, self.checkpoint_file, s.checkpoint_interval_s,
                             s.jpeg_quality)  # fmt: skip
         self._last_frame_at = None  # the stall watchdog starts when the worker is ready (frames flow from then on)
-        return Generation.start(dcfg, wcfg, FrameRing.create(RING_SLOTS, cfg.height, cfg.width), self.id)
+        ring = FrameRing.create(RING_SLOTS, cfg.height, cfg.width)
+        try:
+            return Generation.start(dcfg, wcfg, ring, self.id)
+        except BaseException:
+            ring.close()  # no generation owns it yet
+            raise
 
     def _watch(self, gen: Generation) -> Outcome:
         """Relay messages until the generation must end; return why."""
@@ -288,6 +296,8 @@ class StreamSession:
         elif kind == "ended":
             return Outcome("ended", errors.ENDED, "the source ended")
         elif kind == "error":
+            if m["code"] in errors.REFUSED_HOP:
+                self.metrics.sources_refused.labels(m["code"]).inc()
             return Outcome("decoder", m["code"], m["message"])
         return None
 

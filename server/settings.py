@@ -6,8 +6,10 @@ import json
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, field_validator
+from pydantic import Field, IPvAnyNetwork, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from .sources import AddressPolicy
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "clients" / "web"
 
@@ -25,7 +27,9 @@ class Settings(BaseSettings):
     allowed_schemes: Annotated[list[str], NoDecode] = Field(
         ["http", "https", "rtsp", "rtsps", "file", "camera", "webcam", "demo"], description="source allow-list"
     )
-    allow_private: bool = Field(False, description="allow sources on private, loopback and link-local addresses")
+    allow_private: Annotated[bool | list[IPvAnyNetwork], NoDecode] = Field(
+        False, description="sources on private, loopback and link-local addresses: all (true) or these CIDR ranges"
+    )
     demo_stream: bool = Field(True, description="start a learning stream on the bundled demo at start-up")
     # Per-stream defaults (a POST body may override them).
     fps: float = Field(15.0, gt=0, le=120, description="default frame rate, 1/ΔS")
@@ -48,9 +52,30 @@ class Settings(BaseSettings):
     @classmethod
     def _comma_separated(cls, value: object) -> object:
         """``OVERTIME_ALLOWED_SCHEMES=http,https,demo`` as the ``--allowed-schemes`` flag takes it (or a JSON list)."""
-        if isinstance(value, str):
-            return json.loads(value) if value.lstrip().startswith("[") else [v for v in value.split(",") if v.strip()]
+        return _split(value)
+
+    @field_validator("allow_private", mode="before")
+    @classmethod
+    def _switch_or_ranges(cls, value: object) -> object:
+        """``true`` / ``false`` as before, or ranges: ``10.0.0.0/8,127.0.0.2/32`` (or a JSON list). No boolean word
+        holds a dot, slash, colon or bracket; every address or range does."""
+        if isinstance(value, str) and any(c in value for c in "./:["):
+            return _split(value)
         return value
 
     def schemes(self) -> set[str]:
         return {s.strip().lower() for s in self.allowed_schemes if s.strip()}
+
+    def address_policy(self) -> AddressPolicy:
+        if isinstance(self.allow_private, bool):
+            return AddressPolicy(allow_all=self.allow_private)
+        return AddressPolicy(networks=tuple(self.allow_private))
+
+
+def _split(value: object) -> object:
+    """A comma list (blanks dropped) or a JSON list, as env vars and flags give them; anything else as it is."""
+    if isinstance(value, str):
+        if value.lstrip().startswith("["):
+            return json.loads(value)
+        return [v.strip() for v in value.split(",") if v.strip()]
+    return value

@@ -1,8 +1,8 @@
 """Source validation: turn the user's ``source`` string into a ``SourceSpec`` the decoder can open, or refuse it.
 
 Checked here (at request time): the scheme allow-list, ``file:`` paths confined to the media dir, camera
-indices, and that URL hosts do not resolve to private or loopback addresses unless the settings allow it.
-The decoder calls ``check_host`` again right before every (re)connect, since DNS answers can change.
+indices, and that URL hosts resolve to addresses the ``AddressPolicy`` allows. The decoder checks again when it
+connects, since DNS answers can change: every hop of an http(s) source (``http_io.py``), an RTSP source's host.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import ipaddress
 import re
 import socket
 from dataclasses import dataclass
+from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -22,17 +23,30 @@ DEMO_FILE = "demo.mp4"
 
 
 @dataclass(frozen=True)
+class AddressPolicy:
+    """Which non-public addresses sources may use: none (the default), all, or those inside ``networks``. Public
+    unicast addresses are always allowed."""
+
+    allow_all: bool = False
+    networks: tuple[IPv4Network | IPv6Network, ...] = ()
+
+    def allows(self, address: IPv4Address | IPv6Address) -> bool:
+        public = address.is_global and not address.is_multicast
+        return self.allow_all or public or any(address in network for network in self.networks)
+
+
+@dataclass(frozen=True)
 class SourceSpec:
     """What the decoder opens. ``live`` sources reconnect with back-off; files end (or loop)."""
 
-    kind: str  # "file" | "url" | "camera" | "webcam" | "demo"
+    kind: str  # "file" | "http" (and https) | "rtsp" (and rtsps) | "camera" | "webcam" | "demo"
     target: str  # file path, URL or device path ("" for webcam)
     live: bool
     host: str | None = None  # URL host, re-checked before each connect
-    allow_private: bool = False
+    policy: AddressPolicy = AddressPolicy()
 
 
-def parse_source(source: str, media_dir: Path, schemes: set[str], allow_private: bool) -> SourceSpec:
+def parse_source(source: str, media_dir: Path, schemes: set[str], policy: AddressPolicy) -> SourceSpec:
     source = source.strip()
     if source in ("demo", "webcam"):
         _require_scheme(source, schemes)
@@ -54,8 +68,9 @@ def parse_source(source: str, media_dir: Path, schemes: set[str], allow_private:
         raise SourceError(errors.SCHEME_NOT_ALLOWED, f"scheme {scheme!r} is not supported")
     if not parts.hostname:
         raise SourceError(errors.BAD_SOURCE, f"source {source!r} has no host")
-    check_host(parts.hostname, allow_private, unresolved_ok=True)
-    return SourceSpec("url", source, live=True, host=parts.hostname, allow_private=allow_private)
+    check_host(parts.hostname, policy, unresolved_ok=True)
+    kind = "rtsp" if scheme.startswith("rtsp") else "http"
+    return SourceSpec(kind, source, live=True, host=parts.hostname, policy=policy)
 
 
 def media_path(path: str, media_dir: Path) -> Path:
@@ -69,22 +84,21 @@ def media_path(path: str, media_dir: Path) -> Path:
     return resolved
 
 
-def check_host(host: str, allow_private: bool, *, unresolved_ok: bool = False) -> None:
-    """Resolve ``host``; refuse it when any address is not public (unless private networks are allowed)."""
+def check_host(host: str, policy: AddressPolicy, *, unresolved_ok: bool = False) -> list[str]:
+    """Resolve ``host``; its addresses, or a refusal when the policy does not allow one of them."""
     try:
         infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
     except (socket.gaierror, UnicodeError) as exc:
         if unresolved_ok:
-            return  # the decoder reports it as source_unreachable, like any host that does not answer
-        raise SourceError(errors.SOURCE_UNREACHABLE, f"cannot resolve host {host!r}: {exc}") from exc
-    if allow_private:
-        return
-    for info in infos:
-        address = ipaddress.ip_address(info[4][0].split("%")[0])
-        if not address.is_global or address.is_multicast:
+            return []  # the decoder reports it as source_unreachable, like any host that does not answer
+        raise SourceError(errors.SOURCE_UNREACHABLE, f"cannot resolve host {host!r}") from exc
+    addresses = [info[4][0].split("%")[0] for info in infos]
+    for address in map(ipaddress.ip_address, addresses):
+        if not policy.allows(address):
             raise SourceError(
                 errors.PRIVATE_ADDRESS, f"host {host!r} resolves to non-public address {address}; not allowed"
             )
+    return addresses
 
 
 def _require_scheme(scheme: str, schemes: set[str]) -> None:

@@ -11,13 +11,12 @@ import json
 import os
 import shutil
 import signal
-import subprocess
-import time
 
 import cv2
 import numpy as np
 import pytest
 import websockets
+from rtsp_support import RtspCamera
 from server_support import (
     LOOP,
     SIZE,
@@ -30,8 +29,8 @@ from server_support import (
     watch_images,
 )
 
+from bench.harness import LiveSource
 from models.streams import generate
-from server.launch import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_streams_left")]
 
@@ -104,23 +103,27 @@ def test_file_stream_learns_and_recovers(server):
 # -- a live HTTP MPEG-TS source --------------------------------------------------------------------
 @pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the ffmpeg command (apt-get install ffmpeg)")
 def test_live_mpegts_source_learns(server, media):
-    port = free_port()
-    ffmpeg = subprocess.Popen(
-        ["ffmpeg", "-hide_banner", "-loglevel", "error", "-re", "-stream_loop", "-1", "-i", str(media / "loop.mp4"),
-         "-c", "copy", "-f", "mpegts", "-listen", "1", f"http://127.0.0.1:{port}/live.ts"],
-        stdin=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        time.sleep(0.5)
-        sid = create(server, source=f"http://127.0.0.1:{port}/live.ts", name="live", fps=15)["id"]
+    with LiveSource(media / "loop.mp4") as live:  # returns once ffmpeg listens
+        sid = create(server, source=live.url, name="live", fps=15)["id"]
         frames = watch(server, sid, 3 * LOOP)
         first, last = loss_falls(frames)
         assert last < 0.9 * first, f"loss did not trend down: {[round(m['loss'], 3) for m, _ in frames]}"
         assert server.stream(sid)["source_info"]["codec"] == "h264"
         delete(server, sid)
-    finally:
-        ffmpeg.kill()
-        ffmpeg.wait(10)
+
+
+# -- a live RTSP source -----------------------------------------------------------------------------
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the ffmpeg command (apt-get install ffmpeg)")
+def test_live_rtsp_source_learns_then_reconnects_when_it_goes_away(server, media):
+    with RtspCamera(media / "loop.mp4") as camera:
+        sid = create(server, source=camera.url, name="rtsp", fps=15)["id"]
+        frames = watch(server, sid, 3 * LOOP)
+        first, last = loss_falls(frames)
+        assert last < 0.9 * first, f"loss did not trend down: {[round(m['loss'], 3) for m, _ in frames]}"
+        assert server.stream(sid)["source_info"]["codec"] == "h264"
+    info = server.wait_for(sid, lambda i: i["state"] == "reconnecting", what="reconnecting once the camera is gone")
+    assert info["counters"]["reconnects"] >= 1 and info["counters"]["processed"] >= 3 * LOOP
+    delete(server, sid)
 
 
 # -- a browser webcam pushing JPEGs -----------------------------------------------------------------

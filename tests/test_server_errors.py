@@ -105,9 +105,10 @@ def _settles(server, source: str, state: str, code: str | None, **body) -> dict:
         delete(server, sid)
 
 
-def test_runtime_source_errors(server, http_sources):
-    _settles(server, "file:notes.mp4", "error", "not_video")
-    _settles(server, "file:truncated.mp4", "error", "decode_error")
+def test_runtime_source_errors(server, http_sources, media):
+    for source, code in (("file:notes.mp4", "not_video"), ("file:truncated.mp4", "decode_error")):
+        message = _settles(server, source, "error", code)["error"]["message"]
+        assert message and str(media) not in message, f"a server path in the error: {message}"
     _settles(server, f"{http_sources}/missing.ts", "error", "not_found")
     _settles(server, f"http://127.0.0.1:{free_port()}/live.ts", "reconnecting", "source_unreachable")
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from ipaddress import ip_network
+
 import pytest
 
 from server.errors import SourceError
-from server.sources import check_host, parse_source
+from server.sources import AddressPolicy, check_host, parse_source
 
 ALL = {"http", "https", "rtsp", "rtsps", "file", "camera", "webcam", "demo"}
+NONE = AddressPolicy()
+EVERYTHING = AddressPolicy(allow_all=True)
 
 
 @pytest.fixture
@@ -18,21 +22,21 @@ def media(tmp_path):
     return tmp_path
 
 
-def code(source: str, media, schemes=ALL, allow_private=False) -> str:
+def code(source: str, media, schemes=ALL, policy=NONE) -> str:
     with pytest.raises(SourceError) as exc:
-        parse_source(source, media, schemes, allow_private)
+        parse_source(source, media, schemes, policy)
     assert exc.value.message
     return exc.value.code
 
 
 def test_accepted_sources(media):
-    assert parse_source("file:clip.mp4", media, ALL, False).target == str(media / "clip.mp4")
-    assert parse_source(f"file://{media}/clip.mp4", media, ALL, False).kind == "file"
-    assert parse_source("camera:2", media, ALL, False).target == "/dev/video2"
-    assert parse_source("webcam", media, ALL, False).live
-    demo = parse_source("demo", media, ALL, False)
+    assert parse_source("file:clip.mp4", media, ALL, NONE).target == str(media / "clip.mp4")
+    assert parse_source(f"file://{media}/clip.mp4", media, ALL, NONE).kind == "file"
+    assert parse_source("camera:2", media, ALL, NONE).target == "/dev/video2"
+    assert parse_source("webcam", media, ALL, NONE).live
+    demo = parse_source("demo", media, ALL, NONE)
     assert demo.kind == "demo" and not demo.live
-    url = parse_source("rtsp://127.0.0.1:8554/cam", media, ALL, allow_private=True)
+    url = parse_source("rtsp://127.0.0.1:8554/cam", media, ALL, EVERYTHING)
     assert url.live and url.host == "127.0.0.1"
 
 
@@ -54,11 +58,20 @@ def test_refused_sources(media):
 def test_private_addresses_need_permission(media, host):
     url = f"http://[{host}]/x" if ":" in host else f"http://{host}/x"
     assert code(url, media) == "private_address"
-    assert parse_source(url, media, ALL, allow_private=True).host == host
+    assert parse_source(url, media, ALL, EVERYTHING).host == host
 
 
 def test_unresolvable_host_is_unreachable_at_connect_time(media):
-    assert parse_source("http://no-such-host.invalid/x.ts", media, ALL, False).kind == "url"
+    assert parse_source("http://no-such-host.invalid/x.ts", media, ALL, NONE).kind == "http"
     with pytest.raises(SourceError) as exc:
-        check_host("no-such-host.invalid", allow_private=False)
+        check_host("no-such-host.invalid", NONE)
     assert exc.value.code == "source_unreachable"
+
+
+def test_allowed_ranges_admit_only_their_addresses(media):
+    policy = AddressPolicy(networks=(ip_network("127.0.0.2/32"), ip_network("fd00::/8")))
+    assert parse_source("http://127.0.0.2:8080/x", media, ALL, policy).policy == policy
+    assert parse_source("rtsp://[fd00::5]/cam", media, ALL, policy).host == "fd00::5"
+    assert code("http://127.0.0.1:8080/x", media, policy=policy) == "private_address"
+    assert code("http://10.0.0.1/x", media, policy=policy) == "private_address"
+    assert check_host("127.0.0.2", policy) == ["127.0.0.2"]

@@ -1,0 +1,123 @@
+"""HTTP(S) sources fetched by the decoder itself, so that the address policy holds on every hop.
+
+FFmpeg's own HTTP client follows redirects, and its HLS demuxer opens the URLs a playlist names, without asking
+anyone: a check of the source's host alone would let a public URL lead to 127.0.0.1. So the decoder gives PyAV
+``HttpOpener.io_open`` (``av.open(url, io_open=...)``) and every URL FFmpeg opens for the source comes here: the
+source, a playlist, its segments and keys. Each one is fetched with httpx, redirects followed by hand: every hop's
+host is resolved, all its addresses must pass the ``AddressPolicy``, and the connection goes to a checked address
+(no second DNS lookup that could answer differently). Only http and https are followed.
+"""
+
+from __future__ import annotations
+
+import io
+from types import TracebackType
+
+import httpx
+
+from . import errors
+from .errors import SourceError
+from .sources import AddressPolicy, check_host
+
+HTTP_SCHEMES = ("http", "https")
+MAX_REDIRECTS = 5
+# FFmpeg's HLS demuxer would reuse its own HTTP connection for the next segment, which custom I/O does not have:
+# it aborts the process. One request per playlist and segment instead.
+DEMUXER_OPTIONS = {"http_persistent": "0"}
+
+
+class HttpOpener:
+    """One source's HTTP client. Every request opens a connection of its own: a pooled one, keyed by address,
+    could carry a request for another host name."""
+
+    def __init__(self, policy: AddressPolicy, open_timeout_s: float, read_timeout_s: float) -> None:
+        self.policy = policy
+        self._client = httpx.Client(
+            follow_redirects=False,
+            trust_env=False,  # no proxy from the environment: the policy is about where this process connects
+            timeout=httpx.Timeout(read_timeout_s, connect=open_timeout_s),
+            limits=httpx.Limits(max_keepalive_connections=0),
+        )
+
+    def io_open(self, url: str, flags: int, options: dict) -> Body:
+        """PyAV's ``io_open`` callback. A ``SourceError`` raised here surfaces from the PyAV call that needed it."""
+        return self.open(url)
+
+    def open(self, url: str) -> Body:
+        """GET ``url``, following redirects hop by hop; the body, or a ``SourceError`` that names the refused hop."""
+        target = httpx.URL(url)
+        for hop in range(MAX_REDIRECTS + 1):
+            try:
+                response = self._get(target)
+            except SourceError as exc:
+                where = f"{url} redirects to {target}" if hop else url
+                raise SourceError(exc.code, f"{where}: {exc.message}") from exc
+            if not response.is_redirect:
+                return Body(response, str(target))
+            response.close()
+            target = target.join(response.headers["location"])
+        raise SourceError(errors.SOURCE_UNREACHABLE, f"{url} redirects more than {MAX_REDIRECTS} times")
+
+    def _get(self, url: httpx.URL) -> httpx.Response:
+        if url.scheme not in HTTP_SCHEMES:
+            raise SourceError(errors.SCHEME_NOT_ALLOWED, f"only http and https are followed, not {url.scheme!r}")
+        addresses = check_host(url.host, self.policy)
+        for address in addresses:  # every one was checked; the first that answers serves
+            request = self._client.build_request(
+                "GET",
+                url.copy_with(host=address),
+                headers={"Host": url.netloc.decode("ascii")},
+                extensions={"sni_hostname": url.host},  # TLS still verifies the certificate against the name
+            )
+            try:
+                response = self._client.send(request, stream=True)
+                break
+            except httpx.TransportError:
+                continue
+        else:
+            raise SourceError(errors.SOURCE_UNREACHABLE, f"{url.netloc.decode('ascii')} does not answer")
+        if response.status_code >= 400:
+            response.close()
+            code = errors.NOT_FOUND if response.status_code == 404 else errors.SOURCE_UNREACHABLE
+            raise SourceError(code, f"the server answered HTTP {response.status_code}")
+        return response
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> HttpOpener:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+
+class Body(io.RawIOBase):
+    """A response body as the file PyAV reads (not seekable). httpx errors become ``OSError``s, which the decoder
+    already tells apart: a read timeout (``TimeoutError``) is a stalled source, anything else a broken one."""
+
+    def __init__(self, response: httpx.Response, url: str) -> None:
+        self._response = response
+        self._url = url
+        self._chunks = response.iter_bytes()
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:
+        if not self._pending:
+            try:
+                self._pending = next(self._chunks, b"")
+            except httpx.TimeoutException as exc:
+                raise TimeoutError(f"no data from {self._url} within the read timeout") from exc
+            except httpx.TransportError as exc:
+                raise ConnectionError(f"the connection to {self._url} broke") from exc
+        n = min(len(buffer), len(self._pending))
+        buffer[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+    def close(self) -> None:
+        self._response.close()
+        super().close()

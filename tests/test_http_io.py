@@ -1,0 +1,94 @@
+"""The decoder's HTTP client: every hop checked against the address policy (loopback sites, no service).
+
+Only 127.0.0.2 is allowed here; Linux routes all of 127.0.0.0/8 to loopback, so a site on 127.0.0.1 plays the
+private address that a redirect or a playlist must not reach.
+"""
+
+from __future__ import annotations
+
+import socket
+from ipaddress import ip_network
+
+import av
+import pytest
+from http_support import CLIP_FRAMES, clip_sites
+
+from server.errors import SourceError
+from server.http_io import DEMUXER_OPTIONS, MAX_REDIRECTS, HttpOpener
+from server.sources import AddressPolicy
+
+POLICY = AddressPolicy(networks=(ip_network("127.0.0.2/32"),))
+
+
+@pytest.fixture(scope="module")
+def sites(tmp_path_factory):
+    with clip_sites(tmp_path_factory.mktemp("sites")) as sites:
+        yield sites
+
+
+@pytest.fixture
+def opener(sites):
+    sites.private.requests.clear()
+    with HttpOpener(POLICY, open_timeout_s=5, read_timeout_s=5) as o:
+        yield o
+    assert sites.private.requests == [], "a refused address was connected to"
+
+
+def refused(opener: HttpOpener, url: str) -> SourceError:
+    with pytest.raises(SourceError) as exc:
+        opener.open(url)
+    return exc.value
+
+
+def test_redirects_between_allowed_hosts_are_followed(sites, opener):
+    twice = sites.allowed.redirect_to(sites.allowed.redirect_to(f"{sites.allowed.url}/clip.ts"))
+    with opener.open(twice) as body:
+        assert body.read() == (sites.root / "clip.ts").read_bytes()
+
+
+def test_a_redirect_to_a_refused_address_is_refused(sites, opener):
+    target = f"{sites.private.url}/clip.ts"
+    error = refused(opener, sites.allowed.redirect_to(target))
+    assert error.code == "private_address"
+    assert f"redirects to {target}" in error.message and "127.0.0.1" in error.message
+
+
+def test_hops_that_are_not_http_are_refused(sites, opener):
+    assert refused(opener, sites.allowed.redirect_to("file:///etc/passwd")).code == "scheme_not_allowed"
+
+
+def test_http_errors_and_endless_redirects(sites, opener):
+    assert refused(opener, f"{sites.allowed.url}/missing.ts").code == "not_found"
+    error = refused(opener, f"{sites.allowed.url}/loop")
+    assert error.code == "source_unreachable" and f"more than {MAX_REDIRECTS}" in error.message
+    assert sites.allowed.requests.count("/loop") >= MAX_REDIRECTS
+
+
+def frames(url: str, opener: HttpOpener) -> int:
+    """Open ``url`` as the decoder does and decode it to the end."""
+    with av.open(url, options=DEMUXER_OPTIONS, io_open=opener.io_open) as container:
+        assert container.format.name == "hls"
+        return sum(1 for _ in container.decode(video=0))
+
+
+def test_every_url_of_an_hls_playlist_goes_through_the_check(sites, opener):
+    assert frames(f"{sites.allowed.url}/local.m3u8", opener) == CLIP_FRAMES
+    with pytest.raises(SourceError) as exc:  # its second segment lives on 127.0.0.1
+        frames(f"{sites.allowed.url}/away.m3u8", opener)
+    assert exc.value.code == "private_address" and f"{sites.private.url}/clip.ts" in exc.value.message
+
+
+def test_the_connection_goes_to_the_address_that_was_checked(sites, opener, monkeypatch):
+    """DNS rebinding: a name that answers 127.0.0.2 to the check and 127.0.0.1 afterwards still reaches 127.0.0.2."""
+    real = socket.getaddrinfo
+    answers = iter(["127.0.0.2"])
+
+    def rebinding(host, *args, **kwargs):
+        if host == "video.test":
+            return real(next(answers, "127.0.0.1"), *args, **kwargs)
+        return real(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    port = sites.allowed.url.rsplit(":", 1)[1]
+    with opener.open(f"http://video.test:{port}/clip.ts") as body:
+        assert body.read() == (sites.root / "clip.ts").read_bytes()

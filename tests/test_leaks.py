@@ -1,0 +1,74 @@
+"""Nothing left in /dev/shm: a generation's queues (POSIX semaphores, ``sem.*``) and its frame ring (``psm_*``) are
+released when it stops (its stream deleted, its worker restarted, the server stopped with SIGTERM), and the
+resource tracker finds nothing leaked at shutdown.
+
+Other processes on the machine use /dev/shm as well, so only the entries this server's processes map count: they
+are sampled while each generation runs, then must disappear.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from pathlib import Path
+
+import psutil
+import pytest
+
+from bench.harness import Api, Server, make_video, until
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+SHM = Path("/dev/shm")
+
+
+def mapped_shm(server: Server) -> set[str]:
+    """The /dev/shm entries the server's processes (API, decoders, workers) have mapped now."""
+    names: set[str] = set()
+    for proc in server.processes():
+        with contextlib.suppress(psutil.Error):
+            names |= {Path(m.path).name for m in proc.memory_maps() if m.path.startswith(f"{SHM}/")}
+    return names
+
+
+def generation(server: Server, api: Api, sid: str, old: set[str]) -> set[str]:
+    """The entries of the stream's running generation: mapped once it processes frames, and not seen before."""
+    api.wait_processed(sid, api.stream(sid)["counters"]["processed"] + 5, 120)
+    names = mapped_shm(server) - old
+    assert any(n.startswith("sem.") for n in names) and any(n.startswith("psm_") for n in names), names
+    return names
+
+
+def left(names: set[str]) -> list[str]:
+    return sorted(n for n in names if (SHM / n).exists())
+
+
+def released(names: set[str], what: str) -> None:
+    try:
+        until(lambda: not left(names), 30, f"{what} released")
+    except TimeoutError:
+        raise AssertionError(f"{what} left {left(names)} in /dev/shm") from None
+
+
+def test_start_restart_delete_stop_leaves_nothing_behind(tmp_path):
+    server = Server(tmp_path)
+    make_video(server.media_dir / "clip.mp4", frames=60)
+    server.start()
+    try:
+        with server.api() as api:
+            seen = mapped_shm(server)
+            sid = api.create("file:clip.mp4", name="leaks", fps=15, loop=True)["id"]
+            first = generation(server, api, sid, seen)
+            worker = api.stream(sid)["pids"]["worker"]
+            os.kill(worker, signal.SIGKILL)  # a crashed worker: its whole generation is replaced
+            api.wait(sid, 60, "a new worker", lambda s: s["pids"]["worker"] not in (None, worker))
+            second = generation(server, api, sid, seen | first)
+            released(first, "the generation of the killed worker")
+            api.delete(sid)
+            released(second, "the deleted stream's generation")
+            sid = api.create("file:clip.mp4", name="leaks", fps=15, loop=True)["id"]
+            third = generation(server, api, sid, seen | first | second)
+    finally:
+        server.stop()  # SIGTERM with the stream running; waits for every process of the tree, the tracker too
+    assert not left(seen | third), f"the stopped server left {left(seen | third)} in /dev/shm"
+    assert "leaked" not in server.log_tail(100_000), server.log_tail()
