@@ -29,9 +29,9 @@ from bench.flow import learner_name, parse_stages, plot
 from bench.report import Run, command_line
 from models.classical import REFINEMENT, classical_methods, dis_refined, resize_flow
 from models.flow_metrics import end_point_errors, f1_score, mask_counts, motion_mask, photometric_error
-from models.flow_nets import FLOW_NETS, build_flow_net
+from models.flow_nets import FLOW_NETS, INITS, build_flow_net
 from models.flow_viz import color_wheel_legend, flow_to_color
-from models.online import BASE_LR, frame_pair, online_pipeline, predict_then_learn, stage_lrs
+from models.online import default_lr, frame_pair, online_pipeline, predict_then_learn, stage_lrs
 from pipeline_core import Pipeline
 from server.resample import FrameClock, Resampler, to_rgb
 
@@ -158,30 +158,30 @@ class PairScores:
 
 
 def build_learner(init: str, net: str, sample: torch.Tensor, stages: int, lr: float, seed: int) -> Pipeline:
-    """The service's learner from an initial state: ``scratch`` = random weights drawn with ``seed``; a path = a
-    saved ``state_dict`` of the net. Why one function: a new initialisation (weights shipped in the package) is
-    one more branch here, and every depth and score then applies to it."""
+    """The service's learner from an initial state: ``pretrained`` = the shipped weights, ``scratch`` = random
+    weights drawn with ``seed``, a path = a saved ``state_dict`` of the net (a candidate before it ships)."""
     torch.manual_seed(seed)
-    model = build_flow_net(net)
-    if init != "scratch":
+    model = build_flow_net(net, init=init if init in INITS else "scratch")
+    if init not in INITS:
         model.load_state_dict(torch.load(init, map_location="cpu", weights_only=True))
     return online_pipeline(model, sample, stages, lr)
 
 
 def init_label(init: str) -> str:
-    return init if init == "scratch" else Path(init).stem
+    return init if init in INITS else Path(init).stem
 
 
 def learn(clip: Clip, init: str, stages: int, args: argparse.Namespace, shown: set[int]) -> tuple[PairScores, dict]:
     """One pass over the clip, each pair scored before the learner learns from it."""
     pairs = (frame_pair(clip.frames[t], clip.frames[t + 1]) for t in range(len(clip.pseudo_gt)))
     scores = PairScores(clip, shown)
-    with build_learner(init, args.net, frame_pair(clip.frames[0], clip.frames[1]), stages, args.lr, args.seed) as pipe:
+    lr = args.lr or default_lr(init)
+    with build_learner(init, args.net, frame_pair(clip.frames[0], clip.frames[1]), stages, lr, args.seed) as pipe:
         for r in predict_then_learn(pipe, pairs):
             scores.seconds.append(r.step_seconds)
             if r.frame is not None:
                 scores.add(r.frame, r.output[0].detach().permute(1, 2, 0).cpu().numpy(), r.loss)
-    lrs = stage_lrs(args.lr, pipe.gradient_delays)
+    lrs = stage_lrs(lr, pipe.gradient_delays)
     return scores, {"init": init, "stages": stages, "balance": pipe.balance, "lr": lrs, "net": args.net}
 
 
@@ -299,15 +299,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fps", type=float, help=f"resampling rate (default: the source's, at most {MAX_FPS:g})")
     parser.add_argument("--stages", default="1,2", help="comma-separated pipeline depths; 1 = sequential")
     parser.add_argument(
-        "--init", action="append", help="'scratch' (default) or a saved state_dict of the net; repeat for several"
+        "--init",
+        action="append",
+        help="pretrained, scratch or a saved state_dict of the net; repeatable (default: both)",
     )
     parser.add_argument("--net", default="fast", choices=sorted(FLOW_NETS), help="default: the service's")
-    parser.add_argument("--lr", type=float, default=BASE_LR, help="Adam lr of the last stage (earlier ones: stage_lrs)")
+    parser.add_argument(
+        "--lr", type=float, help="Adam lr of the last stage (earlier ones: stage_lrs); default: by init (default_lr)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     parser.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the results")
     args = parser.parse_args(argv)
-    inits = args.init or ["scratch"]
+    inits = args.init or list(INITS)
     try:
         stages = parse_stages(args.stages)
         size = parse_size(args.size) if args.size else None
@@ -315,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError, av.error.FFmpegError) as exc:
         parser.error(str(exc))
     for init in inits:
-        if init != "scratch" and not Path(init).is_file():
+        if init not in INITS and not Path(init).is_file():
             parser.error(f"--init must be 'scratch' or a state_dict file, got {init!r}")
     width, height = size or working_size(source["width"], source["height"])
     fps = args.fps or min(source["fps"] or MAX_FPS, MAX_FPS)

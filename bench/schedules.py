@@ -152,7 +152,7 @@ def flow_task(args: argparse.Namespace) -> Task:
 
     def model() -> nn.Sequential:
         torch.manual_seed(0)
-        return build_flow_net("fast")
+        return build_flow_net("fast", init="scratch")
 
     return Task(
         "flow",

@@ -39,6 +39,7 @@ Measured on a tuning stream: the stale stage became stable at the sequential rat
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -244,8 +245,23 @@ FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
 }
 
 
-def build_flow_net(name: str = "fast") -> nn.Sequential:
-    """A freshly initialised flow network by name (see ``FLOW_NETS``)."""
+#: The shipped pretrained weights, ``<net>.pt`` and how they were made, ``<net>.json`` (``models.pretrain``).
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights"
+#: How a new learner starts: the shipped weights, or random ones (the research setting of PARTIME's experiment).
+INITS = ("pretrained", "scratch")
+
+
+def build_flow_net(name: str = "fast", init: str = "pretrained") -> nn.Sequential:
+    """A flow network by name (see ``FLOW_NETS``): with the shipped pretrained weights, or freshly initialised
+    (``scratch``, drawn from torch's global generator)."""
     if name not in FLOW_NETS:
         raise ValueError(f"unknown flow net {name!r}; choose one of {', '.join(FLOW_NETS)}")
-    return FLOW_NETS[name]()
+    if init not in INITS:
+        raise ValueError(f"unknown init {init!r}; choose one of {', '.join(INITS)}")
+    net = FLOW_NETS[name]()
+    if init == "pretrained":
+        path = WEIGHTS_DIR / f"{name}.pt"
+        if not path.is_file():
+            raise ValueError(f"no pretrained weights for the {name!r} net (make pretrain writes {path.name})")
+        net.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+    return net

@@ -24,6 +24,16 @@ OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 BASE_LR = 4e-3
 
 
+#: Adam rate of a sequential learner that starts from the shipped pretrained weights: it adapts a good prior to
+#: the scene and must not wreck it, so it steps far more gently than a learner from scratch.
+ADAPT_LR = 3e-4
+
+
+def default_lr(init: str) -> float:
+    """The base rate for a learner that starts ``init`` (``models.flow_nets.INITS``, or a weights file: adapting)."""
+    return BASE_LR if init == "scratch" else ADAPT_LR
+
+
 def flow_optimizer(lr: float = BASE_LR) -> OptimizerFactory:
     """Adam factory (one optimiser per pipeline stage). beta2 = 0.99: on a non-stationary stream the
     second-moment estimate must forget within ~100 frames, or a burst of large gradients (a fast

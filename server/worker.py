@@ -71,7 +71,7 @@ class Learner:
         # A resumed stream keeps its checkpoint's split (profiling could pick another one and the weights would
         # not fit); a new one is balanced by measured layer costs.
         self.pipe = online_pipeline(
-            build_flow_net(cfg.model),
+            build_flow_net(cfg.model, init="scratch"),
             sample,
             cfg.stages,
             self.lr,

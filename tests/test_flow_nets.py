@@ -12,7 +12,7 @@ from pipeline_core.partition import equal_balance, keeps_with_next
 
 @pytest.mark.parametrize("name", sorted(FLOW_NETS))
 def test_flow_net_maps_frame_pair_to_full_resolution_flow(name):
-    net = build_flow_net(name)
+    net = build_flow_net(name, init="scratch")
     assert isinstance(net, torch.nn.Sequential) and len(net) >= 8
     out = net(torch.rand(2, 6, 32, 48))
     assert out.shape == (2, 2, 32, 48) and torch.isfinite(out).all()
@@ -21,7 +21,7 @@ def test_flow_net_maps_frame_pair_to_full_resolution_flow(name):
 @pytest.mark.parametrize("name", sorted(FLOW_NETS))
 def test_flow_net_splits_at_every_layer_boundary(name):
     torch.manual_seed(0)
-    net = build_flow_net(name)
+    net = build_flow_net(name, init="scratch")
     x = torch.rand(1, 6, 32, 32)
     for cut in range(1, len(net)):
         pipe = Pipeline(net, x, balance=[cut, len(net) - cut], loss_fn=flow_loss, sample_target=x)
@@ -35,7 +35,7 @@ def test_flow_net_splits_at_every_layer_boundary(name):
 
 
 def test_automatic_balance_never_ends_a_stage_after_a_full_resolution_layer():
-    net = build_flow_net("strong")
+    net = build_flow_net("strong", init="scratch")
     kept = [i for i, layer in enumerate(net) if keeps_with_next(layer)]
     assert [(type(net[i]).__name__, net[i].factor) for i in kept] == [
         ("PairFeatures", 1),
@@ -54,7 +54,7 @@ def test_online_learning_reduces_the_loss_on_a_moving_pair():
     image = torch.rand(1, 3, 32, 32)
     image = torch.nn.functional.avg_pool2d(image, 3, 1, 1)  # some spatial correlation
     x = torch.cat([image, torch.roll(image, shifts=(1, 2), dims=(-2, -1))], 1)
-    net = build_flow_net("fast")
+    net = build_flow_net("fast", init="scratch")
     opt = flow_optimizer(1e-3)(net.parameters())
     losses = []
     for _ in range(20):

@@ -13,7 +13,7 @@ SPLITS = {1: None, 2: [5, 3], 3: [3, 2, 3]}
 def outputs_by_pair(stages: int, pairs: list[torch.Tensor], targets: list[torch.Tensor]) -> dict[int, torch.Tensor]:
     torch.manual_seed(0)
     outputs = {}
-    with online_pipeline(build_flow_net("fast"), pairs[0], stages, layers=SPLITS[stages]) as pipe:
+    with online_pipeline(build_flow_net("fast", init="scratch"), pairs[0], stages, layers=SPLITS[stages]) as pipe:
         results = [pipe.step(x, target=y) for x, y in zip(pairs, targets, strict=True)] + pipe.flush()
         for r in results:
             if r.frame is not None:
@@ -40,7 +40,7 @@ def test_predict_then_learn_yields_every_pair_once_in_order():
     stream = generate(size=32, frames=6, seed=2)
     pairs = [frame_pair(stream.frames[t], stream.frames[t + 1]) for t in range(len(stream.flow))]
     torch.manual_seed(0)
-    with online_pipeline(build_flow_net("fast"), pairs[0], 2, layers=SPLITS[2]) as pipe:
+    with online_pipeline(build_flow_net("fast", init="scratch"), pairs[0], 2, layers=SPLITS[2]) as pipe:
         results = list(predict_then_learn(pipe, iter(pairs)))
     assert len(results) == len(pairs) + 1  # D - 1 = 1 filling step without output, then one flush step
     assert [r.frame for r in results if r.frame is not None] == list(range(len(pairs)))

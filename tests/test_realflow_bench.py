@@ -37,7 +37,8 @@ def test_writes_scored_results_for_every_method(clip, tmp_path):
     assert result["clip"]["backwards_timestamps"] == 0
 
     methods = result["methods"]
-    assert list(methods) == ["scratch/sequential", "scratch/partime_d2", "farneback", "dis_fast", "zero_flow"]
+    learners = [f"{init}/{d}" for init in ("pretrained", "scratch") for d in ("sequential", "partime_d2")]
+    assert list(methods) == [*learners, "farneback", "dis_fast", "zero_flow"]
     for name, m in methods.items():
         assert m["scored_pairs"] == 11, name  # PARTIME's last pair comes out of the flush and is scored too
         assert [m[w]["pairs"] for w in ("first30", "first100", "all")] == [11, 11, 11], name
@@ -79,7 +80,7 @@ def test_sheet_pairs_start_early_and_spread():
 
 def test_a_saved_state_dict_initialises_the_learner(tmp_path):
     torch.manual_seed(5)
-    saved = build_flow_net("fast").state_dict()
+    saved = build_flow_net("fast", init="scratch").state_dict()
     torch.save(saved, tmp_path / "weights.pt")
     sample = torch.zeros(1, 6, 32, 32)
     for init, same in ((str(tmp_path / "weights.pt"), True), ("scratch", False)):
