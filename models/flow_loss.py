@@ -140,8 +140,8 @@ def flow_loss(
     Why several scales: on the full-resolution image the photometric gradient only sees a few
     pixels around the current estimate; on 2x/4x downsampled frames (and flow / 2^k) it also pulls
     flows that are still far from the truth, which makes online learning from scratch converge.
-    ``smooth_weight`` 0.5 is in the reference work's range (0.5-1); measured on held-out streams
-    it beat 0.05 and 0.2: texture-less regions take their flow from their neighbours.
+    ``smooth_weight`` 0.5 is in the reference work's range (0.5-1): texture-less regions take their
+    flow from their neighbours.
     """
     if frames.dim() != 4 or frames.shape[1] != 6:
         raise ValueError(f"frames must be (B, 6, H, W) (previous RGB, current RGB), got {tuple(frames.shape)}")

@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .deep_supervision import supervise
+from .flow_cleanup import EdgeAwareFill, StillGate
 from .flow_loss import flow_loss, warp
 
 
@@ -216,16 +217,21 @@ def pyramid_flow_net(
     lk_width: int = 16,
     window: int = 7,
     supervision: float = 0.0,
+    fill: bool = False,
+    still: bool = False,
 ) -> nn.Sequential:
     """Coarse-to-fine levels (features, then cost-volume match), each followed by ``lk_steps``
-    Lucas-Kanade steps with ``lk_width`` learned channels; every refinement below full resolution
-    also learns from the loss of its own estimate, weighted ``supervision``. H and W must divide by
-    max(factors)."""
+    Lucas-Kanade steps with ``lk_width`` learned channels and, with ``fill``, an edge-aware fill
+    (``models.flow_cleanup``); ``still`` gates the finest flow to zero where nothing moved. Every
+    refinement below full resolution also learns from the loss of its own estimate, weighted
+    ``supervision``. H and W must divide by max(factors)."""
     layers: list[nn.Module] = [StartFlow()]
     for factor, width, radius, head in zip(factors, widths, radii, heads, strict=True):
         own = supervision if factor > 1 else 0.0  # at full resolution the objective itself supervises
         level = [PairFeatures(factor, width), CostVolumeMatch(factor, width, radius, head, own)]
         level += [LucasKanadeStep(factor, lk_width, window, own) for _ in range(lk_steps)]
+        level += [StillGate()] if still and factor == 1 else []
+        level += [EdgeAwareFill()] if fill else []
         for layer in level:  # no stage ends inside the full-resolution level (module docstring)
             layer.keep_with_next = factor == 1
         layers += level

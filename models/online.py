@@ -18,9 +18,8 @@ from .flow_loss import guarded_flow_loss
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
-#: Adam learning rate of a sequential (one-stage) learner. Measured on held-out ground-truth streams:
-#: 4e-3 beat 1e-3 and 2e-3 for the strong net and tied 2e-3 for the fast one (both learn from scratch
-#: within ~100 frames); 6e-3 was no better.
+#: Adam learning rate of a sequential (one-stage) learner from scratch: it must find flow within the first
+#: hundred frames; slower rates learned later, faster ones no better (``bench.flow`` measures it).
 BASE_LR = 4e-3
 
 
@@ -52,11 +51,7 @@ def stage_lrs(base_lr: float, delays: Sequence[int]) -> list[float]:
     Why per stage: the last stage backpropagates its own loss exactly and learns best at the
     sequential rate; an earlier stage pushes a gradient computed on an older frame through the graph
     of a newer one, and delayed gradient descent needs a step that shrinks with the delay (PARTIME
-    lowers the rate for deeper pipelines; PipeMare scales it per stage by 1/delay). Measured with
-    the strong flow net (coarse levels deep-supervised) on a tuning stream (256x256, 150 frames, EPE
-    over the last 50; sequential at 4e-3: 0.263): D = 2, stage 0 at base/3 0.280, at base 0.283, at
-    base/9 0.290; D = 4 0.296 with base/(1+d) and 0.299 with base/(1+d)². Without deep supervision
-    the stale stage diverged at the sequential rate and needed base/(1+d)² (0.309 vs 0.284).
+    lowers the rate for deeper pipelines; PipeMare scales it per stage by 1/delay).
     """
     if base_lr <= 0 or any(d < 0 for d in delays):
         raise ValueError(f"need a positive base_lr and delays >= 0, got {base_lr} and {list(delays)}")

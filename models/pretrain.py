@@ -32,7 +32,7 @@ import torch
 from torch import Tensor, nn
 
 from . import scenes
-from .flow_nets import WEIGHTS_DIR, CostVolumeMatch, LucasKanadeStep, build_flow_net
+from .flow_nets import WEIGHTS_DIR, PairFeatures, StartFlow, TakeFlow, build_flow_net
 
 #: Weight of each refinement's EPE, finest last; coarser estimates only need to be roughly right.
 LEVEL_WEIGHTS = (0.25, 0.5, 1.0)
@@ -79,7 +79,7 @@ def level_flows(net: nn.Sequential, x: Tensor) -> list[Tensor]:
     out = []
     for layer in net:
         x = layer(x)
-        if isinstance(layer, CostVolumeMatch | LucasKanadeStep):
+        if not isinstance(layer, StartFlow | PairFeatures | TakeFlow):  # every other layer refines the flow
             out.append(x[:, :2])
     return out
 

@@ -1,0 +1,89 @@
+"""What a learned flow gets wrong on real footage, corrected by image evidence: still pixels, and unsure ones.
+
+Two parameter-light layers that work before any training (a handful of learned scales each), so a net starting
+from scratch and a pretrained one meeting footage unlike its training data both benefit.
+
+``StillGate``: most of a real camera's picture does not move, and a net's small errors there cost more than the
+motion it gets right (a static street camera is nearly all background). Where standing still explains the pair
+as well as the estimated flow does (the local photometric error of zero flow is no larger than that of the
+flow: the stationary-pixel test of Monodepth2's auto-masking), the flow is gated to zero.
+
+``EdgeAwareFill``: a cost volume has nothing to say where the image has no texture (a white table, the sky, a
+wall) or where the match fails (occlusions, noise, compression): there a learned net answers with noise. Classical
+methods fill these regions in from their surroundings (variational smoothing in DIS, edge-preserving interpolation
+in EpicFlow); this layer does it by normalised convolution (Knutsson & Westin): each pixel's confidence is high
+where the image has texture and the current frame, warped back by the flow, matches the previous one; a cascade of
+3x3 averages with growing dilation, weighted by confidence and by colour similarity in the previous frame (so flow
+does not leak across object edges), spreads the confident flow into the unsure pixels, which take it; confident
+pixels keep their own.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .flow_loss import warp
+
+
+def _neighbours(t: Tensor, dilation: int) -> Tensor:
+    """(B, C, 9, H, W): the 3x3 neighbourhood of every pixel at ``dilation``, edges replicated."""
+    b, c, h, w = t.shape
+    padded = F.pad(t, [dilation] * 4, mode="replicate")
+    return F.unfold(padded, 3, dilation=dilation).view(b, c, 9, h, w)
+
+
+def confidence(flow: Tensor, prev: Tensor, cur: Tensor, texture: Tensor, residual: Tensor) -> Tensor:
+    """(B, 1, H, W) in [0, 1]: textured (gradient ≫ ``texture``) and well matched (error ≪ ``residual``)."""
+    p = F.pad(prev, [1, 1, 1, 1], mode="replicate")
+    gradient = 0.5 * ((p[..., 1:-1, 2:] - p[..., 1:-1, :-2]).abs() + (p[..., 2:, 1:-1] - p[..., :-2, 1:-1]).abs())
+    g2 = gradient.mean(1, keepdim=True) ** 2
+    error = (prev - warp(cur, flow)).abs().mean(1, keepdim=True)
+    return g2 / (g2 + texture**2) * torch.exp(-error / residual)
+
+
+def _box(t: Tensor, window: int) -> Tensor:
+    """Local mean over ``window`` x ``window`` pixels, edges replicated."""
+    return F.avg_pool2d(F.pad(t, [window // 2] * 4, mode="replicate"), window, 1)
+
+
+class StillGate(nn.Module):
+    """[flow, frames, ...] -> the same tensor with the flow gated to zero where zero flow explains the pair as well."""
+
+    def __init__(self, window: int = 5) -> None:
+        super().__init__()
+        self.window = window
+        self.margin = nn.Parameter(torch.tensor(0.002))  # how much better moving must be (intensity in [0, 1])
+        self.log_softness = nn.Parameter(torch.tensor(0.002).log())  # width of the gate's transition
+
+    def forward(self, x: Tensor) -> Tensor:
+        flow, prev, cur = x[:, :2], x[:, 2:5], x[:, 5:8]
+        moved = _box((prev - warp(cur, flow)).abs().mean(1, keepdim=True), self.window)
+        still = _box((prev - cur).abs().mean(1, keepdim=True), self.window)
+        moving = torch.sigmoid((still - moved - self.margin) / self.log_softness.exp())
+        return torch.cat([flow * moving, x[:, 2:]], 1)
+
+
+class EdgeAwareFill(nn.Module):
+    """[flow, frames, ...] -> the same tensor with the flow filled in where it is unsure (module docstring)."""
+
+    def __init__(self, dilations: tuple[int, ...] = (1, 2, 4, 8)) -> None:
+        super().__init__()
+        self.dilations = dilations
+        self.log_edge = nn.Parameter(torch.tensor(2.3))  # colour difference scale: weights e^(-10 |ΔI|)
+        self.log_texture = nn.Parameter(torch.tensor(-3.9))  # a gradient of ~0.02 is half-sure
+        self.log_residual = nn.Parameter(torch.tensor(-3.0))  # a match error of ~0.05 costs a factor e
+
+    def forward(self, x: Tensor) -> Tensor:
+        flow, prev, cur = x[:, :2], x[:, 2:5], x[:, 5:8]
+        sure = confidence(flow, prev, cur, self.log_texture.exp(), self.log_residual.exp())
+        guide = prev.mean(1, keepdim=True)
+        weighted, weight = flow * sure, sure
+        for d in self.dilations:
+            similar = torch.exp(-self.log_edge.exp() * (_neighbours(guide, d) - guide.unsqueeze(2)).abs())
+            total = similar.sum(2)
+            weighted = (similar * _neighbours(weighted, d)).sum(2) / total
+            weight = (similar * _neighbours(weight, d)).sum(2) / total
+        filled = weighted / weight.clamp_min(1e-6)
+        return torch.cat([sure * flow + (1 - sure) * filled, x[:, 2:]], 1)

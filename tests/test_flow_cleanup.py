@@ -1,0 +1,55 @@
+"""The two evidence layers that clean a learned flow: zero where nothing moves, filled in where nothing is seen."""
+
+from __future__ import annotations
+
+import torch
+
+from models.flow_cleanup import EdgeAwareFill, StillGate, confidence
+
+
+def textured(h: int = 32, w: int = 32, seed: int = 0) -> torch.Tensor:
+    image = torch.rand(1, 3, h, w, generator=torch.Generator().manual_seed(seed))
+    return torch.nn.functional.avg_pool2d(image, 3, 1, 1)
+
+
+def with_flow(flow: torch.Tensor, prev: torch.Tensor, cur: torch.Tensor) -> torch.Tensor:
+    return torch.cat([flow, prev, cur], 1)
+
+
+def test_still_gate_zeroes_a_flow_where_nothing_moved_and_keeps_the_true_one():
+    image = textured()
+    noise = torch.full((1, 2, 32, 32), 0.3)  # a small wrong motion on a still picture
+    out = StillGate()(with_flow(noise, image, image))
+    assert out[:, :2].abs().max() < 1e-3 and torch.equal(out[:, 2:], torch.cat([image, image], 1))
+
+    moved = torch.roll(image, shifts=2, dims=-1)  # content moves 2 px right
+    truth = torch.zeros(1, 2, 32, 32)
+    truth[:, 0] = 2.0
+    kept = StillGate()(with_flow(truth, image, moved))[:, :2]
+    assert (kept[..., 4:-4, 4:-4] - truth[..., 4:-4, 4:-4]).abs().max() < 1e-2
+
+
+def test_confidence_is_high_on_matched_texture_and_low_on_flat_or_mismatched_pixels():
+    image = textured()
+    flat = torch.full_like(image, 0.5)
+    zero = torch.zeros(1, 2, 32, 32)
+    scales = torch.tensor(0.02), torch.tensor(0.05)
+    assert confidence(zero, image, image, *scales)[..., 2:-2, 2:-2].mean() > 0.8
+    assert confidence(zero, flat, flat, *scales).max() < 1e-6
+    assert confidence(zero, image, torch.roll(image, 3, -1), *scales)[..., 4:-4, 4:-4].mean() < 0.5
+
+
+def test_fill_gives_flat_pixels_the_flow_of_their_textured_neighbours():
+    # Left half textured, right half flat of the same mean colour; the whole picture moves 1 px down.
+    prev = torch.full((1, 3, 32, 32), 0.5)
+    prev[..., :16] = textured(seed=1)[..., :16]  # mean 0.5, like the flat half
+    cur = torch.roll(prev, shifts=1, dims=-2)
+    truth = torch.zeros(1, 2, 32, 32)
+    truth[:, 1] = 1.0
+    guess = truth.clone()
+    guess[..., 16:] = torch.randn(1, 2, 32, 16, generator=torch.Generator().manual_seed(2))  # noise where flat
+    out = EdgeAwareFill()(with_flow(guess, prev, cur))[:, :2]
+    before = (guess - truth)[..., 2:-2, 17:-2].norm(dim=1).mean()
+    after = (out - truth)[..., 2:-2, 17:-2].norm(dim=1).mean()
+    assert after < 0.2 * before
+    assert (out - truth)[..., 2:-2, 2:14].norm(dim=1).mean() < 0.05  # the textured side keeps its flow
