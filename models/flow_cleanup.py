@@ -27,11 +27,13 @@ from torch import Tensor, nn
 from .flow_loss import warp
 
 
-def _neighbours(t: Tensor, dilation: int) -> Tensor:
-    """(B, C, 9, H, W): the 3x3 neighbourhood of every pixel at ``dilation``, edges replicated."""
-    b, c, h, w = t.shape
-    padded = F.pad(t, [dilation] * 4, mode="replicate")
-    return F.unfold(padded, 3, dilation=dilation).view(b, c, 9, h, w)
+def _neighbours(t: Tensor, dilation: int) -> list[Tensor]:
+    """The 3x3 neighbourhood of every pixel at ``dilation``, edges replicated: nine shifted views of ``t``
+    (views, not an unfolded copy: about twice as fast forward and backward)."""
+    h, w = t.shape[-2:]
+    d = dilation
+    padded = F.pad(t, [d] * 4, mode="replicate")
+    return [padded[..., d + dy : d + dy + h, d + dx : d + dx + w] for dy in (-d, 0, d) for dx in (-d, 0, d)]
 
 
 def confidence(flow: Tensor, prev: Tensor, cur: Tensor, texture: Tensor, residual: Tensor) -> Tensor:
@@ -80,10 +82,11 @@ class EdgeAwareFill(nn.Module):
         sure = confidence(flow, prev, cur, self.log_texture.exp(), self.log_residual.exp())
         guide = prev.mean(1, keepdim=True)
         weighted, weight = flow * sure, sure
+        edge = self.log_edge.exp()
         for d in self.dilations:
-            similar = torch.exp(-self.log_edge.exp() * (_neighbours(guide, d) - guide.unsqueeze(2)).abs())
-            total = similar.sum(2)
-            weighted = (similar * _neighbours(weighted, d)).sum(2) / total
-            weight = (similar * _neighbours(weight, d)).sum(2) / total
+            similar = [torch.exp(-edge * (g - guide).abs()) for g in _neighbours(guide, d)]
+            total = sum(similar)
+            weighted = sum(s * n for s, n in zip(similar, _neighbours(weighted, d), strict=True)) / total
+            weight = sum(s * n for s, n in zip(similar, _neighbours(weight, d), strict=True)) / total
         filled = weighted / weight.clamp_min(1e-6)
         return torch.cat([sure * flow + (1 - sure) * filled, x[:, 2:]], 1)

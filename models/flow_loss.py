@@ -161,6 +161,13 @@ def flow_loss(
 
 
 MAX_FLOW_PX = 1e4  # no real motion is this large; such a flow means the weights have blown up
+#: The data term of the online learners (the service's worker, the benchmarks, deep supervision).
+ONLINE_PHOTOMETRIC = "charbonnier"
+
+
+def online_loss(flow: Tensor, frames: Tensor) -> Tensor:
+    """``flow_loss`` with the online learners' data term."""
+    return flow_loss(flow, frames, photometric=ONLINE_PHOTOMETRIC)
 
 
 def guarded_flow_loss(flow: Tensor, frames: Tensor) -> Tensor:
@@ -169,4 +176,4 @@ def guarded_flow_loss(flow: Tensor, frames: Tensor) -> Tensor:
     magnitude = flow.detach().abs().max()
     if not bool(torch.isfinite(magnitude)) or float(magnitude) > MAX_FLOW_PX:
         return flow.sum() * float("nan")
-    return flow_loss(flow, frames)
+    return online_loss(flow, frames)

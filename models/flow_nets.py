@@ -47,7 +47,7 @@ from torch import Tensor, nn
 
 from .deep_supervision import supervise
 from .flow_cleanup import EdgeAwareFill, StillGate
-from .flow_loss import flow_loss, warp
+from .flow_loss import online_loss, warp
 
 
 def _pool(t: Tensor, factor: int) -> Tensor:
@@ -70,7 +70,7 @@ def _refined(flow: Tensor, frames: Tensor, factor: int, supervision: float) -> T
     """[flow at 1/factor, brought to full resolution, frames]; with ``supervision`` > 0 the flow also
     learns from its own loss (see ``models.deep_supervision``)."""
     full = _upsample_flow(flow, factor)
-    return torch.cat([supervise(full, lambda: flow_loss(full, frames.detach()), supervision), frames], 1)
+    return torch.cat([supervise(full, lambda: online_loss(full, frames.detach()), supervision), frames], 1)
 
 
 def _siamese(convs: nn.Module, frames: Tensor) -> tuple[Tensor, Tensor]:
