@@ -108,11 +108,11 @@ def delete_all(server: str) -> None:
         urllib.request.urlopen(urllib.request.Request(f"{server}/api/streams/{s['id']}", method="DELETE"), timeout=60)
 
 
-def start(page, kind: str, url: str = "", fps: int = 10) -> str:
+def start(page, kind: str, url: str = "", fps: int | None = 10) -> str:
     page.click(f"label[for=kind-{kind}]")
     if url:
         page.fill("#source-url", url)
-    page.fill("#fps", str(fps))
+    page.fill("#fps", "" if fps is None else str(fps))
     page.click("#start-button")
     page.wait_for_url("**/?stream=*", timeout=15_000)
     return page.url.split("stream=")[1]
@@ -146,8 +146,15 @@ def test_demo_stream_draws_overlay_loss_and_budget(page, server):
     assert int(page.get_attribute("#chart-budget", "data-points")) >= 20
     assert page.evaluate(CHART_INK, "#chart-budget") > 500, "the ΔP/ΔS chart is not drawn"
     assert page.evaluate(CHART_INK, "#chart-loss") > 500
-    assert len(page.locator("#stage-bars .stage-bar").all()) >= 2  # the whole step and at least one stage
+    assert len(page.locator("#stage-bars .stage-bar").all()) >= 3  # the frame's work, the step, at least one stage
     assert page.locator("#stream-list .stream-item.selected").get_attribute("data-id") == stream_id
+    # The picture is the source's own (the demo is 128x128), whatever size the network learns at; the loss chart
+    # draws the zero-flow baseline; the legend says the stream's colour scale; the budget is said in words.
+    picture = page.evaluate("() => { const f = window.overtime.view.images.frame; return [f.width, f.height]; }")
+    assert picture == [128, 128]
+    assert any(v is not None for v in page.evaluate("() => window.overtime.charts.loss.data[3]"))
+    assert "px/frame" in page.inner_text("#legend-scale") and "–" not in page.inner_text("#legend-scale")
+    page.wait_for_function("() => /learning at \\d+×\\d+/.test(document.querySelector('#budget-note').textContent)")
     page.screenshot(path=str(RESULTS / "client-demo.png"), full_page=True)
 
     # The server sends the frame and the flow apart: raw / flow side by side, with arrows, is drawn.
@@ -165,11 +172,13 @@ def test_demo_stream_draws_overlay_loss_and_budget(page, server):
     assert download.value.suggested_filename.endswith(".pt")
     assert "checkpoint saved" in page.inner_text("#toast")
 
-    # Deep link: a fresh page on /?stream=<id> shows that stream; a fresh page on / opens the running one.
+    # Deep link: a fresh page on /?stream=<id> shows that stream; a fresh page on / opens the running one. Both draw
+    # the charts' history at once (the server keeps it), not only the frames that arrive after they opened.
+    seen = int(page.get_attribute("#chart-loss", "data-points"))
     for url in (f"{server}/?stream={stream_id}", server):
         other = page.context.new_page()
         other.goto(url)
-        wait_for_points(other, "#chart-loss", 3, timeout_s=30)
+        wait_for_points(other, "#chart-loss", seen, timeout_s=10)
         assert other.url.endswith(f"?stream={stream_id}")
         other.close()
 
