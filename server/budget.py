@@ -8,8 +8,9 @@ one size when a window leaves room for the next one. Each window is judged afres
 (another process, a viewer asking for more pictures) moves the size again. A size that was too slow is not retried
 for ``RETRY_S``, so the size does not flap. With a fixed size nothing moves, but the note still says whether it holds.
 
-Cost model: a frame's work grows with the learning size's pixels. It is only used to pick the next size to try; the
-next window measures it.
+Cost model: a frame's work is a part that grows with the learning size's pixels (the pipeline step) and a part that
+does not (scaling the picture down, the pictures at the picture's size): both measured, the first scaled by the
+pixels of the size considered. It is only used to pick the next size to try; the next window measures it.
 """
 
 from __future__ import annotations
@@ -47,9 +48,10 @@ class BudgetController:
         self.auto = auto
         self.window = max(MIN_WINDOW, round(WINDOW_S * fps))
         self.clock = clock
-        self.samples: list[float] = []
+        self.samples: list[tuple[float, float]] = []
         self.seen = 0
         self.estimate: float | None = None  # a frame's work at the current size, from the last full window
+        self.fixed = 0.0  # the part of it that does not depend on the learning size
         self.settled = False  # a window held the budget at this size
         self._too_slow: dict[int, float] = {}  # ladder index -> when a window there was over the target
 
@@ -57,15 +59,18 @@ class BudgetController:
     def size(self) -> Size:
         return self.ladder[self.index]
 
-    def observe(self, work_s: float) -> int | None:
-        """One frame's work at the current size; the ladder index to rebuild at when the size must change."""
+    def observe(self, work_s: float, step_s: float | None = None) -> int | None:
+        """One frame's work at the current size (``step_s`` of it grows with the size: the pipeline step; default:
+        all of it); the ladder index to rebuild at when the size must change."""
         self.seen += 1
         if self.seen <= WARMUP_FRAMES:
             return None
-        self.samples.append(work_s)
+        self.samples.append((work_s, work_s if step_s is None else min(step_s, work_s)))
         if len(self.samples) < self.window:
             return None
-        self.estimate = float(np.percentile(self.samples, 75))  # most frames, not the lucky half
+        work, step = np.array(self.samples).T
+        self.estimate = float(np.percentile(work, 75))  # most frames, not the lucky half
+        self.fixed = max(0.0, self.estimate - float(np.percentile(step, 75)))
         self.samples.clear()
         choice = self._choose(self.estimate) if self.auto else self.index
         self.settled = choice == self.index and self.estimate <= TARGET * self.ds
@@ -74,18 +79,22 @@ class BudgetController:
         self._move(choice)
         return choice
 
+    def predict(self, index: int) -> float:
+        """A frame's work at ``ladder[index]``, from the last window at the current size."""
+        assert self.estimate is not None
+        return self.fixed + (self.estimate - self.fixed) * pixels(self.ladder[index]) / pixels(self.size)
+
     def _choose(self, estimate: float) -> int:
         limit = TARGET * self.ds
-        here = pixels(self.size)
         if estimate > limit:
             self._too_slow[self.index] = self.clock()
             for j in range(self.index + 1, len(self.ladder)):
-                if estimate * pixels(self.ladder[j]) / here <= limit:
+                if self.predict(j) <= limit:
                     return j
             return len(self.ladder) - 1
         up = self.index - 1
         recently_slow = self.clock() - self._too_slow.get(up, -RETRY_S) < RETRY_S
-        if up >= 0 and not recently_slow and estimate * pixels(self.ladder[up]) / here <= GROW_MARGIN * limit:
+        if up >= 0 and not recently_slow and self.predict(up) <= GROW_MARGIN * limit:
             return up
         return self.index
 

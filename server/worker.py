@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from models.online import frame_pair
+from pipeline_core import StepResult
 from pipeline_core.partition import resolve_devices
 
 from . import errors
@@ -145,11 +146,15 @@ class FrameLoop:
             self.pending.clear()  # the pipeline restarted empty
             self.out.put({"type": "nonfinite", "lr": learner.lr, "count": learner.nonfinite,
                           "restored_from": learner.resumed_from})  # fmt: skip
-        if r is None:
-            return
+        if r is not None:
+            work_s, pictures_s = self._publish(r, start)
+            self._keep_budget(work_s - pictures_s + self.reserve, r.step_seconds)
+
+    def _publish(self, r: StepResult, start: float) -> tuple[float, float]:
+        """Send what left the pipeline for the oldest frame inside it; the frame's work and its pictures' share."""
         shown, shown_capture, shown_x = self.pending.popleft()
         flow = np.ascontiguousarray(r.output[0].detach().permute(1, 2, 0).numpy())
-        loss_zero = learner.zero_flow_loss(shown_x)
+        loss_zero = self.learner.zero_flow_loss(shown_x)
         scale = self.scale.update(flow, shown.shape[1] / flow.shape[1])
         kinds = mask_kinds(self.ring.wanted)
         painted = time.perf_counter()
@@ -161,20 +166,18 @@ class FrameLoop:
         self.out.put({
             "type": "frame", "frame": r.frame, "loss": r.loss, "loss_zero": loss_zero, "dp_s": r.step_seconds,
             "stage_dp_s": list(r.stage_seconds), "work_s": work_s, "capture_time": shown_capture,
-            "learning_size": list(learner.size), "flow_scale": scale, "flow": flow, "images": images,
+            "learning_size": [flow.shape[1], flow.shape[0]], "flow_scale": scale, "flow": flow, "images": images,
         })  # fmt: skip
-        self._keep_budget(work_s - pictures_s + self.reserve)
+        return work_s, pictures_s
 
-    def _keep_budget(self, work_s: float) -> None:
+    def _keep_budget(self, work_s: float, step_s: float) -> None:
         controller = self.controller
-        choice = controller.observe(work_s)
+        choice = controller.observe(work_s, step_s)
         if choice is not None:
-            lost = len(self.pending)
+            for r in self.learner.pipe.flush():  # the frames inside the pipeline come out at the old size, not lost
+                self._publish(r, time.perf_counter())
             self.learner.resize(controller.size)
-            self.pending.clear()
             self.previous = None if self.previous_picture is None else self.scaled(self.previous_picture)
-            if lost:
-                self.out.put({"type": "dropped", "reason": "resized", "count": lost})
         elif controller.settled and self.cfg.auto:
             self.remember_size(controller.size)
         note = controller.note(self.cfg.fps)

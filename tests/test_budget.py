@@ -80,3 +80,16 @@ def test_a_fixed_size_never_moves_but_says_whether_it_holds():
 def test_bad_start():
     with pytest.raises(ValueError):
         BudgetController(LADDER, len(LADDER), fps=10, auto=True)
+
+
+def test_the_part_that_does_not_grow_with_the_size_is_not_expected_to_shrink():
+    controller = BudgetController(LADDER, 0, fps=10, auto=True)
+    fixed, per_pixel = 0.05, 0.07 / pixels(LADDER[0])  # 50 ms of pictures + 70 ms of steps at the largest size
+    moves = []
+    for _ in range(400):
+        step = per_pixel * pixels(controller.size)
+        move = controller.observe(fixed + step, step)
+        if move is not None:
+            moves.append(move)
+    fits = [i for i, size in enumerate(LADDER) if fixed + per_pixel * pixels(size) <= TARGET * 0.1]
+    assert moves[0] == fits[0] and controller.index == fits[0]  # straight there: no step-by-step descent
