@@ -227,8 +227,10 @@ function showStreamInfo(s) {
   banner.hidden = !words;
   banner.textContent = words;
   if (s.budget_note !== undefined) {
-    $("budget-note").hidden = !s.budget_note;
-    $("budget-note").textContent = s.budget_note || "";
+    const note = $("budget-note");
+    note.hidden = !s.budget_note;
+    note.textContent = s.budget_note || "";
+    note.classList.toggle("over", /cannot keep|trying a smaller/.test(s.budget_note || "")); // frames are dropped
   }
   const waiting = {
     starting: `${s.phase || "starting"}…`,
