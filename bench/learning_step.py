@@ -13,7 +13,9 @@ and once more with the cache it filled (warm).
 * ``eager-D2``: PARTIME with 2 stages as threads, one intra-op thread each (the service's default);
 * ``channels-last-1t`` / ``-D2``: the net and its input in channels-last memory format;
 * ``compile-1t`` / ``-D2``: ``module.compile()`` per stage (inductor's CPU backend), cold and warm;
-  ``compile-nosizeassert-1t``: the same with inductor's size asserts off (see the result: the default fails).
+  ``compile-nosizeassert-1t``: the same with inductor's size asserts off (see the result: the default fails);
+* ``profile-1t`` / ``profile-2t``: not a step but what a new stream's worker does first, profiling the layers for
+  the split between 2 stages (``pipeline_core.balance``), with 1 or 2 intra-op threads (its time is "build s").
 
     python -m bench.learning_step                    # 160x120, writes bench/results/learning-step-cpu.{md,json}
     python -m bench.learning_step --quick            # a smoke run (*-quick.*, not committed)
@@ -32,6 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PLAIN = ["eager-1t", "eager-2t", "eager-2t-passive", "eager-D2", "channels-last-1t", "channels-last-D2"]
+PROFILES = ["profile-1t", "profile-2t"]
 COMPILED = ["compile-1t", "compile-D2", "compile-nosizeassert-1t"]
 #: way -> (intra-op threads, stages, extra environment)
 WAYS = {
@@ -44,6 +47,8 @@ WAYS = {
     "compile-1t": (1, 1, {}),
     "compile-D2": (2, 2, {}),
     "compile-nosizeassert-1t": (1, 1, {}),
+    "profile-1t": (1, 2, {}),
+    "profile-2t": (2, 2, {}),
 }
 SPLIT_D2 = [5, 3]  # the fast net's balanced split at the service's sizes (profiling it is not what is measured)
 
@@ -61,6 +66,8 @@ def child(way: str, size: tuple[int, int], steps: int, warmup: int) -> dict:
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     w, h = size
+    if way.startswith("profile"):
+        return profile(way, size)
     frames = generate(max(w, h), steps + 1, seed=5).frames[:, :h, :w]
     start = time.perf_counter()
     pipe = online_pipeline(build_flow_net("fast", init="pretrained"), torch.zeros(1, 6, h, w), stages,
@@ -103,6 +110,23 @@ def child(way: str, size: tuple[int, int], steps: int, warmup: int) -> dict:
         "final_loss": loss,
         "error": error,
     }
+
+
+def profile(way: str, size: tuple[int, int]) -> dict:
+    """What a new stream's worker does before its first step: measure the layers to split the net into 2 stages."""
+    import torch
+
+    from models.flow_loss import guarded_flow_loss
+    from models.flow_nets import build_flow_net
+    from pipeline_core import balance
+
+    w, h = size
+    net = build_flow_net("fast", init="pretrained")
+    start = time.perf_counter()
+    split = balance(net, torch.zeros(1, 6, h, w), 2, ["cpu"], guarded_flow_loss)
+    seconds = time.perf_counter() - start
+    return {"way": way, "threads": WAYS[way][0], "stages": 2, "build_s": seconds, "first_step_s": None, "steps": 0,
+            "median_ms": None, "p90_ms": None, "final_loss": None, "error": None, "split": split}  # fmt: skip
 
 
 def run_way(way: str, args: argparse.Namespace, cache: Path | None = None) -> dict:
@@ -181,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
                 best[way] = r
             best.setdefault(way, r)
     rows = [best[way] for way in PLAIN]
+    for way in PROFILES:  # each once: a start is a single event, not a steady state
+        rows.append(run_way(way, args))
     if not args.no_compile:
         for way in COMPILED:
             with tempfile.TemporaryDirectory(prefix="inductor-") as cache:
