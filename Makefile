@@ -70,6 +70,8 @@ bench-processes: $(VENV)/.installed
 
 bench-service: $(VENV)/.installed
 	$(PY) -m bench.service
+	$(PY) -m bench.service_clip --clip $(CLIPS)/box.mp4
+	$(PY) -m bench.learning_step
 
 bench-load: $(VENV)/.installed
 	$(PY) -m bench.load

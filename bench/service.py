@@ -1,13 +1,15 @@
 """Service benchmark: the highest frame rate a stream sustains with zero drops while learning, and the
 capture -> overlay latency, measured through a real ``overtime serve`` and a WebSocket viewer.
 
-For each rate of a rising ladder, a fresh stream (128x128, the fast flow net, D stages) learns on a 30 fps
-ground-truth video resampled to that rate; after a warm-up, a window of ``--seconds`` must pass without a
-single frame dropped because the worker fell behind. Latency is the server's ``latency_s`` (decoder capture ->
-overlay message sent) over the window; the target is p95 <= (D+1)·ΔS + 30 ms.
+For each rate of a rising ladder, a fresh stream (a fixed learning size, 128x96 by default, the fast flow net, D
+stages) learns on a 30 fps ground-truth video of that size resampled to that rate; after a warm-up, a window of
+``--seconds`` must pass without a single frame dropped because the worker fell behind. Latency is the server's
+``latency_s`` (decoder capture -> overlay message sent) over the window; the target is p95 <= (D+1)·ΔS + 30 ms.
+Real footage with sizes left to the service: ``bench.service_clip``.
 
-    python -m bench.service                 # full run (about 1.5 min per rate)
-    python -m bench.service --seconds 10    # quick look
+    python -m bench.service                       # full run (about 1.5 min per rate): service-cpu-128x96.*
+    python -m bench.service --size 128x128        # the size of earlier runs (service-cpu.*)
+    python -m bench.service --seconds 10          # quick look
 """
 
 from __future__ import annotations
@@ -28,6 +30,12 @@ from server.launch import ServerProcess
 
 SOURCE_FPS = 30  # the ground truth moves this fast per source frame; a rate r sees pairs 30/r frames apart
 LATENCY_KEYS = ("latency_p50_s", "latency_p95_s", "latency_target_s")
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    """``"128x96"`` (or ``"128"``: square) -> (128, 96)."""
+    width, _, height = text.lower().partition("x")
+    return int(width), int(height or width)
 
 
 async def measure(srv: ServerProcess, sid: str, warmup_s: float, seconds: float) -> dict:
@@ -73,8 +81,10 @@ async def measure(srv: ServerProcess, sid: str, warmup_s: float, seconds: float)
 def run(args: argparse.Namespace) -> dict:
     work = Path(tempfile.mkdtemp(prefix="overtime-bench-"))
     (work / "media").mkdir()
-    write_mp4(generate(args.size, 450, seed=3).frames, work / "media" / "bench.mp4", fps=SOURCE_FPS)
-    flags = ("--no-demo-stream", "--stages", str(args.stages), "--width", str(args.size), "--height", str(args.size))
+    width, height = args.size
+    frames = generate(max(width, height), 450, seed=3).frames[:, :height, :width]
+    write_mp4(np.ascontiguousarray(frames), work / "media" / "bench.mp4", fps=SOURCE_FPS)
+    flags = ("--no-demo-stream", "--stages", str(args.stages), "--width", str(width), "--height", str(height))
     rows = []
     with ServerProcess(work, *flags) as srv:
         for fps in args.ladder:
@@ -92,7 +102,7 @@ def run(args: argparse.Namespace) -> dict:
     best = max((r for r in rows if r["sustained"]), key=lambda r: r["fps"], default=None)
     return {
         "benchmark": "service",
-        "size": args.size,
+        "size": list(args.size),
         "stages": args.stages,
         "model": "fast",
         "window_s": args.seconds,
@@ -128,14 +138,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ladder", type=float, nargs="+", default=[8, 10, 12, 15, 20, 25, 30])
     p.add_argument("--seconds", type=float, default=60.0, help="measured window per rate")
     p.add_argument("--warmup", type=float, default=10.0)
-    p.add_argument("--size", type=int, default=128)
+    p.add_argument("--size", type=parse_size, default=(128, 96), help="learning size WxH (fixed), default 128x96")
     p.add_argument("--stages", type=int, default=2)
-    p.add_argument("--out", default="service-cpu", help="results file stem under bench/results/")
+    p.add_argument("--out", help="results file stem under bench/results/ (default: service-cpu-WxH)")
     args = p.parse_args(argv)
     report = Run()
     result = run(args)
-    title = f"Service benchmark ({args.size}x{args.size}, fast flow net, D={args.stages}, CPU)"
-    report.write(args.out, title, markdown(result), result)
+    size = f"{args.size[0]}x{args.size[1]}"
+    title = f"Service benchmark ({size}, fast flow net, D={args.stages}, CPU)"
+    report.write(args.out or f"service-cpu-{size}", title, markdown(result), result)
     return 0
 
 

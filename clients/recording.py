@@ -1,4 +1,5 @@
-"""What `overtime watch` saves: the overlay video (PyAV, H.264) and one CSV row of metrics per frame."""
+"""What `overtime watch` saves: a video of one of the pictures (PyAV, H.264) timed by the frames' capture times, one
+Middlebury `.flo` file of the flow per frame, and one CSV row of metrics per frame."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import av
 import cv2
 import numpy as np
 
+PICTURES = ("overlay", "frame", "flow")  # what --save can record
+MILLISECOND = Fraction(1, 1000)
+
 
 def decode_jpeg(data: bytes) -> np.ndarray:
     """JPEG bytes -> RGB uint8 array (H, W, 3); ValueError if the bytes are not an image."""
@@ -19,27 +23,20 @@ def decode_jpeg(data: bytes) -> np.ndarray:
     return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
 
 
-def overlay_image(images: dict[str, bytes], opacity: float = 0.6) -> np.ndarray:
-    """The picture to record: the server's overlay, or the frame with the flow image blended over it."""
-    if "overlay" in images:
-        return decode_jpeg(images["overlay"])
-    frame, flow = decode_jpeg(images["frame"]), decode_jpeg(images["flow"])
-    if flow.shape != frame.shape:
-        flow = cv2.resize(flow, (frame.shape[1], frame.shape[0]))
-    return cv2.addWeighted(frame, 1 - opacity, flow, opacity, 0)
-
-
 class VideoRecorder:
-    """H.264 in MP4 at the stream's rate, one video frame per received frame (sizes rounded up to even)."""
+    """H.264 in MP4 with each frame at its capture time (millisecond timestamps, first frame at 0): a session that
+    took 16.8 s makes a 16.8 s video, whatever the rate frames arrived at. Sizes are rounded up to even."""
 
     def __init__(self, path: Path, fps: float):
         self.path = path
-        self.fps = Fraction(fps).limit_denominator(1000)
+        self.fps = Fraction(fps).limit_denominator(1000)  # nominal only: the last frame lasts 1/fps
         self.container = None
         self.stream = None
         self.frames = 0
+        self.start: float | None = None
+        self.last_pts = -1
 
-    def write(self, rgb: np.ndarray) -> None:
+    def write(self, rgb: np.ndarray, capture_time: float) -> None:
         if self.container is None:
             self.container = av.open(str(self.path), "w")
             self.stream = self.container.add_stream("libx264", rate=self.fps)
@@ -47,11 +44,13 @@ class VideoRecorder:
             self.stream.height = rgb.shape[0] + rgb.shape[0] % 2
             self.stream.pix_fmt = "yuv420p"
             self.stream.options = {"crf": "20", "preset": "veryfast"}
+            self.stream.codec_context.time_base = self.stream.time_base = MILLISECOND
+            self.start = capture_time
         if rgb.shape[:2] != (self.stream.height, self.stream.width):
             rgb = cv2.resize(rgb, (self.stream.width, self.stream.height))
         frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
-        frame.pts = self.frames
-        frame.time_base = 1 / self.fps
+        frame.pts = self.last_pts = max(round((capture_time - self.start) * 1000), self.last_pts + 1)
+        frame.time_base = MILLISECOND
         self.container.mux(self.stream.encode(frame))
         self.frames += 1
 
@@ -62,10 +61,22 @@ class VideoRecorder:
             self.container = None
 
 
-class MetricsCsv:
-    """frame, loss, dp_s, ds_s, latency_s, dropped, stage_0_dp_s, ... — the columns fixed by the first frame."""
+class FlowFiles:
+    """One Middlebury `.flo` per frame in a folder, named by the frame's index (the bytes as the server sent them)."""
 
-    BASE = ["frame", "loss", "dp_s", "ds_s", "latency_s", "dropped"]
+    def __init__(self, folder: Path):
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+
+    def write(self, frame: int, flo: bytes) -> None:
+        (self.folder / f"{frame:06d}.flo").write_bytes(flo)
+
+
+class MetricsCsv:
+    """frame, capture_time, loss, loss_zero, dp_s, work_s, ds_s, latency_s, dropped, stage_0_dp_s, ... (the stage
+    columns fixed by the first frame)."""
+
+    BASE = ["frame", "capture_time", "loss", "loss_zero", "dp_s", "work_s", "ds_s", "latency_s", "dropped"]
 
     def __init__(self, path: Path):
         self.file = path.open("w", newline="")

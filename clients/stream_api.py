@@ -91,22 +91,24 @@ class StreamApi:
     def delete(self, stream_id: str) -> None:
         self._call("DELETE", f"/api/streams/{urllib.parse.quote(stream_id)}")
 
-    def ws_url(self, path: str) -> str:
+    def ws_url(self, path: str, **params: str) -> str:
         url = urllib.parse.urlsplit(self.base + path)
         scheme = "wss" if url.scheme == "https" else "ws"
-        query = urllib.parse.urlencode({"token": self.token}) if self.token else ""
+        query = urllib.parse.urlencode({**params, **({"token": self.token} if self.token else {})})
         return urllib.parse.urlunsplit((scheme, url.netloc, url.path, query, ""))
 
-    def frames(self, stream_id: str, idle_timeout: float) -> Iterator[Frame | dict]:
+    def frames(self, stream_id: str, idle_timeout: float, images: list[str] | None = None) -> Iterator[Frame | dict]:
         """Yields `Frame`s, and state/error messages as dicts, until the stream ends or the socket closes.
 
-        Each metrics message is followed by its image(s): one overlay JPEG, unless the server names the images
-        (`"images": ["frame", "flow"]`) in a metrics or hello message. Raises TimeoutError after `idle_timeout`
-        seconds without any message.
+        Each metrics message is followed by its image(s): one overlay JPEG by default, else one of each of `images`
+        (`overlay`, `frame`, `flow`: JPEGs; `flow16`, `flo`: the flow field), which the server names in each metrics
+        message (`"images": [...]`). Raises TimeoutError after `idle_timeout` seconds without any message.
         """
         layout = ["overlay"]
+        params = {"images": ",".join(images)} if images else {}
         try:
-            ws = connect(self.ws_url(f"/ws/streams/{urllib.parse.quote(stream_id)}"), open_timeout=self.timeout)
+            path = f"/ws/streams/{urllib.parse.quote(stream_id)}"
+            ws = connect(self.ws_url(path, **params), open_timeout=self.timeout, max_size=2**24)
         except InvalidStatus as err:
             raise ApiError(err.response.status_code, f"WebSocket refused ({err.response.status_code})") from None
         except OSError as err:

@@ -1,8 +1,9 @@
 """`overtime watch STREAM_ID_OR_SOURCE`: follow a stream from the terminal, optionally recording it.
 
 Given a source (a URL, `demo`, `camera:N`, `file:...`) instead of a stream id, it first creates the stream (and
-deletes it again on exit unless --keep). Shows one progress line (fps, loss, ΔP/ΔS, drops), and saves the overlay
-video (--save, H.264 MP4) and the per-frame metrics (--csv).
+deletes it again on exit unless --keep). Shows one progress line (fps, loss against zero flow's, ΔP/ΔS, drops), and
+saves a video of the overlay, the frame or the flow's colours at the frames' capture times (--save, H.264 MP4), the
+flow itself as one Middlebury .flo per frame (--save-flow) and the per-frame metrics (--csv).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from clients.recording import MetricsCsv, VideoRecorder, overlay_image
+from clients.recording import PICTURES, FlowFiles, MetricsCsv, VideoRecorder, decode_jpeg
 from clients.stream_api import ApiError, Frame, StreamApi, error_words
 
 # Exit codes: one per way of failing, so scripts can tell them apart.
@@ -37,7 +38,9 @@ def is_source(arg: str) -> bool:
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="overtime watch", description=__doc__.splitlines()[0])
     p.add_argument("target", metavar="STREAM_ID_OR_SOURCE", help="a stream id, or a source to create a stream from")
-    p.add_argument("--save", type=Path, metavar="OUT.mp4", help="record the flow overlay as H.264 MP4")
+    p.add_argument("--save", type=Path, metavar="OUT.mp4", help="record a picture as H.264 MP4, at capture times")
+    p.add_argument("--picture", choices=PICTURES, default="overlay", help="what --save records (default: overlay)")
+    p.add_argument("--save-flow", type=Path, metavar="DIR", help="write the flow of each frame as DIR/<frame>.flo")
     p.add_argument("--csv", type=Path, metavar="LOSSES.csv", help="write per-frame metrics as CSV")
     p.add_argument("--url", default=os.environ.get("OVERTIME_URL", "http://127.0.0.1:8000"), help="server base URL")
     p.add_argument("--token", default=os.environ.get("OVERTIME_TOKEN"), help="API token (or $OVERTIME_TOKEN)")
@@ -49,6 +52,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     new.add_argument("--width", type=int)
     new.add_argument("--height", type=int)
     new.add_argument("--stages", type=int)
+    new.add_argument("--init", choices=("pretrained", "scratch"), help="a new net's weights (default: the server's)")
     new.add_argument("--lr", type=float)
     new.add_argument("--name")
     new.add_argument("--loop", action="store_true", default=None)
@@ -75,8 +79,9 @@ class Progress:
         self.times = [t for t in self.times if now - t < 3.0] + [now]
         fps = (len(self.times) - 1) / (self.times[-1] - self.times[0]) if len(self.times) > 1 else 0.0
         ratio = m["dp_s"] / m["ds_s"] if m.get("ds_s") else float("nan")
+        zero = f" (zero flow {m['loss_zero']:.4g})" if m.get("loss_zero") is not None else ""
         line = (
-            f"frame {m['frame']:>6}  fps {fps:5.1f}  loss {m['loss']:.4g}  "
+            f"frame {m['frame']:>6}  fps {fps:5.1f}  loss {m['loss']:.4g}{zero}  "
             f"ΔP/ΔS {ratio:4.2f}{' OVER' if ratio > 1 else ''}  drops {m.get('dropped', 0)}"
         )
         if self.tty:
@@ -114,32 +119,40 @@ def api_failure(err: ApiError) -> int:
 
 def stream_spec(args: argparse.Namespace) -> dict:
     spec = {"source": args.target}
-    for key in ("fps", "width", "height", "stages", "lr", "name", "loop"):
+    for key in ("fps", "width", "height", "stages", "init", "lr", "name", "loop"):
         if getattr(args, key) is not None:
             spec[key] = getattr(args, key)
     return spec
 
 
+def wanted_images(args: argparse.Namespace) -> list[str]:
+    """What to ask the server for: the picture to record, the flow field to save (the overlay for progress only)."""
+    return [args.picture] * bool(args.save) + ["flo"] * bool(args.save_flow) or ["overlay"]
+
+
 def follow(api: StreamApi, stream: dict, args: argparse.Namespace) -> int:
     """Reads frames until --frames, the end of the stream or an error; records what was asked for."""
     video = VideoRecorder(args.save, stream.get("fps") or 10) if args.save else None
+    flows = FlowFiles(args.save_flow) if args.save_flow else None
     metrics_csv = MetricsCsv(args.csv) if args.csv else None
     progress = Progress()
     received = 0
     try:
-        for item in api.frames(stream["id"], idle_timeout=args.idle_timeout):
+        for item in api.frames(stream["id"], idle_timeout=args.idle_timeout, images=wanted_images(args)):
             if not isinstance(item, Frame):
                 if item.get("state") == "error" or item.get("type") == "error":
                     progress.done()
                     return fail(STREAM_FAILED, f"stream {stream['id']}: {error_words(item.get('error') or item)}")
                 if item.get("state"):
-                    progress.note(item["state"], error_words(item.get("error")))
+                    progress.note(item["state"], item.get("phase") or error_words(item.get("error")))
                 continue
             m = item.metrics
             if video is not None:
                 if video.container is None and m.get("ds_s"):
                     video.fps = type(video.fps)(1 / m["ds_s"]).limit_denominator(1000)
-                video.write(overlay_image(item.images))
+                video.write(decode_jpeg(item.images[args.picture]), m["capture_time"])
+            if flows is not None:
+                flows.write(m["frame"], item.images["flo"])
             if metrics_csv is not None:
                 metrics_csv.write(m)
             progress.update(m)
@@ -160,7 +173,8 @@ def follow(api: StreamApi, stream: dict, args: argparse.Namespace) -> int:
         words = error_words(state.get("error"))
         why = f"stream {state.get('state', 'closed')} after {received} of {args.frames} frames"
         return fail(STREAM_FAILED, f"{why}: {words}" if words else why)
-    print(f"{received} frames" + (f" -> {args.save}" if args.save else "") + (f", {args.csv}" if args.csv else ""))
+    saved = [str(path) for path in (args.save, args.save_flow, args.csv) if path]
+    print(f"{received} frames" + (f" -> {', '.join(saved)}" if saved else ""))
     return OK
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -11,6 +12,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
+from .generation import warm_up
 from .manager import RequestError, StreamManager
 from .metrics import Metrics
 from .routes import faults, health, streams, ws
@@ -25,6 +27,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.media_dir.mkdir(parents=True, exist_ok=True)
         settings.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+        threading.Thread(target=warm_up, name="forkserver-warm-up", daemon=True).start()  # streams start sooner
         manager = StreamManager(settings, Metrics(), asyncio.get_running_loop())
         app.state.manager = manager
         url = f"http://{settings.host}:{settings.port}/"

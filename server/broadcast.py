@@ -14,7 +14,8 @@ from typing import Any
 
 
 class Viewer:
-    def __init__(self, on_drop: Callable[[], None]) -> None:
+    def __init__(self, on_drop: Callable[[], None], kinds: list[str]) -> None:
+        self.kinds = kinds  # the pictures this viewer wants with each frame
         self._frame: Any = None
         self._notices: deque[dict] = deque(maxlen=64)
         self._wake = asyncio.Event()
@@ -45,20 +46,24 @@ class Viewer:
 class Broadcaster:
     """Lives on the event loop; the session's supervisor thread reaches it through ``call_soon_threadsafe``."""
 
-    def __init__(self, on_drop: Callable[[], None], on_count: Callable[[int], None]) -> None:
+    def __init__(self, on_drop: Callable[[], None], on_count: Callable[[int, set[str]], None]) -> None:
         self.viewers: set[Viewer] = set()
         self._on_drop = on_drop
         self._on_count = on_count
 
-    def join(self) -> Viewer:
-        viewer = Viewer(self._on_drop)
+    def join(self, kinds: list[str]) -> Viewer:
+        viewer = Viewer(self._on_drop, kinds)
         self.viewers.add(viewer)
-        self._on_count(len(self.viewers))
+        self._counted()
         return viewer
 
     def leave(self, viewer: Viewer) -> None:
         self.viewers.discard(viewer)
-        self._on_count(len(self.viewers))
+        self._counted()
+
+    def _counted(self) -> None:
+        """Tell the stream how many viewers there are and which pictures they want between them."""
+        self._on_count(len(self.viewers), {kind for viewer in self.viewers for kind in viewer.kinds})
 
     def frame(self, frame: Any) -> None:
         for viewer in self.viewers:

@@ -22,6 +22,8 @@ def _add_setting_flags(parser: argparse.ArgumentParser) -> None:
         elif bool in typing.get_args(kind):  # a switch that may take a value instead: --allow-private 10.0.0.0/8
             parser.add_argument(flag, dest=name, nargs="?", const=True, default=None, metavar="VALUE", help=help_text)
             parser.add_argument(f"--no-{flag[2:]}", dest=name, action="store_const", const=False, help="(false)")
+        elif typing.get_origin(kind) is typing.Literal:
+            parser.add_argument(flag, dest=name, default=None, choices=typing.get_args(kind), help=help_text)
         elif typing.get_origin(kind) is list:
             parser.add_argument(flag, dest=name, default=None, type=lambda v: [s for s in v.split(",") if s],
                                 metavar="A,B,...", help=help_text)  # fmt: skip

@@ -1,4 +1,8 @@
-"""The decoder process: open a source with PyAV, deliver RGB frames of the stream's size at its fixed rate.
+"""The decoder process: open a source with PyAV, deliver RGB frames of the picture's size at the stream's rate.
+
+The first decoded frame decides both (``sizing``): the picture keeps the source's size up to a long side of
+``display_side``, and the rate is the one asked for or the source's own (capped); the ``opened`` event says so, and
+the API process then starts the worker, which learns at a smaller size of its own.
 
 Resampling is by timestamps (``resample.Resampler``, shared with ``bench.realflow``): a decoded frame is emitted
 when it falls on the next tick of the 1/fps grid (within a quarter tick), otherwise dropped and counted
@@ -22,13 +26,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import av
-import numpy as np
 
 from . import errors
-from .errors import SourceError
+from .errors import SourceError, in_words
 from .http_io import DEMUXER_OPTIONS, HttpOpener
 from .resample import FrameClock, Resampler, to_rgb
 from .ring import FrameRing, RingSpec
+from .sizing import display_size, stream_fps
 from .sources import SourceSpec, check_host
 
 log = logging.getLogger(__name__)
@@ -38,15 +42,15 @@ log = logging.getLogger(__name__)
 VIDEO_SIGNATURES = (b"\x1a\x45\xdf\xa3", b"RIFF", b"\x47", b"\x00\x00\x01\xba", b"OggS", b"FLV")
 STATS_PERIOD_S = 0.25
 MAX_BAD_PACKETS = 25  # corrupt packets in a row before a source counts as broken (decode_error)
-Frame = tuple[np.ndarray, float, float]
+Frame = tuple[av.VideoFrame, float, float]  # decoded frame, source time, position in the file (seconds)
 
 
 @dataclass(frozen=True)
 class DecoderConfig:
     source: SourceSpec
-    fps: float
-    width: int
-    height: int
+    fps: float | None  # asked for; None: the source's own rate, at most ``max_fps``
+    max_fps: float
+    display_side: int  # the picture's long side at most (``sizing.display_size``)
     loop: bool
     open_timeout_s: float
     read_timeout_s: float
@@ -91,13 +95,14 @@ def run_decoder(cfg: DecoderConfig, ring_spec: RingSpec, slots: Any, events: Any
     slots.cancel_join_thread()  # unread slot indices are worthless once we exit
     report = Reporter(events)
     try:
-        frames = _frames(cfg, report, ingest, ring)
-        _emit(cfg, frames, ring, slots, report, parent)
+        described: dict = {}
+        frames = _frames(cfg, report, ingest, ring, described)
+        _emit(cfg, frames, described, ring, slots, report, parent)
     except SourceError as exc:
         report.send({"type": "error", "code": exc.code, "message": exc.message})
     except Exception as exc:  # an unexpected failure still gets a code, never a silent death
         log.exception("decoder failed")
-        report.send({"type": "error", "code": errors.DECODE_ERROR, "message": f"{type(exc).__name__}: {exc}"})
+        report.send({"type": "error", "code": errors.DECODE_ERROR, "message": f"decoding failed: {in_words(exc)}"})
     finally:
         ring.close()
 
@@ -105,18 +110,26 @@ def run_decoder(cfg: DecoderConfig, ring_spec: RingSpec, slots: Any, events: Any
 def _emit(
     cfg: DecoderConfig,
     frames: Iterator[Frame],
+    described: dict,
     ring: FrameRing,
     slots: Any,
     report: Reporter,
     parent: int,
 ) -> None:
-    grid = Resampler(cfg.fps)
-    wall0: float | None = None
-    for rgb, t, position in frames:
+    """Pace and resample the frames into the ring at the picture's size. The first frame decides the picture's size
+    and the rate (``opened``); frames wait there until the worker is ready."""
+    grid: Resampler | None = None
+    wall0 = 0.0
+    for frame, t, position in frames:
         if ring.stopping or os.getppid() != parent:
             return
         report.decoded += 1
-        if wall0 is None:
+        if grid is None:
+            width, height = display_size(frame.width, frame.height, cfg.display_side)
+            fps = stream_fps(cfg.fps, described.get("fps"), cfg.max_fps)
+            info = {**described, "width": frame.width, "height": frame.height}
+            report.send({"type": "opened", "info": info, "fps": fps, "display": [width, height]})
+            grid = Resampler(fps)
             while not ring.ready:
                 if ring.sleep(0.05):
                     return
@@ -128,6 +141,7 @@ def _emit(
                 delay = wall0 + t - time.monotonic()
                 if delay > 0 and ring.sleep(delay):
                     return
+            rgb = to_rgb(frame, width, height)  # only kept frames are converted
             report.drop("worker_behind", ring.write(rgb, time.time(), slots))
             report.position = position
         report.tick()
@@ -135,10 +149,11 @@ def _emit(
 
 
 # -- frame sources ------------------------------------------------------------------------------
-def _frames(cfg: DecoderConfig, report: Reporter, ingest: Any, ring: FrameRing) -> Iterator[Frame]:
-    """Decoded RGB frames of the target size: (pixels, monotonic source time, position in the file) in seconds."""
+def _frames(cfg: DecoderConfig, report: Reporter, ingest: Any, ring: FrameRing, described: dict) -> Iterator[Frame]:
+    """Decoded frames with their monotonic source time and position in the file; ``described`` gets what the
+    source says about itself (codec, nominal rate) once it is open."""
     if cfg.source.kind == "webcam":
-        report.send({"type": "opened", "info": {"codec": "mjpeg"}})
+        described["codec"] = "mjpeg"
         yield from _webcam_frames(cfg, ingest, ring)
         return
     with contextlib.ExitStack() as stack:
@@ -146,7 +161,7 @@ def _frames(cfg: DecoderConfig, report: Reporter, ingest: Any, ring: FrameRing) 
         if cfg.source.kind == "http":
             opener = stack.enter_context(HttpOpener(cfg.source.policy, cfg.open_timeout_s, cfg.read_timeout_s))
         container = stack.enter_context(_open(cfg, opener))
-        report.send({"type": "opened", "info": _describe(container)})
+        described.update(_describe(container))
         yield from _container_frames(cfg, container, report)
 
 
@@ -164,19 +179,17 @@ def _open(cfg: DecoderConfig, opener: HttpOpener | None) -> av.container.InputCo
             return av.open(src.target, format="v4l2", timeout=timeout)
         return av.open(src.target, timeout=timeout)
     except av.error.InvalidDataError as exc:
+        log.warning("cannot open the source: %s", exc)
         if src.kind in ("file", "demo") and _looks_like_video(src.target):
-            raise SourceError(errors.DECODE_ERROR, f"corrupt or truncated video: {_reason(exc)}") from exc
-        raise SourceError(errors.NOT_VIDEO, f"the source is not a video: {_reason(exc)}") from exc
+            raise SourceError(errors.DECODE_ERROR, "the video is corrupt or truncated") from exc
+        raise SourceError(errors.NOT_VIDEO, "the source is not a video") from exc
     except (av.error.FileNotFoundError, FileNotFoundError) as exc:
+        log.warning("cannot open the source: %s", exc)
         code = errors.SOURCE_UNREACHABLE if src.live else errors.NOT_FOUND
-        raise SourceError(code, f"cannot open the source: {_reason(exc)}") from exc
+        raise SourceError(code, f"cannot open the source: {in_words(exc)}") from exc
     except (av.error.FFmpegError, OSError) as exc:
-        raise SourceError(errors.SOURCE_UNREACHABLE, f"cannot open the source: {_reason(exc)}") from exc
-
-
-def _reason(exc: Exception) -> str:
-    """Why, in words: FFmpeg's and the OS's reason without the file name they append (a path on this server)."""
-    return getattr(exc, "strerror", None) or str(exc)
+        log.warning("cannot open the source: %s", exc)
+        raise SourceError(errors.SOURCE_UNREACHABLE, f"cannot open the source: {in_words(exc)}") from exc
 
 
 def _looks_like_video(path: str) -> bool:
@@ -236,7 +249,7 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
                 if t < skip_until:
                     continue
                 last, count, last_at = t, count + 1, time.monotonic()
-                yield to_rgb(frame, cfg.width, cfg.height), offset + t, t
+                yield frame, offset + t, t
             if not cfg.loop or cfg.source.live or (count == 0 and not skip_until):
                 return  # the end (an empty video never loops)
             container.seek(0, stream=stream)
@@ -248,10 +261,11 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
         # A read timeout surfaces as whatever the protocol makes of it (EIO, "ends prematurely", exit requested):
         # a live source that went silent for the read timeout before failing has stalled.
         # PyAV's own timeout interrupts the read: that is "Immediate exit requested" (ExitError).
+        log.warning("reading the source failed: %s", exc)
         silent = time.monotonic() - last_at
         if isinstance(exc, av.error.ExitError) or (cfg.source.live and silent >= 0.8 * cfg.read_timeout_s):
-            raise SourceError(errors.STALLED, f"no data from the source for {silent:.1f} s ({_reason(exc)})") from exc
-        raise SourceError(errors.DECODE_ERROR, f"decoding failed: {_reason(exc)}") from exc
+            raise SourceError(errors.STALLED, f"no data from the source for {silent:.1f} s") from exc
+        raise SourceError(errors.DECODE_ERROR, f"decoding failed: {in_words(exc)}") from exc
 
 
 def _webcam_frames(cfg: DecoderConfig, ingest: Any, ring: FrameRing) -> Iterator[Frame]:
@@ -266,6 +280,7 @@ def _webcam_frames(cfg: DecoderConfig, ingest: Any, ring: FrameRing) -> Iterator
         try:
             decoded = codec.decode(av.Packet(data))
         except av.error.FFmpegError as exc:
-            raise SourceError(errors.DECODE_ERROR, f"a webcam frame is not a JPEG: {_reason(exc)}") from exc
+            log.warning("a webcam frame did not decode: %s", exc)
+            raise SourceError(errors.DECODE_ERROR, "a webcam frame is not a JPEG image") from exc
         for frame in decoded:
-            yield to_rgb(frame, cfg.width, cfg.height), time.monotonic() - t0, 0.0
+            yield frame, time.monotonic() - t0, 0.0

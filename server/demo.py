@@ -10,6 +10,7 @@ from pathlib import Path
 
 DEMO_SIZE = 128
 DEMO_FRAMES = 300
+DEMO_FPS = 15  # its own rate, which a stream on it follows: one a loaded 2-core machine holds at 128x128
 _lock = threading.Lock()
 
 
@@ -21,7 +22,7 @@ def ensure_demo(path: Path, timeout_s: float = 300.0) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.stem}.partial.mp4")
         cmd = [sys.executable, "-m", "models.streams", "--out", str(tmp), "--size", str(DEMO_SIZE),
-               "--frames", str(DEMO_FRAMES), "--seed", "0"]  # fmt: skip
+               "--frames", str(DEMO_FRAMES), "--fps", str(DEMO_FPS), "--seed", "0"]  # fmt: skip
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=Path(__file__).parent.parent)
         if done.returncode != 0:
             tmp.unlink(missing_ok=True)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import errno
+import socket
+
+import av.error as av_error
+
 # Request-time errors (HTTP 400 / 401 / 404 / 429).
 SCHEME_NOT_ALLOWED = "scheme_not_allowed"
 BAD_SOURCE = "bad_source"
@@ -28,6 +33,7 @@ DECODER_DIED = "decoder_died"
 CHECKPOINT_MISMATCH = "checkpoint_mismatch"
 CHECKPOINT_FAILED = "checkpoint_failed"
 NO_CHECKPOINT = "no_checkpoint"
+NO_FLOW = "no_flow"
 BAD_FRAME = "bad_frame"
 INGEST_FLOOD = "ingest_flood"
 
@@ -45,3 +51,42 @@ class SourceError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+#: What a failure means, by the kind of exception (the first match wins). These words reach users; the exception's own
+#: text (a library's message, an errno string, often with a path on this server) goes to the server's log only.
+WORDS: tuple[tuple[type[BaseException], str], ...] = (
+    (av_error.HTTPNotFoundError, "the server answered 404 (not found)"),
+    (av_error.HTTPForbiddenError, "the server answered 403 (forbidden)"),
+    (av_error.HTTPUnauthorizedError, "the server asks for credentials (401)"),
+    (av_error.HTTPTooManyRequestsError, "the server is limiting requests (429)"),
+    (av_error.HTTPClientError, "the server refused the request (4xx)"),
+    (av_error.HTTPServerError, "the server failed (5xx)"),
+    (av_error.InvalidDataError, "the data is not in a format the decoder understands"),
+    (av_error.ExitError, "no data within the timeout"),
+    (av_error.EOFError, "the data ended early"),
+    (socket.gaierror, "the host name does not resolve"),
+    (ConnectionRefusedError, "the connection was refused"),
+    (ConnectionError, "the connection broke"),
+    (TimeoutError, "no answer within the timeout"),
+    (FileNotFoundError, "not found"),
+    (PermissionError, "permission denied"),
+    (IsADirectoryError, "a folder, not a file"),
+    (MemoryError, "out of memory"),
+)
+ERRNO_WORDS = {
+    errno.ENOSPC: "no space left on the disk",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EROFS: "the file system is read-only",
+    errno.EIO: "an input/output error",
+    errno.EHOSTUNREACH: "the host cannot be reached",
+    errno.ENETUNREACH: "the network cannot be reached",
+}
+
+
+def in_words(exc: BaseException) -> str:
+    """Why ``exc`` happened, in a few words fit for a user: never a path, never a library's raw message."""
+    for kind, words in WORDS:
+        if isinstance(exc, kind):
+            return words
+    return ERRNO_WORDS.get(getattr(exc, "errno", None), "an unexpected error (details in the server log)")

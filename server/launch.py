@@ -32,7 +32,7 @@ class ServerProcess:
         self.log_path = self.workdir / f"server-{self.port}.log"
         self.cmd = [sys.executable, "-m", "server.cli", "serve", "--host", "127.0.0.1", "--port", str(self.port),
                     "--media-dir", str(self.workdir / "media"), "--checkpoint-dir", str(self.workdir / "checkpoints"),
-                    *flags]  # fmt: skip
+                    "--cache-dir", str(self.workdir / "cache"), *flags]  # fmt: skip
         self.token = token
         self.env = {**os.environ, "OVERTIME_TOKEN": token or ""}
         self.proc: subprocess.Popen | None = None

@@ -46,9 +46,17 @@ class StreamManager:
         if model not in FLOW_NETS:
             raise RequestError(400, errors.BAD_REQUEST, f"unknown model {model!r}; choose one of {sorted(FLOW_NETS)}")
         schedule = body.schedule or "partime"
-        stages, width, height = body.stages or s.stages, body.width or s.width, body.height or s.height
+        stages = body.stages or s.stages
+        width, height = body.width or s.width, body.height or s.height
+        if max(width or 0, height or 0) > s.display_side:
+            raise RequestError(
+                400,
+                errors.BAD_REQUEST,
+                f"a learning size of {width or '?'}×{height or '?'} is larger than the largest picture this server "
+                f"shows (long side {s.display_side}); ask for a smaller one, or leave the size to the service",
+            )
         try:  # a stream feeds one frame pair per step: schedules that split a batch cannot run it
-            make_schedule(schedule, stages).check_input((1, 6, height, width))
+            make_schedule(schedule, stages).check_input((1, 6, 16, 16))
         except ValueError as exc:
             raise RequestError(400, errors.BAD_REQUEST, str(exc)) from exc
         return StreamConfig(
@@ -58,7 +66,9 @@ class StreamManager:
             fps=body.fps or s.fps,
             width=width,
             height=height,
+            auto=body.auto if body.auto is not None else not (width or height),
             model=model,
+            init=body.init or s.init,
             stages=stages,
             lr=body.lr or s.lr,
             schedule=schedule,

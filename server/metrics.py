@@ -32,8 +32,18 @@ class Metrics:
             buckets=TIME_BUCKETS,
             registry=r,
         )
+        self.work = Histogram(
+            "overtime_frame_work_seconds",
+            "a frame's whole work in the worker: scaling, the pipeline step, the zero-flow loss, the pictures",
+            ["stream"],
+            buckets=TIME_BUCKETS,
+            registry=r,
+        )
         self.budget_ratio = Gauge(
-            "overtime_budget_ratio", "ΔP/ΔS of the latest step (> 1: falling behind)", ["stream"], registry=r
+            "overtime_budget_ratio",
+            "a frame's whole work / ΔS, latest frame (> 1: falling behind)",
+            ["stream"],
+            registry=r,
         )
         self.frames = Counter(
             "overtime_frames",
@@ -49,6 +59,12 @@ class Metrics:
             registry=r,
         )
         self.loss = Gauge("overtime_loss", "loss of the latest processed frame", ["stream"], registry=r)
+        self.loss_zero = Gauge(
+            "overtime_loss_zero_flow",
+            "the same loss for zero flow on the latest frame: the baseline the learned flow must beat",
+            ["stream"],
+            registry=r,
+        )
         self.reconnects = Counter(
             "overtime_source_reconnects", "source reconnects (decoder restarts)", ["stream"], registry=r
         )
@@ -78,7 +94,8 @@ class Metrics:
 
     def forget(self, stream: str) -> None:
         """Drop a deleted stream's series so /metrics does not grow with every stream ever made."""
-        for metric in (self.frame_interval, self.step, self.budget_ratio, self.latency, self.loss, self.reconnects,
+        for metric in (self.frame_interval, self.step, self.work, self.budget_ratio, self.latency, self.loss,
+                       self.loss_zero, self.reconnects,
                        self.worker_restarts, self.nonfinite, self.checkpoint_failures, self.ws_clients,
                        self.ws_dropped, self.frames, self.stage_step):  # fmt: skip
             for labels in [key for key in _label_sets(metric) if key[0] == stream]:

@@ -6,6 +6,9 @@ frames, so the slot being written never holds a queued frame; when the queue is 
 oldest unread frame (the worker is behind). Each slot header carries the sequence number of the frame in it
 (-1 while being written): the reader checks it before and after copying — a seqlock — so a slot that was
 overwritten under it is detected and counted as dropped instead of handing out torn pixels.
+
+A slot holds a frame of any size up to the ring's capacity and records that size: the ring is made before the
+source opens, and only the decoder learns the picture's size (from the first frame).
 """
 
 from __future__ import annotations
@@ -20,12 +23,14 @@ import numpy as np
 
 POLL_S = 0.02
 WRITING = -1.0
-NEXT_SEQ, FLAGS = -2, -1  # header rows after the slots: (next seq, -) and (stop requested, worker ready)
+SEQ, CAPTURE, HEIGHT, WIDTH = range(4)  # header columns of a slot
+NEXT_SEQ, FLAGS = -2, -1  # header rows after the slots: (next seq, ...) and the flags
+STOP, READY, WANTED = range(3)  # flag columns: stop requested, worker ready, pictures viewers want (a bit mask)
 
 
 @dataclass(frozen=True)
 class RingSpec:
-    """Everything a process needs to attach to a ring (picklable)."""
+    """Everything a process needs to attach to a ring (picklable). ``height`` x ``width`` is the capacity of a slot."""
 
     name: str
     slots: int
@@ -34,7 +39,7 @@ class RingSpec:
 
     @property
     def header_bytes(self) -> int:
-        return (self.slots + 2) * 2 * 8  # per slot (seq, capture time); then (next seq, -), (stop, ready)
+        return (self.slots + 2) * 4 * 8  # per slot (seq, capture time, height, width); then (next seq), the flags
 
     @property
     def frame_bytes(self) -> int:
@@ -46,8 +51,8 @@ class FrameRing:
         self.spec = spec
         self._shm = shm
         self._owner = owner
-        self.header = np.ndarray((spec.slots + 2, 2), np.float64, shm.buf, 0)
-        self.frames = np.ndarray((spec.slots, spec.height, spec.width, 3), np.uint8, shm.buf, spec.header_bytes)
+        self.header = np.ndarray((spec.slots + 2, 4), np.float64, shm.buf, 0)
+        self.frames = np.ndarray((spec.slots, spec.frame_bytes), np.uint8, shm.buf, spec.header_bytes)
 
     @classmethod
     def create(cls, slots: int, height: int, width: int) -> FrameRing:
@@ -57,7 +62,7 @@ class FrameRing:
         shm = shared_memory.SharedMemory(create=True, size=probe.header_bytes + slots * probe.frame_bytes)
         ring = cls(RingSpec(shm.name, slots, height, width), shm, owner=True)
         ring.header[:] = 0
-        ring.header[:slots, 0] = WRITING
+        ring.header[:slots, SEQ] = WRITING
         return ring
 
     @classmethod
@@ -70,18 +75,27 @@ class FrameRing:
 
     # -- flags: plain shared memory, not multiprocessing.Event (whose set() hangs once a waiter was killed) -----
     def request_stop(self) -> None:
-        self.header[FLAGS, 0] = 1.0
+        self.header[FLAGS, STOP] = 1.0
 
     @property
     def stopping(self) -> bool:
-        return bool(self.header[FLAGS, 0])
+        return bool(self.header[FLAGS, STOP])
 
     def set_ready(self) -> None:
-        self.header[FLAGS, 1] = 1.0
+        self.header[FLAGS, READY] = 1.0
 
     @property
     def ready(self) -> bool:
-        return bool(self.header[FLAGS, 1])
+        return bool(self.header[FLAGS, READY])
+
+    @property
+    def wanted(self) -> int:
+        """A bit mask the API process sets and the worker reads: which pictures some viewer wants now."""
+        return int(self.header[FLAGS, WANTED])
+
+    @wanted.setter
+    def wanted(self, mask: int) -> None:
+        self.header[FLAGS, WANTED] = float(mask)
 
     def sleep(self, seconds: float) -> bool:
         """Sleep up to ``seconds``; True (early) when a stop was requested."""
@@ -93,16 +107,23 @@ class FrameRing:
             time.sleep(min(left, POLL_S))
         return True
 
+    def _pixels(self, slot: int, height: int, width: int) -> np.ndarray:
+        return self.frames[slot, : height * width * 3].reshape(height, width, 3)
+
     # -- decoder side ----------------------------------------------------------------------------
     def write(self, frame: np.ndarray, capture_time: float, slots_queue: Any) -> int:
-        """Publish ``frame``; return how many unread frames were dropped to make room (0 or more)."""
-        seq = int(self.header[NEXT_SEQ, 0])
-        self.header[NEXT_SEQ, 0] = seq + 1
+        """Publish ``frame`` (uint8 [H, W, 3], within the capacity); return how many unread frames were dropped to
+        make room (0 or more)."""
+        height, width = frame.shape[:2]
+        if height * width * 3 > self.spec.frame_bytes:
+            raise ValueError(f"a {width}x{height} frame does not fit a ring of {self.spec.width}x{self.spec.height}")
+        seq = int(self.header[NEXT_SEQ, SEQ])
+        self.header[NEXT_SEQ, SEQ] = seq + 1
         slot = seq % self.spec.slots
-        self.header[slot, 0] = WRITING
-        self.frames[slot] = frame
-        self.header[slot, 1] = capture_time
-        self.header[slot, 0] = seq
+        self.header[slot, SEQ] = WRITING
+        self._pixels(slot, height, width)[:] = frame
+        self.header[slot, CAPTURE:] = (capture_time, height, width)
+        self.header[slot, SEQ] = seq
         dropped = 0
         for _ in range(self.spec.slots):
             try:
@@ -123,13 +144,13 @@ class FrameRing:
             slot, seq = slots_queue.get(timeout=timeout)
         except queue.Empty:
             return None
-        if self.header[slot, 0] != seq:
+        if self.header[slot, SEQ] != seq:
             return False
-        frame = self.frames[slot].copy()
-        capture_time = float(self.header[slot, 1])
-        if self.header[slot, 0] != seq:
+        capture_time, height, width = self.header[slot, CAPTURE:]
+        frame = self._pixels(slot, int(height), int(width)).copy()
+        if self.header[slot, SEQ] != seq:
             return False
-        return frame, capture_time
+        return frame, float(capture_time)
 
     # -- lifetime --------------------------------------------------------------------------------
     def close(self) -> None:

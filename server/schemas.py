@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from .checkpoints import NAME_PATTERN
@@ -14,15 +16,26 @@ class StreamCreate(BaseModel):
 
     source: str = Field(min_length=1, max_length=2048, description="URL, file:NAME, camera:N, webcam or demo")
     name: str | None = Field(None, pattern=f"^{NAME_PATTERN}$", description="checkpoint key: same name, same weights")
-    fps: float | None = Field(None, gt=0, le=120)
-    width: int | None = Field(None, ge=16, le=1920, multiple_of=4)
-    height: int | None = Field(None, ge=16, le=1080, multiple_of=4)
+    fps: float | None = Field(None, gt=0, le=120, description="1/ΔS; default: the source's own rate (capped)")
+    width: int | None = Field(None, ge=16, le=1920, multiple_of=4, description="learning width (default: automatic)")
+    height: int | None = Field(None, ge=16, le=1080, multiple_of=4, description="learning height (default: automatic)")
+    auto: bool | None = Field(
+        None,
+        description="the service picks the largest learning size that keeps the frame budget (at most width x "
+        "height when given); default: true unless width or height is given",
+    )
     model: str | None = None
+    init: Literal["pretrained", "scratch"] | None = Field(None, description="a new net's initial weights")
     stages: int | None = Field(None, ge=1, le=16)
     devices: list[str] | None = Field(None, max_length=16)
     lr: float | None = Field(None, gt=0, le=1e9, description="the last stage's lr; earlier stages: lr / (1 + delay)")
     schedule: str | None = None
     loop: bool | None = Field(None, description="loop a file source (default: only the demo loops)")
+
+
+class Size(BaseModel):
+    width: int
+    height: int
 
 
 class ErrorInfo(BaseModel):
@@ -33,7 +46,7 @@ class ErrorInfo(BaseModel):
 class Counters(BaseModel):
     decoded: int = 0
     processed: int = 0
-    dropped: int = 0  # lost frames: worker_behind (the pipeline could not keep up) or decode_error (corrupt)
+    dropped: int = 0  # lost frames: worker_behind (the worker could not keep up), decode_error, resized
     resampled: int = 0  # source frames skipped to hold the stream's fps
     reconnects: int = 0
     worker_restarts: int = 0
@@ -47,10 +60,15 @@ class StreamInfo(BaseModel):
     source: str
     state: str
     error: ErrorInfo | None
-    fps: float
-    width: int
-    height: int
+    fps: float | None = Field(description="1/ΔS; null until the source opened when it follows the source")
+    width: int | None = Field(description="the picture viewers get (the source's, up to display_side)")
+    height: int | None
+    auto: bool = Field(description="the learning size follows the frame budget")
+    learning_size: Size | None = Field(description="what the network learns at now")
+    budget_note: str | None = Field(description="the frame budget in words: what holds, what does not")
+    phase: str | None = Field(description="what a starting stream is doing")
     model: str
+    init: str
     stages: int
     lr: float | None
     schedule: str
@@ -63,3 +81,22 @@ class StreamInfo(BaseModel):
     pids: dict[str, int | None]
     ws: str
     ingest: str | None
+
+
+class HistoryPoint(BaseModel):
+    """One processed frame of a stream's charts."""
+
+    frame: int
+    loss: float | None
+    loss_zero: float | None
+    dp_s: float
+    work_s: float
+    ds_s: float
+    stage_dp_s: list[float | None]
+    latency_s: float = Field(description="capture -> the API process had the frame (viewers add their sending)")
+    dropped: int
+
+
+class History(BaseModel):
+    id: str
+    points: list[HistoryPoint] = Field(description="oldest first; the last few hundred frames")

@@ -7,8 +7,10 @@ Fresh queues each time matter: a process killed while holding a ``multiprocessin
 whoever uses that queue next. A file source resumes from its last position; the worker from its checkpoint.
 
 Messages the processes send to this thread (dicts with a ``type``):
-decoder -> ``opened`` (source info), ``stats`` (decoded / dropped counts, position), ``ended``, ``error``;
-worker  -> ``ready``, ``frame``, ``dropped``, ``checkpoint``, ``nonfinite``, ``error``.
+decoder -> ``opened`` (source info, the picture's size, the rate: the worker starts then), ``stats`` (decoded /
+           dropped counts, position), ``ended``, ``error``;
+worker  -> ``phase``, ``ready``, ``frame``, ``budget`` (learning size and the budget in words), ``dropped``,
+           ``checkpoint``, ``nonfinite``, ``error``.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import math
 import queue
 import signal
 import threading
@@ -32,9 +33,13 @@ from .broadcast import Broadcaster
 from .checkpoints import checkpoint_path
 from .decoder import DecoderConfig
 from .demo import ensure_demo
+from .frame_record import FrameRecord
 from .generation import RING_SLOTS, WORKER_STOP_S, Generation
+from .learner import LearnerConfig
 from .metrics import Metrics
+from .pictures import kinds_mask
 from .ring import FrameRing
+from .sizing import Size, learning_ladder, learning_size
 from .sources import SourceSpec
 from .worker import WorkerConfig
 
@@ -55,10 +60,12 @@ class StreamConfig:
     name: str
     source: str
     spec: SourceSpec
-    fps: float
-    width: int
-    height: int
+    fps: float | None  # asked for; None: the source's own rate (capped)
+    width: int | None  # learning size asked for (one side may follow the picture's aspect ratio)
+    height: int | None
+    auto: bool  # the learning size follows the frame budget (at most width x height when given)
     model: str
+    init: str
     stages: int
     lr: float | None
     schedule: str
@@ -93,17 +100,23 @@ class StreamSession:
         self.resumed_from: int | None = None
         self.checkpoint_frames: int | None = None
         self.source_info: dict = {}
+        self.fps = cfg.fps  # the rate in force: the source's, once it opened, unless one was asked for
+        self.display: Size | None = None
+        self.learning_size: Size | None = None
+        self.budget_note: str | None = None
+        self.phase: str | None = "opening the source"
+        self.frames = FrameRecord(sid, metrics)
         self.position = 0.0
         self.broadcaster = Broadcaster(
             on_drop=metrics.ws_dropped.labels(sid).inc,
             on_count=self._set_viewers,
         )
+        self._wanted = 0  # the pictures some viewer wants (``pictures.kinds_mask``)
         self._gen: Generation | None = None
         self._closing = threading.Event()
         self._requests = itertools.count(1)
         self._acks: dict[int, tuple[threading.Event, list]] = {}
         self._last_frame_at: float | None = None
-        metrics.frame_interval.labels(sid).set(1.0 / cfg.fps)
         for counter in (metrics.reconnects, metrics.worker_restarts, metrics.nonfinite, metrics.ws_dropped):
             counter.labels(sid)  # series exist (at 0) from the start, as Prometheus prefers
         metrics.frames.labels(sid, "dropped", "worker_behind")
@@ -125,7 +138,7 @@ class StreamSession:
 
     def pids(self) -> dict[str, int | None]:
         gen = self._gen
-        return {"decoder": gen.decoder.pid if gen else None, "worker": gen.worker.pid if gen else None}
+        return {"decoder": gen.decoder.pid if gen else None, "worker": gen.worker_pid if gen else None}
 
     @property
     def checkpoint_file(self) -> Path:
@@ -135,7 +148,7 @@ class StreamSession:
         """Ask the worker for a checkpoint now; the frame count saved, or None if it is not running.
         ``CheckpointFailed`` when the worker could not write it (the stream goes on learning)."""
         gen = self._gen
-        if gen is None or not gen.ring.ready or not gen.worker.is_alive():
+        if gen is None or not gen.ring.ready or gen.worker is None or not gen.worker.is_alive():
             return None
         rid = next(self._requests)
         done, result = threading.Event(), []
@@ -150,7 +163,7 @@ class StreamSession:
     def inject_fault(self, fault: str) -> bool:
         """A reliability-test hook (``settings.fault_injection``): ask the worker to suffer ``fault``."""
         gen = self._gen
-        if gen is None or not gen.ring.ready or not gen.worker.is_alive():
+        if gen is None or not gen.ring.ready or gen.worker is None or not gen.worker.is_alive():
             return False
         gen.control.put({"type": "fault", "fault": fault})
         return True
@@ -177,7 +190,7 @@ class StreamSession:
                 self._gen = gen = self._start_generation()
             except Exception as exc:
                 log.exception("stream %s could not start", self.id)
-                self._set_state("error", errors.WORKER_FAILED, f"could not start: {exc}")
+                self._set_state("error", errors.WORKER_FAILED, f"could not start the stream: {errors.in_words(exc)}")
                 return
             outcome = self._watch(gen)
             healthy = time.monotonic() - gen.started > HEALTHY_RUN_S and self.counters["processed"] > 0
@@ -227,18 +240,26 @@ class StreamSession:
 
     def _start_generation(self) -> Generation:
         cfg, s = self.cfg, self.settings
-        dcfg = DecoderConfig(cfg.spec, cfg.fps, cfg.width, cfg.height, cfg.loop, s.open_timeout_s, s.read_timeout_s,
-                             start_at_s=self.position)  # fmt: skip
-        wcfg = WorkerConfig(cfg.name, cfg.model, cfg.stages, cfg.width, cfg.height, self.lr, cfg.schedule,
-                            cfg.devices, self.checkpoint_file, s.checkpoint_interval_s,
-                            s.jpeg_quality)  # fmt: skip
+        dcfg = DecoderConfig(cfg.spec, cfg.fps, s.max_fps, s.display_side, cfg.loop, s.open_timeout_s,
+                             s.read_timeout_s, start_at_s=self.position)  # fmt: skip
         self._last_frame_at = None  # the stall watchdog starts when the worker is ready (frames flow from then on)
-        ring = FrameRing.create(RING_SLOTS, cfg.height, cfg.width)
+        self._set_phase("opening the source")
+        ring = FrameRing.create(RING_SLOTS, s.display_side, s.display_side)  # any picture of that long side fits
         try:
-            return Generation.start(dcfg, wcfg, ring, self.id)
+            return Generation.start(dcfg, ring, self.id)
         except BaseException:
             ring.close()  # no generation owns it yet
             raise
+
+    def _worker_config(self, display: Size, fps: float) -> WorkerConfig:
+        """The learner's settings once the picture's size and the rate are known (the decoder's ``opened``)."""
+        cfg, s = self.cfg, self.settings
+        largest = learning_size(display, cfg.width, cfg.height, s.learning_side)
+        ladder = tuple(learning_ladder(largest, max(largest))) if cfg.auto else (largest,)
+        learner = LearnerConfig(cfg.name, cfg.model, cfg.init, cfg.stages, self.lr, cfg.schedule, cfg.devices,
+                                self.checkpoint_file)  # fmt: skip
+        return WorkerConfig(learner, display, fps, ladder, cfg.auto, s.checkpoint_interval_s, s.jpeg_quality,
+                            s.cache_dir)  # fmt: skip
 
     def _watch(self, gen: Generation) -> Outcome:
         """Relay messages until the generation must end; return why."""
@@ -246,10 +267,12 @@ class StreamSession:
         while True:
             if self._closing.is_set():
                 return Outcome("closing")
+            if gen.ring.wanted != self._wanted:  # only this thread touches the ring, which it may close
+                gen.ring.wanted = self._wanted  # the worker renders the pictures someone watches, no more
             outcome = self._relay(gen)
             if outcome is not None:
                 return outcome
-            if gen.worker.pid is not None and not gen.worker.is_alive():
+            if gen.worker is not None and gen.worker.pid is not None and not gen.worker.is_alive():
                 code = gen.worker.exitcode
                 crashed = code is not None and -code in CRASH_SIGNALS
                 return self._relay(gen, final=True) or Outcome(
@@ -291,8 +314,13 @@ class StreamSession:
             self.position = m["position"]
         elif kind == "opened":
             self.source_info = m["info"]
-            if self._gen is not None and self._gen.worker.pid is None:
-                self._gen.worker.start()
+            self.fps, self.display = m["fps"], tuple(m["display"])
+            self.metrics.frame_interval.labels(self.id).set(1.0 / self.fps)
+            info = m["info"]
+            rate = f" at {info['fps']:.4g} fps" if info.get("fps") else ""
+            self._set_phase(f"source open ({info['width']}×{info['height']}{rate}); starting the learner")
+            if self._gen is not None and self._gen.worker is None:
+                self._gen.start_worker(self._worker_config(self.display, self.fps))
         elif kind == "ended":
             return Outcome("ended", errors.ENDED, "the source ended")
         elif kind == "error":
@@ -305,12 +333,18 @@ class StreamSession:
         kind = m["type"]
         if kind == "frame":
             self._on_frame(m)
+        elif kind == "phase":
+            self._set_phase(m["phase"])
         elif kind == "ready":
             self.resumed_from, self.lr = m["resumed_from"], m["lr"]
+            self.learning_size, self.budget_note = tuple(m["learning_size"]), m["note"]
             self._last_frame_at = time.monotonic()  # the decoder held its frames until now
+            self._set_phase("waiting for the first frames")
+        elif kind == "budget":
+            self.learning_size, self.budget_note = tuple(m["learning_size"]), m["note"]
         elif kind == "dropped":
-            self.counters["dropped"] += 1
-            self.metrics.frames.labels(self.id, "dropped", m["reason"]).inc()
+            self.counters["dropped"] += m["count"]
+            self.metrics.frames.labels(self.id, "dropped", m["reason"]).inc(m["count"])
         elif kind == "checkpoint":
             if m["frames"] >= 0:
                 self.checkpoint_frames = m["frames"]
@@ -329,24 +363,12 @@ class StreamSession:
         return None
 
     def _on_frame(self, m: dict) -> None:
-        sid, ds = self.id, 1.0 / self.cfg.fps
         self.counters["processed"] += 1
-        self.loss = m["loss"]
-        self.metrics.frames.labels(sid, "processed", "").inc()
-        self.metrics.step.labels(sid).observe(m["dp_s"])
-        self.metrics.budget_ratio.labels(sid).set(m["dp_s"] / ds)
-        for stage, seconds in enumerate(m["stage_dp_s"]):
-            if seconds is not None:
-                self.metrics.stage_step.labels(sid, str(stage)).observe(seconds)
-        if m["loss"] is not None and math.isfinite(m["loss"]):
-            self.metrics.loss.labels(sid).set(m["loss"])
+        self.loss, self.learning_size = m["loss"], tuple(m["learning_size"])
         if self.state != "running":
+            self._set_phase(None)
             self._set_state("running", None, "")
-        message = {
-            "type": "frame", "frame": m["frame"], "loss": m["loss"], "dp_s": m["dp_s"], "ds_s": ds,
-            "stage_dp_s": m["stage_dp_s"], "dropped": self.counters["dropped"],
-        }  # fmt: skip
-        self._post(self.broadcaster.frame, (message, m["capture_time"], m["images"]))
+        self._post(self.broadcaster.frame, self.frames.add(m, self.fps, self.counters["dropped"]))
 
     # -- helpers ---------------------------------------------------------------------------------
     def _set_state(self, state: str, code: str | None, message: str) -> None:
@@ -355,13 +377,20 @@ class StreamSession:
             self.error = {"code": code, "message": message}
         elif state == "running":
             self.error = None
-        notice = {"type": "state", "state": state, "error": self.error}
+        notice = {"type": "state", "state": state, "error": self.error, "phase": self.phase}
         self._post(self.broadcaster.notice, notice)
         self._on_state()
 
-    def _set_viewers(self, n: int) -> None:
+    def _set_phase(self, phase: str | None) -> None:
+        if phase != self.phase:
+            self.phase = phase
+            self._post(self.broadcaster.notice, {"type": "state", "state": self.state, "error": self.error,
+                                                 "phase": phase})  # fmt: skip
+
+    def _set_viewers(self, n: int, kinds: set[str]) -> None:
         self.counters["ws_clients"] = n
         self.metrics.ws_clients.labels(self.id).set(n)
+        self._wanted = kinds_mask(kinds)  # the supervisor thread hands it to the worker
 
     def _post(self, fn: Callable[[Any], None], arg: Any) -> None:
         """Hand ``arg`` to the event loop (a no-op once the server's loop has closed)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, IPvAnyNetwork, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -22,6 +22,9 @@ class Settings(BaseSettings):
     token: str | None = Field(None, description="API token; when set every /api and /ws request needs it")
     media_dir: Path = Field(Path("media"), description="file: sources must live here; the demo video is made here")
     checkpoint_dir: Path = Field(Path("checkpoints"), description="one checkpoint per stream name")
+    cache_dir: Path = Field(
+        Path("cache"), description="layer profiles and learning sizes measured before (faster starts; safe to delete)"
+    )
     web_dir: Path = Field(WEB_DIR, description="browser client served at / when it exists")
     max_streams: int = Field(4, ge=1, description="more concurrent streams get 429")
     allowed_schemes: Annotated[list[str], NoDecode] = Field(
@@ -32,13 +35,25 @@ class Settings(BaseSettings):
     )
     demo_stream: bool = Field(True, description="start a learning stream on the bundled demo at start-up")
     # Per-stream defaults (a POST body may override them).
-    fps: float = Field(15.0, gt=0, le=120, description="default frame rate, 1/ΔS")
-    width: int = Field(128, ge=16, le=1920, multiple_of=4, description="default frame width")
-    height: int = Field(128, ge=16, le=1080, multiple_of=4, description="default frame height")
+    fps: float | None = Field(None, gt=0, le=120, description="default frame rate 1/ΔS (none: the source's own)")
+    max_fps: float = Field(30.0, gt=0, le=120, description="cap on the default frame rate taken from the source")
+    display_side: int = Field(
+        640, ge=64, le=1920, description="long side of the picture viewers get, at most (the source's when smaller)"
+    )
+    learning_side: int = Field(
+        160, ge=16, le=1920, multiple_of=4, description="long side of the largest learning size chosen automatically"
+    )
+    width: int | None = Field(
+        None, ge=16, le=1920, multiple_of=4, description="default learning width (none: sized by the frame budget)"
+    )
+    height: int | None = Field(
+        None, ge=16, le=1080, multiple_of=4, description="default learning height (none: sized by the frame budget)"
+    )
     model: str = Field("fast", description="default flow network")
+    init: Literal["pretrained", "scratch"] = Field("pretrained", description="default initial weights of a new net")
     stages: int = Field(2, ge=1, le=16, description="default number of pipeline stages D")
     lr: float | None = Field(
-        None, gt=0, description="default lr of the last stage; earlier ones: lr / (1 + gradient delay) (None: 4e-3)"
+        None, gt=0, description="default lr of the last stage; earlier ones: lr / (1 + gradient delay) (none: by init)"
     )
     # Supervision.
     checkpoint_interval_s: float = Field(30.0, gt=0, description="seconds between periodic checkpoints")

@@ -78,7 +78,7 @@ def media_path(path: str, media_dir: Path) -> Path:
     root = Path(media_dir).resolve()
     resolved = (root / path).resolve()  # an absolute ``path`` replaces ``root``; symlinks and .. are resolved
     if not resolved.is_relative_to(root):
-        raise SourceError(errors.PATH_OUTSIDE_MEDIA, f"file sources must be inside the media dir {root}")
+        raise SourceError(errors.PATH_OUTSIDE_MEDIA, "file sources must be inside the server's media folder")
     if not resolved.is_file():
         raise SourceError(errors.FILE_NOT_FOUND, f"no file {resolved.relative_to(root)} in the media dir")
     return resolved

@@ -1,205 +1,206 @@
-"""The worker process: owns one stream's ``pipeline_core.Pipeline`` and learns optical flow on every frame.
+"""The worker process: owns one stream's learner and learns optical flow on every frame.
 
-Per frame it forms the pair (previous, current), calls ``Pipeline.step`` once, and publishes what leaves the
-pipeline (PARTIME: the output of step t belongs to frame t-(D-1)): the flow as JPEGs (``overlay.py``), the loss,
-ΔP for the whole step and per stage, and the frame's capture time. It checkpoints atomically every N seconds, on
-request and on stop; a non-finite loss restores the last checkpoint and halves the learning rate.
+Per frame (the picture, from the ring) it scales the frame down to the learning size, forms the pair (previous,
+current), calls ``Pipeline.step`` once, and publishes what leaves the pipeline (PARTIME: the output of step t belongs
+to frame t-(D-1)): the raw flow field, the pictures viewers want (``pictures.py``), the loss and the loss of zero
+flow on the same pair, ΔP for the whole step and per stage, the whole frame's work, and the frame's capture time.
+The budget controller (``budget.py``) sees every frame's work and may move the learning size; the learner then
+rebuilds its pipeline at the new size with the same weights. It checkpoints atomically every N seconds, on request
+and on stop; a non-finite loss restores the last checkpoint and halves the learning rate.
+
+Threads: torch gets one intra-op thread in this process (each pipeline stage one of its own). Measured on the
+shared 2-core machine under load: two threads per op made the layer profiling at start 37 s instead of 1.9 s
+(OpenMP threads spin against other processes), and ``bench.learning_step`` compares the steady step.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
-import math
 import os
 import queue
 import signal
 import time
-import zlib
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import cv2
 import numpy as np
 import torch
 
-from models.flow_nets import build_flow_net
-from models.online import BASE_LR, frame_pair, online_pipeline, stage_lrs
+from models.online import frame_pair
 from pipeline_core import StepResult
+from pipeline_core.partition import resolve_devices
 
-from . import checkpoints, errors
-from .overlay import frame_images
+from . import errors
+from .budget import BudgetController
+from .errors import in_words
+from .learner import CheckpointMismatch, Learner, LearnerConfig
+from .pictures import JPEG_KINDS, FlowScale, Painter, mask_kinds
+from .profile_cache import JsonCache, key
 from .ring import FrameRing, RingSpec
+from .sizing import Size
 
 log = logging.getLogger(__name__)
 POLL_S = 0.2
+RESERVE_WEIGHT = 0.1  # how fast the measured cost of the pictures follows new measurements
 
 
 @dataclass(frozen=True)
 class WorkerConfig:
-    name: str
-    model: str
-    stages: int
-    width: int
-    height: int
-    lr: float | None
-    schedule: str
-    devices: tuple[str, ...] | None
-    checkpoint_path: Path
+    learner: LearnerConfig
+    display: Size  # the picture's size (the decoder's frames)
+    fps: float
+    ladder: tuple[Size, ...]  # learning sizes, largest first; one size when the size is fixed
+    auto: bool
     checkpoint_interval_s: float
     jpeg_quality: int
-
-
-class CheckpointMismatch(Exception):
-    pass
-
-
-class Learner:
-    """The pipeline, its learning rate and its checkpoints."""
-
-    def __init__(self, cfg: WorkerConfig) -> None:
-        self.cfg = cfg
-        saved = checkpoints.load(cfg.checkpoint_path)
-        if saved is not None:
-            self._check_compatible(saved)
-        sample = torch.zeros(1, 6, cfg.height, cfg.width)
-        torch.manual_seed(zlib.crc32(cfg.name.encode()))  # a new stream's initial weights depend on its name only
-        # The base lr (the last stage's; earlier stages scale it down by their gradient delay, ``stage_lrs``). An
-        # explicit one wins (a restart after a crash passes a halved one); else the checkpoint's; else the default.
-        self.lr = cfg.lr or (float(saved["lr"]) if saved else BASE_LR)
-        # A resumed stream keeps its checkpoint's split (profiling could pick another one and the weights would
-        # not fit); a new one is balanced by measured layer costs.
-        self.pipe = online_pipeline(
-            build_flow_net(cfg.model, init="scratch"),
-            sample,
-            cfg.stages,
-            self.lr,
-            layers=saved["pipeline"]["balance"] if saved else None,
-            devices=list(cfg.devices) if cfg.devices else None,
-            schedule=cfg.schedule,
-        )
-        self.resumed_from = 0
-        if saved:
-            self.pipe.load_state_dict(saved["pipeline"])
-            self.resumed_from = int(saved["pipeline"]["frames"])
-        self._apply_lr()  # after the load: optimizer states carry lrs
-        self._initial = None if saved else copy.deepcopy(self.pipe.state_dict())
-        self.nonfinite = 0
-        self.poison_next = False  # fault-injection hook: the next frame is all NaN, so its loss is NaN
-
-    def _check_compatible(self, saved: dict) -> None:
-        mine = {"model": self.cfg.model, "stages": self.cfg.stages, "width": self.cfg.width, "height": self.cfg.height}
-        theirs = {key: saved.get(key) for key in mine}
-        if mine != theirs:
-            raise CheckpointMismatch(
-                f"checkpoint {self.cfg.checkpoint_path.name} was made with {theirs}, this stream asks for {mine}; "
-                "use another name or the same settings"
-            )
-
-    def save(self) -> int:
-        """Checkpoint now (unless the weights are already non-finite); return the frame count saved."""
-        state = self.pipe.state_dict()
-        if not all(torch.isfinite(p).all() for p in self.pipe.module().parameters()):
-            return -1
-        cfg = self.cfg
-        checkpoints.save_atomic(
-            {"pipeline": state, "model": cfg.model, "stages": cfg.stages, "width": cfg.width, "height": cfg.height,
-             "lr": self.lr, "saved_at": time.time()},
-            cfg.checkpoint_path,
-        )  # fmt: skip
-        return int(state["frames"])
-
-    def step(self, x: torch.Tensor) -> StepResult | None:
-        """One frame pair in; what left the pipeline out — None while filling and after a non-finite loss."""
-        if self.poison_next:
-            x, self.poison_next = torch.full_like(x, float("nan")), False
-        r = self.pipe.step(x, target=x)
-        if r.loss is not None and not math.isfinite(r.loss):
-            self.recover()
-            return None
-        return r if r.frame is not None else None
-
-    def recover(self) -> None:
-        """After a non-finite loss: back to the last good weights, half the step size."""
-        saved = checkpoints.load(self.cfg.checkpoint_path)
-        state = saved["pipeline"] if saved else self._initial
-        self.pipe.load_state_dict(state)
-        self.resumed_from = int(state["frames"])
-        self.lr /= 2
-        self._apply_lr()
-        self.nonfinite += 1
-
-    def _apply_lr(self) -> None:
-        """Every stage's rate from the base ``lr``, scaled down by the stage's gradient delay."""
-        self.pipe.set_lr(stage_lrs(self.lr, self.pipe.gradient_delays))
+    cache_dir: Path | None
 
 
 def run_worker(cfg: WorkerConfig, ring_spec: RingSpec, slots: Any, out: Any, control: Any) -> None:
     """Process entry point; publishes dict messages on ``out`` (see ``session.py`` for their use)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the API process stops us through the ring's stop flag
+    torch.set_num_threads(1)  # see the module's docstring
+    cv2.setNumThreads(1)
     parent = os.getppid()
     try:
         ring = FrameRing.attach(ring_spec)
     except FileNotFoundError:
         return  # the stream was stopped before this process got going
+    lc = cfg.learner
+    out.put({"type": "phase", "phase": f"building the learner ({lc.model} net, {lc.init} weights, {lc.stages} stages)"})
+    sizes = JsonCache(cfg.cache_dir / "learning_sizes.json" if cfg.cache_dir else None)
+    size_key = key(lc.model, lc.stages, resolve_devices(list(lc.devices) if lc.devices else None)[0], cfg.display,
+                   f"{cfg.fps:g}fps")  # fmt: skip
+    cached = sizes.get(size_key) if cfg.auto else None
+    start = cfg.ladder.index(tuple(cached)) if cached and tuple(cached) in cfg.ladder else 0
+    controller = BudgetController(cfg.ladder, start, cfg.fps, cfg.auto)
     try:
-        learner = Learner(cfg)
+        learner = Learner(lc, controller.size, JsonCache(cfg.cache_dir / "splits.json" if cfg.cache_dir else None))
     except CheckpointMismatch as exc:
         out.put({"type": "error", "code": errors.CHECKPOINT_MISMATCH, "message": str(exc)})
         return
     except Exception as exc:
         log.exception("worker set-up failed")
-        out.put({"type": "error", "code": errors.WORKER_FAILED, "message": f"{type(exc).__name__}: {exc}"})
+        message = f"could not build the learner: {in_words(exc)}"
+        out.put({"type": "error", "code": errors.WORKER_FAILED, "message": message})
         return
-    out.put({"type": "ready", "resumed_from": learner.resumed_from, "lr": learner.lr, "balance": learner.pipe.balance})
+    loop = FrameLoop(cfg, learner, controller, ring, out, lambda size: sizes.put(size_key, list(size)))
+    out.put({"type": "ready", "resumed_from": learner.resumed_from, "lr": learner.lr, "balance": learner.pipe.balance,
+             "learning_size": list(learner.size), "note": controller.note(cfg.fps)})  # fmt: skip
     ring.set_ready()
     try:
-        _learn(cfg, learner, ring, slots, out, control, parent)
+        _learn(cfg, loop, ring, slots, out, control, parent)
     finally:
         _checkpoint(learner, out)
         learner.pipe.close()
         ring.close()
 
 
-def _learn(cfg: WorkerConfig, learner: Learner, ring: FrameRing, slots: Any, out: Any, control: Any,
+class FrameLoop:
+    """Everything done per frame, and the state it needs between frames."""
+
+    def __init__(self, cfg: WorkerConfig, learner: Learner, controller: BudgetController, ring: FrameRing, out: Any,
+                 remember_size: Any) -> None:  # fmt: skip
+        self.cfg, self.learner, self.controller, self.ring, self.out = cfg, learner, controller, ring, out
+        self.remember_size = remember_size
+        self.painter = Painter(cfg.jpeg_quality)
+        self.scale = FlowScale()
+        self.previous: np.ndarray | None = None  # the previous frame at the learning size
+        self.previous_picture: np.ndarray | None = None
+        self.pending: deque[tuple[np.ndarray, float, torch.Tensor]] = deque()  # frames inside the pipeline
+        self.note = controller.note(cfg.fps)
+        self.reserve = self._measure_pictures()  # what every picture of a frame costs, wanted or not
+
+    def _measure_pictures(self) -> float:
+        """The pictures' cost is part of the frame budget even while nobody watches: a viewer may join any time."""
+        picture = np.zeros((self.cfg.display[1], self.cfg.display[0], 3), np.uint8)
+        flow = np.zeros((self.learner.size[1], self.learner.size[0], 2), np.float32)
+        seconds = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            self.painter.render(picture, flow, 1.0, list(JPEG_KINDS))
+            seconds.append(time.perf_counter() - t0)
+        return min(seconds)
+
+    def scaled(self, picture: np.ndarray) -> np.ndarray:
+        w, h = self.learner.size
+        if picture.shape[:2] == (h, w):
+            return picture
+        return cv2.resize(picture, (w, h), interpolation=cv2.INTER_AREA)
+
+    def on_frame(self, picture: np.ndarray, capture_time: float) -> None:
+        start = time.perf_counter()
+        frame = self.scaled(picture)
+        previous, self.previous, self.previous_picture = self.previous, frame, picture
+        if previous is None:
+            return
+        x = frame_pair(previous, frame)
+        self.pending.append((picture, capture_time, x))
+        learner = self.learner
+        nonfinite = learner.nonfinite
+        r = learner.step(x)
+        if learner.nonfinite != nonfinite:
+            self.pending.clear()  # the pipeline restarted empty
+            self.out.put({"type": "nonfinite", "lr": learner.lr, "count": learner.nonfinite,
+                          "restored_from": learner.resumed_from})  # fmt: skip
+        if r is not None:
+            work_s, pictures_s = self._publish(r, start)
+            self._keep_budget(work_s - pictures_s + self.reserve, r.step_seconds)
+
+    def _publish(self, r: StepResult, start: float) -> tuple[float, float]:
+        """Send what left the pipeline for the oldest frame inside it; the frame's work and its pictures' share."""
+        shown, shown_capture, shown_x = self.pending.popleft()
+        flow = np.ascontiguousarray(r.output[0].detach().permute(1, 2, 0).numpy())
+        loss_zero = self.learner.zero_flow_loss(shown_x)
+        scale = self.scale.update(flow, shown.shape[1] / flow.shape[1])
+        kinds = mask_kinds(self.ring.wanted)
+        painted = time.perf_counter()
+        images = self.painter.render(shown, flow, scale, kinds)
+        pictures_s = time.perf_counter() - painted
+        if len(kinds) == len(JPEG_KINDS):
+            self.reserve += RESERVE_WEIGHT * (pictures_s - self.reserve)
+        work_s = time.perf_counter() - start
+        self.out.put({
+            "type": "frame", "frame": r.frame, "loss": r.loss, "loss_zero": loss_zero, "dp_s": r.step_seconds,
+            "stage_dp_s": list(r.stage_seconds), "work_s": work_s, "capture_time": shown_capture,
+            "learning_size": [flow.shape[1], flow.shape[0]], "flow_scale": scale, "flow": flow, "images": images,
+        })  # fmt: skip
+        return work_s, pictures_s
+
+    def _keep_budget(self, work_s: float, step_s: float) -> None:
+        controller = self.controller
+        choice = controller.observe(work_s, step_s)
+        if choice is not None:
+            for r in self.learner.pipe.flush():  # the frames inside the pipeline come out at the old size, not lost
+                self._publish(r, time.perf_counter())
+            self.learner.resize(controller.size)
+            self.previous = None if self.previous_picture is None else self.scaled(self.previous_picture)
+        elif controller.settled and self.cfg.auto:
+            self.remember_size(controller.size)
+        note = controller.note(self.cfg.fps)
+        if note != self.note or choice is not None:
+            self.note = note
+            self.out.put({"type": "budget", "learning_size": list(controller.size), "note": note})
+
+
+def _learn(cfg: WorkerConfig, loop: FrameLoop, ring: FrameRing, slots: Any, out: Any, control: Any,
            parent: int) -> None:  # fmt: skip
-    previous: np.ndarray | None = None
-    pending: deque[tuple[np.ndarray, float]] = deque()  # frames inside the pipeline, oldest first
     last_save = time.monotonic()
     while not ring.stopping and os.getppid() == parent:
-        _serve_control(learner, control, out)
+        _serve_control(loop.learner, control, out)
         if time.monotonic() - last_save >= cfg.checkpoint_interval_s:
-            _checkpoint(learner, out)
+            _checkpoint(loop.learner, out)
             last_save = time.monotonic()
         got = ring.read(slots, POLL_S)
         if got is None:
             continue
         if got is False:
-            out.put({"type": "dropped", "reason": "worker_behind"})
+            out.put({"type": "dropped", "reason": "worker_behind", "count": 1})
             continue
-        frame, capture_time = got
-        if previous is None:
-            previous = frame
-            continue
-        x = frame_pair(previous, frame)
-        previous = frame
-        pending.append((frame, capture_time))
-        nonfinite = learner.nonfinite
-        r = learner.step(x)
-        if learner.nonfinite != nonfinite:
-            pending.clear()  # the pipeline restarted empty
-            out.put({"type": "nonfinite", "lr": learner.lr, "count": learner.nonfinite,
-                     "restored_from": learner.resumed_from})  # fmt: skip
-        if r is None:
-            continue
-        shown, shown_capture = pending.popleft()
-        flow = r.output[0].detach().permute(1, 2, 0).numpy()
-        out.put({
-            "type": "frame", "frame": r.frame, "loss": r.loss, "dp_s": r.step_seconds,
-            "stage_dp_s": list(r.stage_seconds), "capture_time": shown_capture,
-            "images": frame_images(shown, flow, cfg.jpeg_quality),
-        })  # fmt: skip
+        loop.on_frame(*got)
 
 
 def _serve_control(learner: Learner, control: Any, out: Any) -> None:
@@ -220,6 +221,14 @@ def _checkpoint(learner: Learner, out: Any, request: int | None = None) -> None:
     try:
         frames, error = learner.save(), None
     except (OSError, RuntimeError) as exc:  # torch.save reports a short write (disk full) as a RuntimeError
-        frames, error = -1, f"cannot write the checkpoint: {getattr(exc, 'strerror', None) or exc}"
-        log.warning("%s", error)
+        log.warning("cannot write the checkpoint: %s", exc)
+        frames, error = -1, f"cannot write the checkpoint: {_write_failure(exc)}"
     out.put({"type": "checkpoint", "frames": frames, "request": request, "error": error})
+
+
+def _write_failure(exc: BaseException) -> str:
+    """torch.save wraps a failed write in a RuntimeError whose text is all it keeps of the cause."""
+    if isinstance(exc, OSError):
+        return in_words(exc)
+    text = str(exc).lower()
+    return "no space left on the disk" if "no space" in text or "write failed" in text else in_words(exc)

@@ -9,10 +9,12 @@ from server.broadcast import Broadcaster
 
 def test_slow_viewer_gets_newest_frame_and_drops_are_counted():
     async def run() -> None:
-        drops, counts = [], []
-        hub = Broadcaster(on_drop=lambda: drops.append(1), on_count=counts.append)
-        fast, slow = hub.join(), hub.join()
-        assert counts == [1, 2]
+        drops, counts, wanted = [], [], []
+        hub = Broadcaster(
+            on_drop=lambda: drops.append(1), on_count=lambda n, kinds: (counts.append(n), wanted.append(kinds))
+        )
+        fast, slow = hub.join(["frame", "flow"]), hub.join(["overlay"])
+        assert counts == [1, 2] and wanted == [{"frame", "flow"}, {"frame", "flow", "overlay"}]
         for i in range(3):
             hub.frame(i)
             assert await fast.next() == ("frame", i)  # the fast viewer keeps up
@@ -29,6 +31,6 @@ def test_slow_viewer_gets_newest_frame_and_drops_are_counted():
         hub.frame(4)
         assert await asyncio.wait_for(waiting, 1) == ("frame", 4)
         hub.leave(fast)
-        assert counts[-1] == 1
+        assert counts[-1] == 1 and wanted[-1] == {"overlay"}  # the worker stops rendering what nobody watches
 
     asyncio.run(run())

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import threading
 
+import av
 import cv2
 import numpy as np
 import pytest
 from websockets.sync.server import serve
 
-from clients.recording import overlay_image
+from clients.recording import VideoRecorder, decode_jpeg
 from clients.stream_api import ApiError, Frame, StreamApi
 
 
@@ -72,17 +73,23 @@ def test_overlay_pairs_and_state_messages(play):
     assert all(list(f.images) == ["overlay"] for f in frames)
 
 
-def test_frame_and_flow_layout_is_blended(play):
+def test_a_named_layout_pairs_each_image_with_its_kind(play):
+    asked = []
+
     def script(ws):
-        ws.send(metrics(7, images=["frame", "flow"]))
+        asked.append(ws.request.path)
+        ws.send(metrics(7, images=["frame", "flow", "flo"]))
         ws.send(jpeg(GREY))
         ws.send(jpeg(RED))
+        ws.send(b"PIEH-the-field")
         ws.close()
 
-    (frame,) = [i for i in play(script).frames("s1", idle_timeout=5) if isinstance(i, Frame)]
-    assert set(frame.images) == {"frame", "flow"}
-    picture = overlay_image(frame.images, opacity=0.5).astype(int)
-    assert abs(picture[..., 0].mean() - 177) < 6 and abs(picture[..., 1].mean() - 50) < 6
+    api = play(script)
+    (frame,) = [i for i in api.frames("s1", idle_timeout=5, images=["frame", "flow", "flo"]) if isinstance(i, Frame)]
+    assert asked == ["/ws/streams/s1?images=frame%2Cflow%2Cflo"]
+    assert list(frame.images) == ["frame", "flow", "flo"] and frame.images["flo"] == b"PIEH-the-field"
+    assert abs(decode_jpeg(frame.images["flow"])[..., 0].mean() - 255) < 6
+    assert abs(decode_jpeg(frame.images["frame"]).astype(int).mean() - 100) < 6
 
 
 @pytest.mark.parametrize(("close_code", "status"), [(1008, 401), (4404, 404)])
@@ -102,3 +109,17 @@ def test_silence_times_out(play):
 
     with pytest.raises(TimeoutError):
         list(play(script).frames("s1", idle_timeout=0.5))
+
+
+def test_a_recording_lasts_as_long_as_the_frames_took(tmp_path):
+    """100 frames that took 16.8 s make a 16.8 s video, not 100 / fps = 10 s."""
+    captured = 1000.0 + np.cumsum(np.random.default_rng(0).uniform(0.1, 0.24, 100))
+    video = VideoRecorder(tmp_path / "slow.mp4", fps=10)
+    for t in captured:
+        video.write(np.full((48, 64, 3), int(t * 50) % 255, np.uint8), float(t))
+    video.close()
+    with av.open(str(tmp_path / "slow.mp4")) as container:
+        times = [f.time for f in container.decode(container.streams.video[0])]
+    span = captured[-1] - captured[0]
+    assert len(times) == 100 and span > 15 and times[-1] == pytest.approx(span, abs=0.002)  # not 9.9 s
+    assert np.allclose(times, captured - captured[0], atol=0.002)

@@ -1,4 +1,5 @@
-"""`overtime watch` against a live server: a playable MP4 with exactly the frames asked for, the CSV, exit codes."""
+"""`overtime watch` against a live server: a playable MP4 with exactly the frames asked for, each at its capture time,
+one .flo per frame, the CSV, exit codes."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import subprocess
 import sys
 
 import av
+import cv2
+import numpy as np
 import pytest
 
 from clients import watch
@@ -26,9 +29,10 @@ def server(tmp_path_factory):
         yield srv.url
 
 
-def test_watch_demo_saves_video_and_metrics(server, tmp_path):
-    video, table = tmp_path / "out.mp4", tmp_path / "losses.csv"
+def test_watch_demo_saves_video_flow_and_metrics(server, tmp_path):
+    video, table, flows = tmp_path / "out.mp4", tmp_path / "losses.csv", tmp_path / "flows"
     argv = ["demo", "--url", server, "--frames", str(FRAMES), "--fps", "10", "--save", str(video), "--csv", str(table)]
+    argv += ["--save-flow", str(flows), "--picture", "frame"]
     argv += ["--idle-timeout", "150"]  # stream start-up on a loaded 2-core box
     # The real command line: `overtime watch ...` is server.cli dispatching to clients.watch.
     command = [sys.executable, "-m", "server.cli", "watch", *argv]
@@ -36,21 +40,29 @@ def test_watch_demo_saves_video_and_metrics(server, tmp_path):
     assert run.returncode == watch.OK, run.stderr
     assert "ΔP/ΔS" in run.stderr  # the progress line
 
-    with av.open(str(video)) as container:
-        stream = container.streams.video[0]
-        decoded = [f.to_ndarray(format="rgb24") for f in container.decode(stream)]
-        assert stream.codec_context.name == "h264"
-        assert float(stream.average_rate) == pytest.approx(10, rel=0.05)
-    assert len(decoded) == FRAMES
-    assert decoded[-1].std() > 5, "the recorded overlay is blank"
-
     with table.open() as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == FRAMES
     frames = [int(r["frame"]) for r in rows]
     assert frames == sorted(frames) and len(set(frames)) == FRAMES
     assert all(math.isfinite(float(r["loss"])) and float(r["ds_s"]) == pytest.approx(0.1) for r in rows)
+    assert all(math.isfinite(float(r["loss_zero"])) and float(r["work_s"]) > 0 for r in rows)
     assert any(name.startswith("stage_") for name in rows[0])
+
+    captured = np.array([float(r["capture_time"]) for r in rows])
+    with av.open(str(video)) as container:
+        stream = container.streams.video[0]
+        decoded = [(f.time, f.to_ndarray(format="rgb24")) for f in container.decode(stream)]
+        assert stream.codec_context.name == "h264"
+    assert len(decoded) == FRAMES
+    assert decoded[-1][1].std() > 5, "the recorded frame is blank"
+    # Each frame at its capture time: the video lasts as long as the session it recorded, not FRAMES / fps.
+    assert np.allclose([t for t, _ in decoded], captured - captured[0], atol=0.002)
+
+    files = sorted(flows.glob("*.flo"))
+    assert [int(f.stem) for f in files] == frames  # one per frame, named by its index
+    field = cv2.readOpticalFlow(str(files[-1]))
+    assert field.ndim == 3 and field.shape[2] == 2 and np.isfinite(field).all()
 
 
 def test_watch_exit_codes(server, tmp_path):

@@ -1,7 +1,7 @@
 """The browser client, end to end: real headless Chromium (Debian's) driven by Playwright, against a real server.
 
-Screenshots land in $OVERTIME_SCREENSHOTS (`make screenshots` sets bench/results) or a temporary folder, so a
-test run never rewrites tracked files.
+Screenshots land in $OVERTIME_SCREENSHOTS (`make screenshots` sets bench/results, where they are written through
+``bench.report.Run`` like every result) or a temporary folder, so a test run never rewrites tracked files.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import cv2
 import numpy as np
 import pytest
 
+from bench.report import Run
 from server.launch import ServerProcess
 
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -30,6 +31,14 @@ pytestmark = pytest.mark.slow
 # stream start-up on a loaded 2-core box.
 SERVER_FLAGS = ("--allow-private", "--no-demo-stream", "--read-timeout-s", "60")
 RESULTS = Path(os.environ.get("OVERTIME_SCREENSHOTS") or tempfile.mkdtemp(prefix="overtime-screens-"))
+SHOTS = Run(command="make screenshots", directory=RESULTS)
+
+
+def shoot(page, name: str) -> None:
+    """A full-page screenshot under RESULTS, with its provenance (``Run.png``)."""
+    SHOTS.png(name, page.screenshot(full_page=True))
+
+
 ARGS = [
     "--headless",
     "--no-sandbox",
@@ -108,11 +117,11 @@ def delete_all(server: str) -> None:
         urllib.request.urlopen(urllib.request.Request(f"{server}/api/streams/{s['id']}", method="DELETE"), timeout=60)
 
 
-def start(page, kind: str, url: str = "", fps: int = 10) -> str:
+def start(page, kind: str, url: str = "", fps: int | None = 10) -> str:
     page.click(f"label[for=kind-{kind}]")
     if url:
         page.fill("#source-url", url)
-    page.fill("#fps", str(fps))
+    page.fill("#fps", "" if fps is None else str(fps))
     page.click("#start-button")
     page.wait_for_url("**/?stream=*", timeout=15_000)
     return page.url.split("stream=")[1]
@@ -124,7 +133,7 @@ def wait_for_points(page, chart: str, n: int, timeout_s: float) -> None:
     try:
         page.wait_for_function(enough, timeout=timeout_s * 1e3)
     except sync_api.TimeoutError:
-        page.screenshot(path=str(RESULTS / "client-failure.png"), full_page=True)
+        shoot(page, "client-failure.png")
         state, error = page.inner_text("#live-state"), page.inner_text("#live-error")
         points = page.get_attribute(chart, "data-points")
         message = f"{chart}: {points} of {n} points after {timeout_s} s; state {state!r}, error {error!r}"
@@ -146,9 +155,16 @@ def test_demo_stream_draws_overlay_loss_and_budget(page, server):
     assert int(page.get_attribute("#chart-budget", "data-points")) >= 20
     assert page.evaluate(CHART_INK, "#chart-budget") > 500, "the ΔP/ΔS chart is not drawn"
     assert page.evaluate(CHART_INK, "#chart-loss") > 500
-    assert len(page.locator("#stage-bars .stage-bar").all()) >= 2  # the whole step and at least one stage
+    assert len(page.locator("#stage-bars .stage-bar").all()) >= 3  # the frame's work, the step, at least one stage
     assert page.locator("#stream-list .stream-item.selected").get_attribute("data-id") == stream_id
-    page.screenshot(path=str(RESULTS / "client-demo.png"), full_page=True)
+    # The picture is the source's own (the demo is 128x128), whatever size the network learns at; the loss chart
+    # draws the zero-flow baseline; the legend says the stream's colour scale; the budget is said in words.
+    picture = page.evaluate("() => { const f = window.overtime.view.images.frame; return [f.width, f.height]; }")
+    assert picture == [128, 128]
+    assert any(v is not None for v in page.evaluate("() => window.overtime.charts.loss.data[3]"))
+    assert "px/frame" in page.inner_text("#legend-scale") and "–" not in page.inner_text("#legend-scale")
+    page.wait_for_function("() => /learning at \\d+×\\d+/.test(document.querySelector('#budget-note').textContent)")
+    shoot(page, "client-demo.png")
 
     # The server sends the frame and the flow apart: raw / flow side by side, with arrows, is drawn.
     assert page.is_enabled("#mode-split") and page.is_enabled("#arrows") and page.is_enabled("#opacity")
@@ -157,7 +173,7 @@ def test_demo_stream_draws_overlay_loss_and_budget(page, server):
     page.wait_for_timeout(600)
     split = page.evaluate(CANVAS_STATS, "#view")
     assert split["std"] > 5 and split["hash"] not in (first["hash"], second["hash"])
-    page.screenshot(path=str(RESULTS / "client-split.png"), full_page=True)
+    shoot(page, "client-split.png")
     page.click("label[for=mode-overlay]")
 
     with page.expect_download(timeout=30_000) as download:
@@ -165,11 +181,13 @@ def test_demo_stream_draws_overlay_loss_and_budget(page, server):
     assert download.value.suggested_filename.endswith(".pt")
     assert "checkpoint saved" in page.inner_text("#toast")
 
-    # Deep link: a fresh page on /?stream=<id> shows that stream; a fresh page on / opens the running one.
+    # Deep link: a fresh page on /?stream=<id> shows that stream; a fresh page on / opens the running one. Both draw
+    # the charts' history at once (the server keeps it), not only the frames that arrive after they opened.
+    seen = int(page.get_attribute("#chart-loss", "data-points"))
     for url in (f"{server}/?stream={stream_id}", server):
         other = page.context.new_page()
         other.goto(url)
-        wait_for_points(other, "#chart-loss", 3, timeout_s=30)
+        wait_for_points(other, "#chart-loss", seen, timeout_s=10)
         assert other.url.endswith(f"?stream={stream_id}")
         other.close()
 
@@ -178,7 +196,7 @@ def test_demo_stream_draws_overlay_loss_and_budget(page, server):
     mobile.goto(f"{server}/?stream={stream_id}")
     wait_for_points(mobile, "#chart-loss", 10, timeout_s=30)
     assert mobile.evaluate("() => document.documentElement.scrollWidth <= window.innerWidth + 1"), "sideways scroll"
-    mobile.screenshot(path=str(RESULTS / "client-phone.png"), full_page=True)
+    shoot(mobile, "client-phone.png")
     phone.close()
     delete_all(server)
 
@@ -188,7 +206,7 @@ def test_webcam_stream_learns(page, server):
     wait_for_points(page, "#chart-loss", 50, timeout_s=150)
     values = [v for v in losses(page) if v is not None]
     head, tail = np.mean(values[:15]), np.mean(values[-15:])
-    page.screenshot(path=str(RESULTS / "client-webcam.png"), full_page=True)
+    shoot(page, "client-webcam.png")
     delete_all(server)
     assert tail < head, f"webcam loss did not go down: first 15 frames {head:.4g}, last 15 {tail:.4g}: {values}"
 
@@ -202,7 +220,7 @@ def test_unreachable_url_shows_its_error(page, server):
     assert "_" not in text, f"error code not put into words: {text}"
     item = page.locator("#stream-list .stream-item .err")
     item.wait_for(state="visible", timeout=10_000)
-    page.screenshot(path=str(RESULTS / "client-bad-url.png"), full_page=True)
+    shoot(page, "client-bad-url.png")
     delete_all(server)
 
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from models.flow_viz import color_wheel_legend, flow_to_color
+from models.flow_viz import ColorTable, color_wheel_legend, flow_to_color
 
 
 def test_zero_flow_is_white_and_shape_dtype():
@@ -31,3 +31,13 @@ def test_legend():
     legend = color_wheel_legend(33)
     assert legend.shape == (33, 33, 3) and (legend[16, 16] == 255).all() and (legend[0, 0] == 255).all()
     assert len({tuple(c) for c in legend.reshape(-1, 3)}) > 100
+
+
+def test_color_table_matches_flow_to_color():
+    rng = np.random.default_rng(0)
+    flow = rng.normal(0, 2, (48, 64, 2)).astype(np.float32)
+    flow[0, 0] = np.nan
+    table = ColorTable()
+    diff = np.abs(table(flow, 3.0).astype(int) - flow_to_color(flow, max_magnitude=3.0).astype(int))
+    assert np.percentile(diff, 99.5) <= 1 and diff.mean() < 0.2
+    assert (table(np.zeros((4, 4, 2), np.float32), 1.0) == 255).all()

@@ -67,3 +67,13 @@ def _write_one(spec, q) -> None:
     r = FrameRing.attach(spec)
     r.write(frame(7), 7.0, q)
     r.close()
+
+
+def test_frames_of_any_size_within_the_capacity(ring):
+    q = CTX.Queue(ring.queue_size)
+    small = np.arange(4 * 6 * 3, dtype=np.uint8).reshape(4, 6, 3)
+    ring.write(small, 1.0, q)
+    got, _ = ring.read(q, timeout=5)
+    assert got.shape == (4, 6, 3) and np.array_equal(got, small)
+    with pytest.raises(ValueError, match="does not fit"):
+        ring.write(np.zeros((9, 8, 3), np.uint8), 2.0, q)

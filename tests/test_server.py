@@ -31,6 +31,8 @@ from server_support import (
 
 from bench.harness import LiveSource
 from models.streams import generate
+from server.flow_formats import read_flo, read_kitti_png
+from server.pictures import OPACITY
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_streams_left")]
 
@@ -44,8 +46,11 @@ def test_file_stream_learns_and_recovers(server):
     assert last < 0.9 * first, f"loss did not trend down: {[round(m['loss'], 3) for m, _ in frames]}"
     untrained = np.median([m["loss"] for m, _ in frames[:5]])
     meta, jpeg = frames[-1]
-    assert set(meta) >= {"frame", "loss", "dp_s", "ds_s", "stage_dp_s", "latency_s", "dropped"}
+    assert set(meta) >= {"frame", "loss", "loss_zero", "dp_s", "work_s", "ds_s", "stage_dp_s", "latency_s", "dropped"}
     assert meta["ds_s"] == pytest.approx(1 / 15) and len(meta["stage_dp_s"]) == 2
+    assert meta["learning_size"] == [SIZE, SIZE] and meta["flow_scale"] >= 1.0 and meta["work_s"] >= meta["dp_s"]
+    # The baseline: the same loss for zero flow on the same pair. A net that learned does better on this clip.
+    assert np.median([m["loss"] for m, _ in frames[-LOOP:]]) < np.median([m["loss_zero"] for m, _ in frames[-LOOP:]])
     assert 0 < meta["latency_s"] < 5 and meta["dp_s"] > 0
     image = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
     assert image.shape == (SIZE, SIZE, 3)
@@ -60,18 +65,32 @@ def test_file_stream_learns_and_recovers(server):
     assert metric(text, "overtime_frame_interval_seconds", stream=sid) == pytest.approx(1 / 15)
     assert metric(text, "overtime_budget_ratio", stream=sid) > 0
     assert metric(text, "overtime_loss", stream=sid) > 0
+    assert metric(text, "overtime_loss_zero_flow", stream=sid) > 0
+    assert metric(text, "overtime_frame_work_seconds_count", stream=sid) >= 60
     assert metric(text, "overtime_streams", state="running") == 1, server.client.get("/api/streams").text
     for name in ("overtime_source_reconnects_total", "overtime_ws_clients", "overtime_ws_dropped_total"):
         metric(text, name, stream=sid)
 
-    # Viewers that blend themselves ask for the frame and the flow picture apart; the overlay is their mix.
+    # Viewers that blend themselves ask for the frame and the flow picture apart; the overlay is the frame tinted by
+    # the flow's colours (white, no motion, leaves it as it is).
     message, jpegs = watch_images(server, sid, "frame,flow,overlay")
     assert message["images"] == ["frame", "flow", "overlay"] and len(jpegs) == 3
     frame, flow, overlay = map(decode, jpegs)
     assert frame.shape == flow.shape == overlay.shape == (SIZE, SIZE, 3)
-    assert np.abs((frame + flow) / 2 - overlay).mean() < 6 < np.abs(frame - flow).mean()
+    tinted = frame * (1 - OPACITY + OPACITY * flow / 255)
+    assert np.abs(tinted - overlay).mean() < 6 < np.abs(frame - flow).mean()
     message, _ = watch_images(server, sid, "frame,nope")
     assert message["type"] == "error" and message["code"] == "bad_request"
+
+    # The flow itself: KITTI's 16-bit PNG and Middlebury's .flo over the WebSocket and from the API, the same field.
+    message, (png, flo) = watch_images(server, sid, "flow16,flo")
+    field, valid = read_kitti_png(png)
+    assert field.shape == (SIZE, SIZE, 2) and valid.all() and np.abs(field - read_flo(flo)).max() <= 1 / 128 + 1e-6
+    got = server.client.get(f"/api/streams/{sid}/flow", params={"format": "flo"})
+    assert got.status_code == 200 and read_flo(got.content).shape == (SIZE, SIZE, 2)
+    assert int(got.headers["x-overtime-frame"]) >= message["frame"]
+    assert server.client.get(f"/api/streams/{sid}/flow").headers["content-type"] == "image/png"  # kitti by default
+    assert server.client.get(f"/api/streams/{sid}/flow", params={"format": "bmp"}).status_code == 422
 
     saved = server.client.post(f"/api/streams/{sid}/checkpoint")
     assert saved.status_code == 200, saved.text
@@ -98,6 +117,31 @@ def test_file_stream_learns_and_recovers(server):
     assert np.median([m["loss"] for m, _ in resumed]) < 0.8 * untrained, "the restarted worker forgot what it learned"
     delete(server, sid)
     assert server.client.get(f"/api/streams/{sid}").status_code == 404
+
+
+# -- the picture and the rate follow the source; the history outlives a viewer ------------------------------------
+def test_sizes_and_rate_follow_a_4_3_source_and_history_survives_a_reconnect(server):
+    info = create(server, source="file:four_three.mp4", name="four-three", loop=True)
+    assert info["auto"] and info["width"] is None  # the picture's size is known once the source opened
+    sid = info["id"]
+    first = watch(server, sid, 12)
+    info = server.wait_for(sid, lambda i: "to keep" in (i["budget_note"] or ""), what="a budget decision")
+    assert info["fps"] == pytest.approx(12) and (info["width"], info["height"]) == (160, 120)  # the source's own
+    assert info["learning_size"] == {"width": 64, "height": 48} and "to keep 12 fps" in info["budget_note"]
+    assert info["phase"] is None and info["init"] == "scratch"
+    assert first[-1][0]["ds_s"] == pytest.approx(1 / 12) and decode(first[-1][1]).shape == (120, 160, 3)
+    # A page that reconnects (or reloads) gets the charts' points back, those it saw included.
+    points = server.client.get(f"/api/streams/{sid}/history").json()["points"]
+    seen = {m["frame"]: m for m, _ in first}
+    kept = [p for p in points if p["frame"] in seen]
+    assert len(kept) == len(seen) and all(p["loss"] == seen[p["frame"]]["loss"] for p in kept)
+    assert all(p["loss_zero"] == seen[p["frame"]]["loss_zero"] for p in kept)
+    again = watch(server, sid, 3)
+    points = server.client.get(f"/api/streams/{sid}/history").json()["points"]
+    assert [p["frame"] for p in points] == sorted(p["frame"] for p in points)
+    assert points[-1]["frame"] >= again[-1][0]["frame"] > first[-1][0]["frame"]
+    delete(server, sid)
+    assert server.client.get(f"/api/streams/{sid}/history").status_code == 404
 
 
 # -- a live HTTP MPEG-TS source --------------------------------------------------------------------

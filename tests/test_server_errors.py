@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import http.server
 import json
+import re
 import threading
 
 import pytest
@@ -29,6 +30,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_streams_left")]
         ({"source": "demo", "schedule": "nope"}, 400, "bad_request"),
         ({"source": "demo", "schedule": "gpipe", "stages": 2}, 400, "bad_request"),  # one frame: no micro-batches
         ({"source": "http://"}, 400, "bad_source"),
+        ({"source": "demo", "width": 1920, "height": 1080}, 400, "bad_request"),  # would cost gigabytes to learn
     ],
 )
 def test_bad_requests_get_clear_errors(server, body, status, code):
@@ -105,12 +107,22 @@ def _settles(server, source: str, state: str, code: str | None, **body) -> dict:
         delete(server, sid)
 
 
+#: What an error message must never show: a path on this server, an errno, a Python exception's name.
+LEAKS = re.compile(r"(?:^|[\s'\"(=:])/(?:[\w.-]+/)+|[Ee]rrno|Error\b|Exception\b|Traceback")
+
+
 def test_runtime_source_errors(server, http_sources, media):
+    messages = []
     for source, code in (("file:notes.mp4", "not_video"), ("file:truncated.mp4", "decode_error")):
-        message = _settles(server, source, "error", code)["error"]["message"]
-        assert message and str(media) not in message, f"a server path in the error: {message}"
-    _settles(server, f"{http_sources}/missing.ts", "error", "not_found")
-    _settles(server, f"http://127.0.0.1:{free_port()}/live.ts", "reconnecting", "source_unreachable")
+        messages.append(_settles(server, source, "error", code)["error"]["message"])
+    messages.append(_settles(server, f"{http_sources}/missing.ts", "error", "not_found")["error"]["message"])
+    unreachable = f"http://127.0.0.1:{free_port()}/live.ts"
+    messages.append(_settles(server, unreachable, "reconnecting", "source_unreachable")["error"]["message"])
+    refused = ({"source": "file:../../etc/passwd"}, {"source": f"file://{media}/../x.mp4"}, {"source": "file:no.mp4"})
+    for body in refused:
+        messages.append(server.client.post("/api/streams", json=body).json()["detail"]["message"])
+    for message in messages:
+        assert message and not LEAKS.search(message) and str(media) not in message, f"error text leaks: {message!r}"
 
 
 def test_stream_end_resolution_change_and_stall(server, http_sources):

@@ -1,4 +1,5 @@
-"""The worker's learner: checkpoints (atomic, resumable, guarded) and recovery from a non-finite loss."""
+"""The worker's learner: checkpoints (atomic, resumable, guarded), recovery from a non-finite loss, a new learning
+size with the same weights, and the zero-flow baseline."""
 
 from __future__ import annotations
 
@@ -10,19 +11,21 @@ import torch
 
 from models.online import frame_pair
 from server import checkpoints
-from server.worker import CheckpointMismatch, Learner, WorkerConfig
+from server.learner import CheckpointMismatch, Learner, LearnerConfig
+from server.profile_cache import JsonCache
+
+SIZE = (32, 32)
 
 
 @pytest.fixture
-def cfg(tmp_path) -> WorkerConfig:
-    return WorkerConfig(name="unit", model="fast", stages=1, width=32, height=32, lr=1e-3, schedule="partime",
-                        devices=None, checkpoint_path=tmp_path / "unit.pt", checkpoint_interval_s=60,
-                        jpeg_quality=80)  # fmt: skip
+def cfg(tmp_path) -> LearnerConfig:
+    return LearnerConfig(name="unit", model="fast", init="scratch", stages=1, lr=1e-3, schedule="partime",
+                         devices=None, checkpoint_path=tmp_path / "unit.pt")  # fmt: skip
 
 
-def pairs(n: int):
+def pairs(n: int, size: tuple[int, int] = SIZE):
     rng = np.random.default_rng(0)
-    frames = rng.integers(0, 256, (n + 1, 32, 32, 3), dtype=np.uint8)
+    frames = rng.integers(0, 256, (n + 1, size[1], size[0], 3), dtype=np.uint8)
     return [frame_pair(frames[i], frames[i + 1]) for i in range(n)]
 
 
@@ -31,31 +34,35 @@ def weights(learner: Learner) -> list[torch.Tensor]:
 
 
 def test_checkpoint_is_atomic_and_resumes(cfg):
-    learner = Learner(cfg)
+    learner = Learner(cfg, SIZE)
     for x in pairs(3):
         assert learner.step(x) is not None
     assert learner.save() == 3
     assert [p.name for p in cfg.checkpoint_path.parent.iterdir()] == ["unit.pt"]  # no temp file left behind
     saved = weights(learner)
     learner.pipe.close()
-    again = Learner(replace(cfg, lr=None))
+    again = Learner(replace(cfg, lr=None), SIZE)
     assert again.resumed_from == 3 and again.lr == pytest.approx(1e-3)
     assert all(torch.equal(a, b) for a, b in zip(saved, weights(again), strict=True))
     again.pipe.close()
     with pytest.raises(CheckpointMismatch):
-        Learner(replace(cfg, width=64, height=64))
+        Learner(replace(cfg, init="pretrained"), SIZE)
+    bigger = Learner(replace(cfg, lr=None), (48, 32))  # the learning size is the budget's: any size resumes
+    assert bigger.resumed_from == 3 and all(torch.equal(a, b) for a, b in zip(saved, weights(bigger), strict=True))
+    bigger.pipe.close()
 
 
 def test_stages_learn_at_rates_scaled_by_their_gradient_delay_also_after_a_resume(cfg):
     cfg = replace(cfg, stages=2, lr=4.5e-3)
-    learner = Learner(cfg)
+    learner = Learner(cfg, SIZE)
     lrs = [[g["lr"] for g in s.optimizer.param_groups] for s in learner.pipe.stages]
     assert lrs == [[pytest.approx(1.5e-3)], [pytest.approx(4.5e-3)]]  # PARTIME stage 0: gradients 2 frames stale
     for x in pairs(3):
         learner.step(x)
     learner.save()
     learner.pipe.close()
-    halved = Learner(replace(cfg, lr=2.25e-3))  # a restart after a crash: the checkpoint's optimizer lrs must not win
+    # A restart after a crash: the checkpoint's optimizer lrs must not win.
+    halved = Learner(replace(cfg, lr=2.25e-3), SIZE)
     assert [g["lr"] for s in halved.pipe.stages for g in s.optimizer.param_groups] == [
         pytest.approx(7.5e-4),
         pytest.approx(2.25e-3),
@@ -64,7 +71,7 @@ def test_stages_learn_at_rates_scaled_by_their_gradient_delay_also_after_a_resum
 
 
 def test_nonfinite_loss_restores_checkpoint_and_halves_lr(cfg):
-    learner = Learner(cfg)
+    learner = Learner(cfg, SIZE)
     xs = pairs(6)
     for x in xs[:2]:
         learner.step(x)
@@ -82,4 +89,49 @@ def test_nonfinite_loss_restores_checkpoint_and_halves_lr(cfg):
         next(learner.pipe.stages[0].module.parameters()).fill_(float("inf"))
     assert learner.save() == -1  # never checkpoint broken weights
     assert checkpoints.load(cfg.checkpoint_path)["pipeline"]["frames"] == 2
+    learner.pipe.close()
+
+
+def test_resize_keeps_weights_optimizer_and_split_and_learns_on(cfg, tmp_path):
+    splits = JsonCache(tmp_path / "splits.json")
+    learner = Learner(replace(cfg, stages=2), SIZE, splits)
+    assert splits.get("fast|32x32|2|cpu") == learner.pipe.balance  # measured once, then cached
+    for x in pairs(4):
+        learner.step(x)
+    before = weights(learner)
+    moments = [s.optimizer.state_dict()["state"] for s in learner.pipe.stages]
+    split = learner.pipe.balance
+    learner.resize((48, 36))
+    assert learner.size == (48, 36) and learner.pipe.balance == split
+    assert all(torch.equal(a, b) for a, b in zip(before, weights(learner), strict=True))
+    after = [s.optimizer.state_dict()["state"] for s in learner.pipe.stages]
+    assert all(torch.equal(a[k]["exp_avg"], b[k]["exp_avg"]) for a, b in zip(moments, after, strict=True) for k in a)
+    results = [learner.step(x) for x in pairs(3, (48, 36))]
+    assert results[-1] is not None and results[-1].output.shape[-2:] == (36, 48) and np.isfinite(results[-1].loss)
+    learner.pipe.close()
+    again = Learner(replace(cfg, stages=2, name="other"), SIZE, splits)  # the cached split: nothing measured
+    assert again.pipe.balance == split
+    again.pipe.close()
+
+
+def test_zero_flow_loss_is_the_learners_loss_of_zero_flow(cfg):
+    learner = Learner(cfg, SIZE)
+    x = pairs(1)[0]
+    expected = float(learner.pipe.loss_fn(torch.zeros(1, 2, 32, 32), x))
+    assert learner.zero_flow_loss(x) == pytest.approx(expected) and expected > 0
+    still = frame_pair(np.full((32, 32, 3), 90, np.uint8), np.full((32, 32, 3), 90, np.uint8))
+    assert learner.zero_flow_loss(still) < 1e-2 * expected  # nothing moves: zero flow explains it all
+    learner.pipe.close()
+
+
+def test_new_learner_starts_from_its_init_at_its_rate(cfg):
+    from models.flow_nets import build_flow_net
+    from models.online import default_lr
+
+    learner = Learner(replace(cfg, init="pretrained", lr=None), SIZE)
+    shipped = build_flow_net("fast", init="pretrained").state_dict()
+    assert all(torch.equal(shipped[k], v) for k, v in learner.pipe.module().state_dict().items())
+    assert learner.lr == default_lr("pretrained")
+    learner.save()
+    assert checkpoints.load(cfg.checkpoint_path)["init"] == "pretrained"
     learner.pipe.close()

@@ -25,7 +25,7 @@ async def readyz(response: Response, manager: Manager, settings: AppSettings) ->
     if active >= settings.max_streams:
         problems.append(f"{active} of {settings.max_streams} streams running")
     if not os.access(settings.checkpoint_dir, os.W_OK):
-        problems.append(f"checkpoint dir {settings.checkpoint_dir} is not writable")
+        problems.append("the checkpoint folder is not writable")
     response.status_code = 503 if problems else 200
     return {"ready": not problems, "streams": active, "problems": problems}
 

@@ -1,6 +1,8 @@
-"""``/api/streams``: create, list, inspect, delete and checkpoint streams."""
+"""``/api/streams``: create, list, inspect, delete and checkpoint streams; their chart history and latest flow."""
 
 from __future__ import annotations
+
+from typing import Literal
 
 from fastapi import APIRouter, Depends, Response
 from fastapi.concurrency import run_in_threadpool
@@ -9,18 +11,25 @@ from fastapi.responses import FileResponse
 from .. import errors
 from ..deps import Manager, require_token
 from ..manager import RequestError
-from ..schemas import Counters, ErrorInfo, StreamCreate, StreamInfo
+from ..schemas import Counters, ErrorInfo, History, HistoryPoint, Size, StreamCreate, StreamInfo
 from ..session import CheckpointFailed, StreamSession
 
 router = APIRouter(prefix="/api/streams", tags=["streams"], dependencies=[Depends(require_token)])
 
 
+def _size(size: tuple[int, int] | None) -> Size | None:
+    return Size(width=size[0], height=size[1]) if size else None
+
+
 def stream_info(session: StreamSession) -> StreamInfo:
     cfg = session.cfg
+    display = session.display or (None, None)
     return StreamInfo(
         id=session.id, name=cfg.name, source=cfg.source, state=session.state,
         error=ErrorInfo(**session.error) if session.error else None,
-        fps=cfg.fps, width=cfg.width, height=cfg.height, model=cfg.model, stages=cfg.stages, lr=session.lr,
+        fps=session.fps, width=display[0], height=display[1], auto=cfg.auto,
+        learning_size=_size(session.learning_size), budget_note=session.budget_note, phase=session.phase,
+        model=cfg.model, init=cfg.init, stages=cfg.stages, lr=session.lr,
         schedule=cfg.schedule, loop=cfg.loop, counters=Counters(**session.counters), loss=session.loss,
         resumed_from=session.resumed_from, checkpoint_frames=session.checkpoint_frames,
         source_info=session.source_info, pids=session.pids(), ws=f"/ws/streams/{session.id}",
@@ -71,3 +80,30 @@ async def download_checkpoint(stream_id: str, manager: Manager) -> FileResponse:
     if not path.is_file():
         raise RequestError(404, errors.NO_CHECKPOINT, f"stream {stream_id} has no checkpoint yet: POST one first")
     return FileResponse(path, media_type="application/octet-stream", filename=f"overtime-{session.cfg.name}.pt")
+
+
+@router.get("/{stream_id}/history", response_model=History)
+async def stream_history(stream_id: str, manager: Manager) -> History:
+    """The last few hundred processed frames' numbers, so a page opened (or reloaded) later draws its charts whole."""
+    session = manager.get(stream_id)
+    return History(id=session.id, points=[HistoryPoint(**p) for p in list(session.frames.history)])
+
+
+FLOW_MEDIA = {"kitti": ("image/png", "png", "flow16"), "flo": ("application/octet-stream", "flo", "flo")}
+
+
+@router.get("/{stream_id}/flow", response_class=Response)
+async def latest_flow(stream_id: str, manager: Manager, format: Literal["kitti", "flo"] = "kitti") -> Response:  # noqa: A002
+    """The newest flow field, at the learning size in its pixels: ``kitti`` (16-bit PNG) or ``flo`` (Middlebury).
+    The frame it belongs to is in the ``X-Overtime-Frame`` header."""
+    session = manager.get(stream_id)
+    latest = session.frames.latest
+    if latest is None:
+        raise RequestError(404, errors.NO_FLOW, f"stream {stream_id} has no flow yet: no frame was processed")
+    frame, pictures = latest
+    media, suffix, kind = FLOW_MEDIA[format]
+    headers = {
+        "X-Overtime-Frame": str(frame),
+        "Content-Disposition": f'attachment; filename="{session.cfg.name}-{frame}.{suffix}"',
+    }
+    return Response(pictures.get(kind), media_type=media, headers=headers)

@@ -1,27 +1,35 @@
 """WebSockets: watch a stream learn, and push browser-webcam frames into one.
 
-``WS /ws/streams/{id}[?token=...]`` — server to viewer, per processed frame, TWO messages in this order:
+``WS /ws/streams/{id}[?token=...][&images=...]`` — server to viewer, per processed frame, TWO messages in this order:
 
 1. text, JSON::
 
      {"type": "frame", "frame": 812,          # true frame index (PARTIME: D-1 steps behind the newest input)
       "loss": 0.0412,                         # unsupervised flow loss of this frame
-      "dp_s": 0.031, "ds_s": 0.0667,          # ΔP (whole pipeline step) and ΔS (1/fps), seconds
+      "loss_zero": 0.0650,                    # the same loss for zero flow on the same pair (the baseline)
+      "dp_s": 0.031, "ds_s": 0.1,             # ΔP (whole pipeline step) and ΔS (1/fps), seconds
+      "work_s": 0.045,                        # the worker's whole work on this frame (the budget it keeps)
       "stage_dp_s": [0.029, 0.030],           # ΔP of each stage in that step
-      "latency_s": 0.052,                     # capture (decoder) -> this message being sent
-      "dropped": 0}                           # frames the stream dropped so far because the worker was behind
+      "capture_time": 1712345678.25,          # when the decoder captured the frame (Unix time, seconds)
+      "latency_s": 0.152,                     # capture -> this message being sent
+      "learning_size": [160, 120],            # the size the network learns at (the flow's own size)
+      "flow_scale": 2.4,                      # speed at the rim of the colour wheel, pixels of the picture per frame
+      "dropped": 0}                           # frames the stream dropped so far (worker behind, resized)
 
-2. binary: one JPEG (image/jpeg), the stream's width x height: the frame blended 50/50 with the colour
-   coding of its learned flow (hue = direction, saturation = speed, white = no motion; ``server/overlay.py``).
+2. binary: the picture(s). By default one JPEG, the picture's size: the frame tinted by the colours of its learned
+   flow (hue = direction, saturation = speed, white = no motion; ``server/pictures.py``).
 
-   With ``?images=frame,flow`` (any of ``overlay``, ``frame``, ``flow``, in the order wanted) the JSON message
-   also says ``"images": ["frame", "flow"]`` and one JPEG of each kind follows it, in that order: clients that
-   blend with their own opacity, show raw and flow side by side or draw arrows ask for these.
+   With ``?images=frame,flow`` (any of ``overlay``, ``frame``, ``flow``, ``flow16``, ``flo``, in the order wanted)
+   the JSON message also says ``"images": ["frame", "flow"]`` and one binary message of each kind follows it, in
+   that order. ``frame`` and ``flow`` are JPEGs of the picture's size; ``flow16`` (KITTI's 16-bit PNG) and ``flo``
+   (Middlebury) are the flow field itself, at the learning size, in pixels of the learning size
+   (``server/flow_formats.py``).
 
 Also text JSON, whenever they happen: ``{"type": "state", "state": "starting|running|reconnecting|ended|error",
-"error": {"code", "message"} | null}`` (one is sent on connect), and ``{"type": "error", "code", "message"}``
-right before the server closes the socket (bad token: close code 1008; unknown stream: 4404).
-A slow viewer only gets the newest frame; skipped frames count in ``overtime_ws_dropped_total``.
+"error": {"code", "message"} | null, "phase": "what a starting stream is doing" | null}`` (one is sent on connect),
+and ``{"type": "error", "code", "message"}`` right before the server closes the socket (bad token: close code 1008;
+unknown stream: 4404). A slow viewer only gets the newest frame; skipped frames count in
+``overtime_ws_dropped_total``.
 
 ``WS /ws/streams/{id}/ingest[?token=...]`` — browser to server: binary messages, each one JPEG frame of the
 webcam (any size; the decoder scales it). Only for streams created with ``"source": "webcam"``. A text message,
@@ -40,7 +48,7 @@ from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 from .. import errors
 from ..deps import websocket_token_ok
 from ..manager import RequestError
-from ..overlay import KINDS
+from ..pictures import KINDS
 from ..session import StreamSession
 
 router = APIRouter(tags=["websocket"])
@@ -78,8 +86,8 @@ async def watch(ws: WebSocket, stream_id: str) -> None:
     if not kinds or set(kinds) - set(KINDS):
         await _refuse(ws, errors.BAD_REQUEST, f"images: a comma-separated list of {', '.join(KINDS)}", POLICY_VIOLATION)
         return
-    viewer = session.broadcaster.join()
-    viewer.offer_notice({"type": "state", "state": session.state, "error": session.error})
+    viewer = session.broadcaster.join(kinds)
+    viewer.offer_notice({"type": "state", "state": session.state, "error": session.error, "phase": session.phase})
     latency = session.metrics.latency.labels(session.id)
     pump = asyncio.create_task(_pump(ws, viewer, latency, kinds))
     listen = asyncio.create_task(_until_disconnect(ws))
@@ -98,12 +106,15 @@ async def _pump(ws: WebSocket, viewer, latency, kinds: list[str]) -> None:
         if kind == "notice":
             await ws.send_text(json.dumps(item))
             continue
-        message, capture_time, images = item
-        message = {**message, **named, "latency_s": time.time() - capture_time}
+        message, pictures = item
+        images = [pictures.get(name) for name in kinds]
+        if any(image is None for image in images):
+            continue  # rendered before the worker knew this viewer wants it: the next frame will have it
+        message = {**message, **named, "latency_s": time.time() - message["capture_time"]}
         latency.observe(message["latency_s"])
         await ws.send_text(json.dumps(message))
-        for name in kinds:
-            await ws.send_bytes(images[name])
+        for image in images:
+            await ws.send_bytes(image)
 
 
 async def _until_disconnect(ws: WebSocket) -> None:
@@ -122,7 +133,7 @@ async def ingest(ws: WebSocket, stream_id: str) -> None:
     if session.cfg.spec.kind != "webcam":
         await _refuse(ws, errors.BAD_SOURCE, f"stream {stream_id} is not a webcam stream", POLICY_VIOLATION)
         return
-    budget = FrameBudget(max(2 * session.cfg.fps, 30.0))
+    budget = FrameBudget(max(2 * (session.fps or 0.0), 30.0))
     try:
         while True:
             message = await ws.receive()

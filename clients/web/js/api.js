@@ -50,6 +50,7 @@ export const api = {
     return Array.isArray(body) ? body : body.streams || [];
   },
   get: (id) => request("GET", `/api/streams/${encodeURIComponent(id)}`),
+  history: (id) => request("GET", `/api/streams/${encodeURIComponent(id)}/history`),
   create: (spec) => request("POST", "/api/streams", spec),
   remove: (id) => request("DELETE", `/api/streams/${encodeURIComponent(id)}`),
   checkpoint: (id) => request("POST", `/api/streams/${encodeURIComponent(id)}/checkpoint`),

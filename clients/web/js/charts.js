@@ -107,10 +107,11 @@ function withAlpha(hex, a) {
   return `rgba(${n >> 16},${(n >> 8) & 255},${n & 255},${a})`;
 }
 
-/** Series for the budget chart: whole step (green/red), each stage, and the ΔS line. */
+/** Series for the budget chart: a frame's whole work (green/red), the pipeline step, each stage, and the ΔS line. */
 export function budgetSeries(stages, getBudgetMs) {
   return [
-    { label: "step ΔP", stroke: budgetPaint(getBudgetMs), fill: budgetPaint(getBudgetMs, 0.12), width: 2, legendColor: COLORS.good },
+    { label: "frame work", stroke: budgetPaint(getBudgetMs), fill: budgetPaint(getBudgetMs, 0.12), width: 2, legendColor: COLORS.good },
+    { label: "step ΔP", stroke: COLORS.muted, width: 1, legendColor: COLORS.muted },
     ...Array.from({ length: stages }, (_, k) => ({
       label: `stage ${k}`,
       stroke: STAGE_COLORS[k % STAGE_COLORS.length],
@@ -124,4 +125,5 @@ export function budgetSeries(stages, getBudgetMs) {
 export const lossSeries = () => [
   { label: "loss", stroke: "rgba(122,162,255,.45)", width: 1, legendColor: COLORS.loss },
   { label: "smoothed", stroke: COLORS.accent, width: 2, legendColor: COLORS.accent },
+  { label: "zero flow", stroke: COLORS.budget, dash: [6, 4], width: 1.5, legendColor: COLORS.budget },
 ];

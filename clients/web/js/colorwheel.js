@@ -1,6 +1,7 @@
 // The flow colour convention, in one place: the Middlebury colour wheel of Baker et al., as models/flow_viz.py
-// draws it (hue = direction of motion, saturation = speed relative to the frame's fastest pixel, zero motion =
-// white). The legend and the arrows both derive from it.
+// draws it (hue = direction of motion, saturation = speed relative to the stream's colour scale, the speed at the
+// rim, which the server sends as flow_scale in pixels per frame; zero motion = white). The legend and the arrows
+// both derive from it.
 
 const SEGMENTS = [
   [15, [255, 0, 0], [255, 255, 0]],
@@ -12,7 +13,7 @@ const SEGMENTS = [
 ];
 const WHEEL = SEGMENTS.flatMap(([n, a, b]) => Array.from({ length: n }, (_, i) => a.map((v, c) => v + ((b[c] - v) * i) / n)));
 
-/** RGB (0..255) of the motion (u, v), |(u, v)| <= 1 being the frame's fastest motion; image y points down. */
+/** RGB (0..255) of the motion (u, v), |(u, v)| <= 1 being the speed at the rim; image y points down. */
 export function flowColor(u, v) {
   const rad = Math.min(1, Math.hypot(u, v));
   const pos = ((Math.atan2(-v, -u) / Math.PI + 1) / 2) * (WHEEL.length - 1);
@@ -48,7 +49,7 @@ const DIRECTIONS = Array.from({ length: 360 }, (_, d) => {
   return { u: Math.cos(a), v: Math.sin(a), rgb: flowColor(Math.cos(a), Math.sin(a)) };
 });
 
-/** Inverse of the convention: a flow-image pixel -> motion (u, v) scaled so the fastest motion has length 1. */
+/** Inverse of the convention: a flow-image pixel -> motion (u, v) scaled so the speed at the rim has length 1. */
 export function vectorFromRgb(r, g, b) {
   const rad = 1 - Math.min(r, g, b) / 255; // the wheel colour's weakest channel is 0, so white shows through it
   if (rad < 0.05) return [0, 0];

@@ -11,10 +11,13 @@ export function showKindFields() {
   document.querySelectorAll("#stream-form [data-for]").forEach((node) => (node.hidden = node.dataset.for !== kind));
 }
 
+/** The POST /api/streams body. Unset fields are left to the server: the rate follows the source, and the learning
+ * size follows the frame budget ("auto"). */
 export function streamSpec() {
   const kind = selectedKind();
-  const [width, height] = $("size").value.split("x").map(Number);
-  const spec = { fps: Number($("fps").value), width, height, stages: Number($("stages").value) };
+  const spec = { stages: Number($("stages").value), init: $("init").value };
+  if ($("fps").value) spec.fps = Number($("fps").value);
+  if ($("size").value !== "auto") [spec.width, spec.height] = $("size").value.split("x").map(Number);
   if ($("lr").value) spec.lr = Number($("lr").value);
   const name = $("name").value.trim();
   if (name) spec.name = name;

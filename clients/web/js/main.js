@@ -23,6 +23,7 @@ const state = {
   stages: 0,
   arrivals: [],
   smoothLoss: null,
+  lastFrame: -1, // the newest frame on the charts (from the history or the socket)
 };
 
 const view = new FlowView($("view"));
@@ -159,8 +160,15 @@ function open(id, { push = true } = {}) {
   $("view-empty").hidden = false;
   if (info) showStreamInfo(info);
   resetCharts(info?.stages || 0);
-  state.live = new LiveStream(id, { onFrame, onStatus, onConnection });
   renderStreams($("stream-list"), state.streams, state.selected, { open, checkpoint, remove });
+  // The charts start from the server's history (a reloaded page gets them back), then the socket adds to them.
+  api
+    .history(id)
+    .then((h) => state.selected === id && h.points.forEach((p) => chartPoint(p)))
+    .catch(() => {})
+    .finally(() => {
+      if (state.selected === id && !state.live) state.live = new LiveStream(id, { onFrame, onStatus, onConnection });
+    });
 }
 
 function close({ push = true } = {}) {
@@ -179,11 +187,12 @@ function close({ push = true } = {}) {
 
 function describe(s) {
   const parts = [shortSource(s.source)];
-  if (s.fps) parts.push(`${s.fps} fps (ΔS ${ms(1 / s.fps)})`);
-  if (s.width) parts.push(`${s.width}×${s.height}`);
+  if (s.fps) parts.push(`${+s.fps.toFixed(2)} fps (ΔS ${ms(1 / s.fps)})`);
+  if (s.width) parts.push(`picture ${s.width}×${s.height}`);
+  if (s.learning_size) parts.push(`learning ${s.learning_size.width}×${s.learning_size.height}${s.auto ? " (auto)" : ""}`);
   if (s.stages) parts.push(`${s.stages} stages`);
+  if (s.model) parts.push(`${s.model} net, ${s.init}`);
   if (s.lr) parts.push(`lr ${num(s.lr, 2)}`);
-  if (s.model) parts.push(`${s.model} net`);
   if (s.resumed_from) parts.push(`resumed after ${s.resumed_from} frames`);
   return parts.join(" · ");
 }
@@ -193,12 +202,14 @@ function resetCharts(stages) {
   state.budgetMs = 0;
   state.arrivals = [];
   state.smoothLoss = null;
+  state.lastFrame = -1;
   charts.loss.reset();
   charts.budget.reset(budgetSeries(stages, () => state.budgetMs));
   charts.dropped.reset();
   charts.latency.reset();
   $("stage-bars").replaceChildren();
   for (const id of ["frame", "fps", "loss", "budget", "dropped", "latency"]) $(`stat-${id}`).textContent = "–";
+  $("legend-scale").textContent = "rim: – px/frame";
   setVerdict(null);
 }
 
@@ -215,8 +226,14 @@ function showStreamInfo(s) {
   const banner = $("live-error");
   banner.hidden = !words;
   banner.textContent = words;
+  if (s.budget_note !== undefined) {
+    const note = $("budget-note");
+    note.hidden = !s.budget_note;
+    note.textContent = s.budget_note || "";
+    note.classList.toggle("over", /cannot keep|trying a smaller/.test(s.budget_note || "")); // frames are dropped
+  }
   const waiting = {
-    starting: "starting the decoder and the network…",
+    starting: `${s.phase || "starting"}…`,
     reconnecting: `reconnecting to the source${s.counters?.reconnects ? ` (attempt ${s.counters.reconnects})` : ""}…`,
     ended: "the stream has ended",
     error: words || "error",
@@ -228,7 +245,7 @@ function showStreamInfo(s) {
 }
 
 function onStatus(msg) {
-  if (msg.state) showStreamInfo(msg);
+  if (msg.state) showStreamInfo({ ...msg, budget_note: undefined });
   else if (msg.error || msg.type === "error") {
     const banner = $("live-error");
     banner.textContent = errorWords(msg.error || msg);
@@ -261,7 +278,27 @@ function onFrame({ metrics: m, images }) {
   while (state.arrivals.length > 2 && now - state.arrivals[0] > 3000) state.arrivals.shift();
   const span = (now - state.arrivals[0]) / 1000;
   const fps = span > 0 ? (state.arrivals.length - 1) / span : null;
+  chartPoint(m);
 
+  const stages = Array.isArray(m.stage_dp_s) ? m.stage_dp_s : [];
+  $("stat-frame").textContent = String(m.frame);
+  $("stat-fps").textContent = fps == null ? "–" : fps.toFixed(1);
+  $("stat-loss").textContent = num(m.loss);
+  const ratio = m.ds_s > 0 ? m.work_s / m.ds_s : null;
+  const budget = $("stat-budget");
+  budget.textContent = ratio == null ? "–" : `${ratio.toFixed(2)}`;
+  budget.className = ratio == null ? "" : ratio <= 1 ? "under" : "over";
+  $("stat-dropped").textContent = m.dropped ?? "–";
+  $("stat-latency").textContent = ms(m.latency_s);
+  if (m.flow_scale) $("legend-scale").textContent = `rim: ${m.flow_scale.toFixed(1)} px/frame`;
+  setVerdict(ratio);
+  renderStageBars(m.work_s, m.dp_s, stages, m.ds_s);
+}
+
+/** One frame on the charts (a live message or a point of the server's history), each frame once, in order. */
+function chartPoint(m) {
+  if (m.frame <= state.lastFrame) return;
+  state.lastFrame = m.frame;
   const stages = Array.isArray(m.stage_dp_s) ? m.stage_dp_s : [];
   if (stages.length !== state.stages) {
     state.stages = stages.length;
@@ -269,23 +306,10 @@ function onFrame({ metrics: m, images }) {
   }
   state.budgetMs = m.ds_s * 1000;
   if (Number.isFinite(m.loss)) state.smoothLoss = state.smoothLoss == null ? m.loss : 0.9 * state.smoothLoss + 0.1 * m.loss;
-
-  charts.loss.push(m.frame, [m.loss, state.smoothLoss]);
-  charts.budget.push(m.frame, [m.dp_s * 1000, ...stages.map((s) => s * 1000), state.budgetMs]);
+  charts.loss.push(m.frame, [m.loss, state.smoothLoss, m.loss_zero]);
+  charts.budget.push(m.frame, [m.work_s * 1000, m.dp_s * 1000, ...stages.map((s) => (s == null ? null : s * 1000)), state.budgetMs]);
   charts.dropped.push(m.frame, [m.dropped]);
   charts.latency.push(m.frame, [m.latency_s * 1000]);
-
-  $("stat-frame").textContent = String(m.frame);
-  $("stat-fps").textContent = fps == null ? "–" : fps.toFixed(1);
-  $("stat-loss").textContent = num(m.loss);
-  const ratio = m.ds_s > 0 ? m.dp_s / m.ds_s : null;
-  const budget = $("stat-budget");
-  budget.textContent = ratio == null ? "–" : `${ratio.toFixed(2)}`;
-  budget.className = ratio == null ? "" : ratio <= 1 ? "under" : "over";
-  $("stat-dropped").textContent = m.dropped ?? "–";
-  $("stat-latency").textContent = ms(m.latency_s);
-  setVerdict(ratio);
-  renderStageBars(m.dp_s, stages, m.ds_s);
 }
 
 function setVerdict(ratio) {
@@ -299,10 +323,11 @@ function setVerdict(ratio) {
   pill.textContent = `${ratio <= 1 ? "under" : "over"} budget · ${Math.round(ratio * 100)}%`;
 }
 
-/** One bar per stage and one for the whole step; the amber tick is ΔS. The track spans 1.5 ΔS. */
-function renderStageBars(step, stages, ds) {
+/** One bar for the frame's whole work, one for the pipeline step, one per stage; the amber tick is ΔS. The track
+ * spans 1.5 ΔS. */
+function renderStageBars(work, step, stages, ds) {
   const box = $("stage-bars");
-  const rows = [["step", step], ...stages.map((s, k) => [`stage ${k}`, s])];
+  const rows = [["work", work], ["step", step], ...stages.map((s, k) => [`stage ${k}`, s])];
   if (box.children.length !== rows.length) {
     box.replaceChildren(
       ...rows.map(() => {

@@ -61,9 +61,12 @@ export class FlowView {
     const base = mode === "flow" ? im.flow : im.frame || im.overlay;
     const box = this.drawFit(base, 0, 0, canvas.width, canvas.height);
     if (mode === "overlay" && im.frame && im.flow) {
+      // The frame tinted by the flow's colours, as the server's overlay: white (no motion) leaves the frame as it is.
+      ctx.globalCompositeOperation = "multiply";
       ctx.globalAlpha = this.opacity;
       this.drawFit(im.flow, 0, 0, canvas.width, canvas.height);
       ctx.globalAlpha = 1;
+      ctx.globalCompositeOperation = "source-over";
     }
     if (this.arrows && im.flow) this.drawArrows(im.flow, box);
   }

@@ -1,0 +1,222 @@
+"""Compute per learning step: the service's learner (``online_pipeline``, the ``fast`` net, its shipped weights) at a
+learning size, run in ways that might make a step cheaper, side by side in one run.
+
+Each way runs in a fresh process (thread settings, environment variables and compile caches cannot leak from one
+way into the next) on the same frames from the same weights, and reports how long building took, the first step
+(where ``torch.compile`` compiles), the steady step's median and 90th percentile, and the loss after the last step
+(a way that computes something else shows a different loss). Ordinary ways run in interleaved rounds and keep their
+best round, as ``timeit`` does on a shared machine; the compile ways run once with an empty inductor cache (cold)
+and once more with the cache it filled (warm).
+
+* ``eager-1t`` (the service: one intra-op thread), ``eager-2t``, ``eager-2t-passive`` (OpenMP threads that sleep
+  instead of spinning while they wait: ``OMP_WAIT_POLICY=PASSIVE``);
+* ``eager-D2``: PARTIME with 2 stages as threads, one intra-op thread each (the service's default);
+* ``channels-last-1t`` / ``-D2``: the net and its input in channels-last memory format;
+* ``compile-1t`` / ``-D2``: ``module.compile()`` per stage (inductor's CPU backend), cold and warm;
+  ``compile-nosizeassert-1t``: the same with inductor's size asserts off (see the result: the default fails);
+* ``profile-1t`` / ``profile-2t``: not a step but what a new stream's worker does first, profiling the layers for
+  the split between 2 stages (``pipeline_core.balance``), with 1 or 2 intra-op threads (its time is "build s").
+
+    python -m bench.learning_step                    # 160x120, writes bench/results/learning-step-cpu.{md,json}
+    python -m bench.learning_step --quick            # a smoke run (*-quick.*, not committed)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PLAIN = ["eager-1t", "eager-2t", "eager-2t-passive", "eager-D2", "channels-last-1t", "channels-last-D2"]
+PROFILES = ["profile-1t", "profile-2t"]
+COMPILED = ["compile-1t", "compile-D2", "compile-nosizeassert-1t"]
+#: way -> (intra-op threads, stages, extra environment)
+WAYS = {
+    "eager-1t": (1, 1, {}),
+    "eager-2t": (2, 1, {}),
+    "eager-2t-passive": (2, 1, {"OMP_WAIT_POLICY": "PASSIVE"}),
+    "eager-D2": (2, 2, {}),  # the local runtime gives each of the 2 stages 2 // 2 = 1 thread
+    "channels-last-1t": (1, 1, {}),
+    "channels-last-D2": (2, 2, {}),
+    "compile-1t": (1, 1, {}),
+    "compile-D2": (2, 2, {}),
+    "compile-nosizeassert-1t": (1, 1, {}),
+    "profile-1t": (1, 2, {}),
+    "profile-2t": (2, 2, {}),
+}
+SPLIT_D2 = [5, 3]  # the fast net's balanced split at the service's sizes (profiling it is not what is measured)
+
+
+def child(way: str, size: tuple[int, int], steps: int, warmup: int) -> dict:
+    """Runs in the fresh process: build, step, time."""
+    import numpy as np
+    import torch
+
+    from models.flow_nets import build_flow_net
+    from models.online import default_lr, frame_pair, online_pipeline
+    from models.streams import generate
+
+    threads, stages, _ = WAYS[way]
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    w, h = size
+    if way.startswith("profile"):
+        return profile(way, size)
+    frames = generate(max(w, h), steps + 1, seed=5).frames[:, :h, :w]
+    start = time.perf_counter()
+    pipe = online_pipeline(build_flow_net("fast", init="pretrained"), torch.zeros(1, 6, h, w), stages,
+                           default_lr("pretrained"), layers=SPLIT_D2 if stages == 2 else None)  # fmt: skip
+    channels_last = way.startswith("channels-last")
+    if channels_last:
+        for stage in pipe.stages:
+            stage.module.to(memory_format=torch.channels_last)
+    if way.startswith("compile"):
+        import torch._inductor.config as inductor
+
+        inductor.size_asserts = "nosizeassert" not in way
+        for stage in pipe.stages:
+            stage.module.compile()
+    built = time.perf_counter() - start
+    seconds, loss, error = [], None, None
+    try:
+        for i in range(steps):
+            x = frame_pair(frames[i], frames[i + 1])
+            if channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            t0 = time.perf_counter()
+            r = pipe.step(x, target=x)
+            seconds.append(time.perf_counter() - t0)
+            loss = r.loss if r.loss is not None else loss
+    except Exception as exc:  # a way that fails is a result too
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+    finally:
+        pipe.close()
+    steady = seconds[warmup:]
+    return {
+        "way": way,
+        "threads": threads if stages == 1 else threads // stages,
+        "stages": stages,
+        "build_s": built,
+        "first_step_s": seconds[0] if seconds else None,
+        "steps": len(steady),
+        "median_ms": 1e3 * float(np.median(steady)) if steady else None,
+        "p90_ms": 1e3 * float(np.percentile(steady, 90)) if steady else None,
+        "final_loss": loss,
+        "error": error,
+    }
+
+
+def profile(way: str, size: tuple[int, int]) -> dict:
+    """What a new stream's worker does before its first step: measure the layers to split the net into 2 stages."""
+    import torch
+
+    from models.flow_loss import guarded_flow_loss
+    from models.flow_nets import build_flow_net
+    from pipeline_core import balance
+
+    w, h = size
+    net = build_flow_net("fast", init="pretrained")
+    start = time.perf_counter()
+    split = balance(net, torch.zeros(1, 6, h, w), 2, ["cpu"], guarded_flow_loss)
+    seconds = time.perf_counter() - start
+    return {"way": way, "threads": WAYS[way][0], "stages": 2, "build_s": seconds, "first_step_s": None, "steps": 0,
+            "median_ms": None, "p90_ms": None, "final_loss": None, "error": None, "split": split}  # fmt: skip
+
+
+def run_way(way: str, args: argparse.Namespace, cache: Path | None = None) -> dict:
+    env = {**os.environ, **WAYS[way][2], "PYTHONPATH": str(ROOT)}
+    if cache is not None:
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(cache)
+    cmd = [sys.executable, "-m", "bench.learning_step", "--child", way, "--size", args.size, "--steps",
+           str(args.steps), "--warmup", str(args.warmup)]  # fmt: skip
+    start = time.perf_counter()
+    done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        tail = (done.stderr.strip().splitlines() or ["?"])[-1][:200]
+        return {"way": way, "error": f"exit {done.returncode}: {tail}", "wall_s": wall}
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    print(json.dumps(result), flush=True)
+    return {**result, "wall_s": wall}
+
+
+def markdown(rows: list[dict], args: argparse.Namespace) -> str:
+    base = next(r["median_ms"] for r in rows if r["way"] == "eager-1t")
+    lines = [
+        f"Learning steps of the `fast` net at {args.size}, {args.steps} steps per way after {args.warmup} warm-up "
+        f"steps; plain ways: best of {args.rounds} interleaved rounds. *vs eager-1t* = eager-1t's median / this "
+        "way's (> 1: faster). A step here is the pipeline's only, not the service's whole frame work.",
+        "",
+        "| way | threads / stage | stages | build s | first step s | median ms | p90 ms | vs eager-1t | loss after | "
+        "note |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        median = r.get("median_ms")
+        speed = f"{base / median:.2f}x" if median else "–"
+        cells = [
+            r["way"] + (f" ({r['cache']})" if r.get("cache") else ""),
+            str(r.get("threads", "–")),
+            str(r.get("stages", "–")),
+            f"{r['build_s']:.1f}" if r.get("build_s") is not None else "–",
+            f"{r['first_step_s']:.1f}" if r.get("first_step_s") is not None else "–",
+            f"{median:.1f}" if median else "–",
+            f"{r['p90_ms']:.1f}" if r.get("p90_ms") else "–",
+            speed,
+            f"{r['final_loss']:.5f}" if r.get("final_loss") is not None else "–",
+            (r.get("error") or "").replace("|", "/"),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", default="160x120", help="learning size WxH (default: the service's largest)")
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--warmup", type=int, default=8)
+    p.add_argument("--rounds", type=int, default=2, help="interleaved rounds of the plain ways")
+    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile ways (minutes each, cold)")
+    p.add_argument("--quick", action="store_true", help="a smoke run: few steps, one round, no compile")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    size = tuple(int(v) for v in args.size.lower().split("x"))
+    if args.child:
+        print(json.dumps(child(args.child, size, args.steps, args.warmup)))
+        return 0
+    if args.quick:
+        args.steps, args.warmup, args.rounds, args.no_compile = 10, 3, 1, True
+    from bench.report import Run
+
+    report = Run()
+    best: dict[str, dict] = {}
+    rounds: list[dict] = []
+    for _ in range(args.rounds):
+        for way in PLAIN:
+            r = run_way(way, args)
+            rounds.append(r)
+            if r.get("median_ms") and (way not in best or r["median_ms"] < best[way]["median_ms"]):
+                best[way] = r
+            best.setdefault(way, r)
+    rows = [best[way] for way in PLAIN]
+    for way in PROFILES:  # each once: a start is a single event, not a steady state
+        rows.append(run_way(way, args))
+    if not args.no_compile:
+        for way in COMPILED:
+            with tempfile.TemporaryDirectory(prefix="inductor-") as cache:
+                for state in ("cold", "warm"):
+                    rows.append({**run_way(way, args, Path(cache)), "cache": state})
+    stem = "learning-step-cpu" + ("-quick" if args.quick else "")
+    title = f"Learning step of the fast net at {args.size}: ways to make it cheaper (CPU)"
+    report.write(stem, title, markdown(rows, args), {"size": args.size, "rows": rows, "rounds": rounds})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

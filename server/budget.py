@@ -1,0 +1,124 @@
+"""The frame budget a stream keeps: which learning size its worker can hold at the stream's rate, measured.
+
+Every frame the worker reports how long its whole work on that frame took (the pipeline step, scaling, the zero-flow
+baseline, the pictures for viewers). After a short warm-up the controller looks at a window of these times; with
+automatic sizing it then moves along the ladder of learning sizes (largest first) to the largest one whose work
+stays within ``TARGET`` of ΔS: down when a window is over it (straight to the size the measured cost predicts), up
+one size when a window leaves room for the next one. Each window is judged afresh, so a change in the machine's load
+(another process, a viewer asking for more pictures) moves the size again. A size that was too slow is not retried
+for ``RETRY_S``, so the size does not flap. With a fixed size nothing moves, but the note still says whether it holds.
+
+Cost model: a frame's work is a part that grows with the learning size's pixels (the pipeline step) and a part that
+does not (scaling the picture down, the pictures at the picture's size): both measured, the first scaled by the
+pixels of the size considered. It is only used to pick the next size to try; the next window measures it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from .sizing import Size
+
+TARGET = 0.85  # a frame's work at most this share of ΔS: headroom for the decoder, the API process and jitter
+GROW_MARGIN = 0.8  # grow only when the next size is predicted to need at most this share of the target
+WARMUP_FRAMES = 3  # after a (re)build: first steps allocate, the pipeline fills
+WINDOW_S = 2.0  # seconds of frames per decision
+MIN_WINDOW = 6  # frames per decision at least (slow rates)
+RETRY_S = 60.0  # a size found too slow is not tried again for this long
+
+
+def pixels(size: Size) -> int:
+    return size[0] * size[1]
+
+
+class BudgetController:
+    """Chooses the learning size from ``ladder`` (largest first) for a stream at ``fps``; ``auto=False`` keeps
+    ``ladder[start]`` and only reports."""
+
+    def __init__(self, ladder: Sequence[Size], start: int, fps: float, auto: bool,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        if not ladder or not 0 <= start < len(ladder):
+            raise ValueError(f"start {start} is not a size of the ladder {list(ladder)}")
+        self.ladder = list(ladder)
+        self.index = start
+        self.ds = 1.0 / fps
+        self.auto = auto
+        self.window = max(MIN_WINDOW, round(WINDOW_S * fps))
+        self.clock = clock
+        self.samples: list[tuple[float, float]] = []
+        self.seen = 0
+        self.estimate: float | None = None  # a frame's work at the current size, from the last full window
+        self.fixed = 0.0  # the part of it that does not depend on the learning size
+        self.settled = False  # a window held the budget at this size
+        self._too_slow: dict[int, float] = {}  # ladder index -> when a window there was over the target
+
+    @property
+    def size(self) -> Size:
+        return self.ladder[self.index]
+
+    def observe(self, work_s: float, step_s: float | None = None) -> int | None:
+        """One frame's work at the current size (``step_s`` of it grows with the size: the pipeline step; default:
+        all of it); the ladder index to rebuild at when the size must change."""
+        self.seen += 1
+        if self.seen <= WARMUP_FRAMES:
+            return None
+        self.samples.append((work_s, work_s if step_s is None else min(step_s, work_s)))
+        if len(self.samples) < self.window:
+            return None
+        work, step = np.array(self.samples).T
+        self.estimate = float(np.percentile(work, 75))  # most frames, not the lucky half
+        self.fixed = max(0.0, self.estimate - float(np.percentile(step, 75)))
+        self.samples.clear()
+        choice = self._choose(self.estimate) if self.auto else self.index
+        self.settled = choice == self.index and self.estimate <= TARGET * self.ds
+        if choice == self.index:
+            return None
+        self._move(choice)
+        return choice
+
+    def predict(self, index: int) -> float:
+        """A frame's work at ``ladder[index]``, from the last window at the current size."""
+        assert self.estimate is not None
+        return self.fixed + (self.estimate - self.fixed) * pixels(self.ladder[index]) / pixels(self.size)
+
+    def _choose(self, estimate: float) -> int:
+        limit = TARGET * self.ds
+        if estimate > limit:
+            self._too_slow[self.index] = self.clock()
+            for j in range(self.index + 1, len(self.ladder)):
+                if self.predict(j) <= limit:
+                    return j
+            return len(self.ladder) - 1
+        up = self.index - 1
+        recently_slow = self.clock() - self._too_slow.get(up, -RETRY_S) < RETRY_S
+        if up >= 0 and not recently_slow and self.predict(up) <= GROW_MARGIN * limit:
+            return up
+        return self.index
+
+    def _move(self, index: int) -> None:
+        self.index = index
+        self.estimate = None  # measured at another size
+        self.seen = 0
+        self.samples.clear()
+
+    def note(self, fps: float) -> str:
+        """The state of the budget in words, as the API and the page show it."""
+        w, h = self.size
+        ds_ms = self.ds * 1e3
+        if self.estimate is None:
+            return f"learning at {w}×{h}; measuring what a frame costs"
+        cost = f"a frame's work takes {self.estimate * 1e3:.0f} ms of {ds_ms:.0f} ms"
+        if self.estimate <= TARGET * self.ds:
+            return f"learning at {w}×{h} {'to keep' if self.auto else 'as asked, keeping'} {fps:g} fps ({cost})"
+        holdable = max(0.1, int(10 * TARGET / self.estimate) / 10)
+        dropped = round(100 * (1 - self.ds / self.estimate)) if self.estimate > self.ds else 0
+        if self.auto and self.index == len(self.ladder) - 1:
+            return (f"cannot keep {fps:g} fps: even at {w}×{h} {cost}, so about {dropped} % of frames are dropped; "
+                    f"ask for at most {holdable:g} fps")  # fmt: skip
+        if self.auto:
+            return f"learning at {w}×{h}: {cost}; trying a smaller size"
+        return (f"{w}×{h} as asked cannot keep {fps:g} fps: {cost}, so about {dropped} % of frames are dropped; "
+                f"use automatic sizing or at most {holdable:g} fps")  # fmt: skip

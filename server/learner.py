@@ -1,0 +1,162 @@
+"""A stream's learner: the pipeline at its learning size, its learning rate, its checkpoints, and the zero-flow
+baseline of each frame.
+
+The flow nets are fully convolutional, so the learned weights (and Adam's moments, one per weight) fit any learning
+size: ``resize`` rebuilds the pipeline at another size from the current state, keeping the split between stages.
+A checkpoint therefore resumes at whatever size the budget controller picks; only the model, the stage count and the
+initialisation must match.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from models.flow_nets import build_flow_net
+from models.online import default_lr, online_pipeline, stage_lrs
+from pipeline_core import StepResult
+from pipeline_core.partition import resolve_devices
+
+from . import checkpoints
+from .profile_cache import JsonCache, key
+from .sizing import Size
+
+#: Checkpoints made before ``init`` was recorded were all learned from scratch.
+LEGACY_INIT = "scratch"
+
+
+@dataclass(frozen=True)
+class LearnerConfig:
+    name: str
+    model: str
+    init: str  # "pretrained" | "scratch" (``models.flow_nets.INITS``)
+    stages: int
+    lr: float | None  # the last stage's; None: the checkpoint's, else ``default_lr(init)``
+    schedule: str
+    devices: tuple[str, ...] | None
+    checkpoint_path: Path
+
+
+class CheckpointMismatch(Exception):
+    pass
+
+
+def sample(size: Size) -> torch.Tensor:
+    return torch.zeros(1, 6, size[1], size[0])
+
+
+class Learner:
+    """The pipeline, its learning rate and its checkpoints. ``splits`` caches the measured split between stages per
+    (model, size, stages, device): profiling the layers is the slowest part of a start."""
+
+    def __init__(self, cfg: LearnerConfig, size: Size, splits: JsonCache | None = None) -> None:
+        self.cfg = cfg
+        saved = checkpoints.load(cfg.checkpoint_path)
+        if saved is not None:
+            self._check_compatible(saved)
+        torch.manual_seed(zlib.crc32(cfg.name.encode()))  # a new stream's initial weights depend on its name only
+        # The base lr (the last stage's; earlier stages scale it down by their gradient delay, ``stage_lrs``). An
+        # explicit one wins (a restart after a crash passes a halved one); else the checkpoint's; else the default.
+        self.lr = cfg.lr or (float(saved["lr"]) if saved else default_lr(cfg.init))
+        devices = list(cfg.devices) if cfg.devices else None
+        split_key = key(cfg.model, size, cfg.stages, resolve_devices(devices)[0])
+        # A resumed stream keeps its checkpoint's split (the weights and optimizer states are stored per stage); a
+        # new one takes the cached split or measures one.
+        layers = saved["pipeline"]["balance"] if saved else (splits.get(split_key) if splits else None)
+        self.pipe = online_pipeline(
+            build_flow_net(cfg.model, init=cfg.init),
+            sample(size),
+            cfg.stages,
+            self.lr,
+            layers=layers,
+            devices=devices,
+            schedule=cfg.schedule,
+        )
+        if splits is not None and not saved and layers is None and cfg.stages > 1:
+            splits.put(split_key, self.pipe.balance)
+        self.size = size
+        self.resumed_from = 0
+        if saved:
+            self.pipe.load_state_dict(saved["pipeline"])
+            self.resumed_from = int(saved["pipeline"]["frames"])
+        self._apply_lr()  # after the load: optimizer states carry lrs
+        self._initial = None if saved else copy.deepcopy(self.pipe.state_dict())
+        self.nonfinite = 0
+        self.poison_next = False  # fault-injection hook: the next frame is all NaN, so its loss is NaN
+
+    def _check_compatible(self, saved: dict) -> None:
+        mine = {"model": self.cfg.model, "stages": self.cfg.stages, "init": self.cfg.init}
+        theirs = {"model": saved.get("model"), "stages": saved.get("stages"), "init": saved.get("init", LEGACY_INIT)}
+        if mine != theirs:
+            raise CheckpointMismatch(
+                f"checkpoint {self.cfg.checkpoint_path.name} was made with {theirs}, this stream asks for {mine}; "
+                "use another name or the same settings"
+            )
+
+    def resize(self, size: Size) -> None:
+        """Learn at ``size`` from now on, with the same weights, optimizer states and split; frames in flight go."""
+        state, module = self.pipe.state_dict(), self.pipe.module()
+        self.pipe.close()
+        cfg = self.cfg
+        self.pipe = online_pipeline(
+            module,
+            sample(size),
+            cfg.stages,
+            self.lr,
+            layers=state["balance"],
+            devices=list(cfg.devices) if cfg.devices else None,
+            schedule=cfg.schedule,
+        )
+        self.pipe.load_state_dict(state)
+        self._apply_lr()
+        self.size = size
+
+    def save(self) -> int:
+        """Checkpoint now (unless the weights are already non-finite); return the frame count saved."""
+        state = self.pipe.state_dict()
+        if not all(torch.isfinite(p).all() for p in self.pipe.module().parameters()):
+            return -1
+        cfg = self.cfg
+        checkpoints.save_atomic(
+            {"pipeline": state, "model": cfg.model, "init": cfg.init, "stages": cfg.stages, "width": self.size[0],
+             "height": self.size[1], "lr": self.lr, "saved_at": time.time()},
+            cfg.checkpoint_path,
+        )  # fmt: skip
+        return int(state["frames"])
+
+    def step(self, x: torch.Tensor) -> StepResult | None:
+        """One frame pair in; what left the pipeline out — None while filling and after a non-finite loss."""
+        if self.poison_next:
+            x, self.poison_next = torch.full_like(x, float("nan")), False
+        r = self.pipe.step(x, target=x)
+        if r.loss is not None and not math.isfinite(r.loss):
+            self.recover()
+            return None
+        return r if r.frame is not None else None
+
+    def zero_flow_loss(self, x: torch.Tensor) -> float:
+        """The learner's own loss of zero flow on the pair ``x``: the baseline a learned flow must beat."""
+        device = self.pipe.stages[-1].device
+        x = x.to(device)
+        with torch.no_grad():
+            return float(self.pipe.loss_fn(x.new_zeros(x.shape[0], 2, *x.shape[2:]), x))
+
+    def recover(self) -> None:
+        """After a non-finite loss: back to the last good weights, half the step size."""
+        saved = checkpoints.load(self.cfg.checkpoint_path)
+        state = saved["pipeline"] if saved else self._initial
+        self.pipe.load_state_dict(state)
+        self.resumed_from = int(state["frames"])
+        self.lr /= 2
+        self._apply_lr()
+        self.nonfinite += 1
+
+    def _apply_lr(self) -> None:
+        """Every stage's rate from the base ``lr``, scaled down by the stage's gradient delay."""
+        self.pipe.set_lr(stage_lrs(self.lr, self.pipe.gradient_delays))

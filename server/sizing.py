@@ -1,0 +1,68 @@
+"""The sizes and the rate of a stream, from its source: the picture viewers see, the sizes the network may learn at,
+and the frame rate. Pure rules, shared by the decoder, the worker and ``bench.realflow``.
+
+Why two sizes: a viewer wants the source's own picture (a 640x480 camera stretched up from 128x96 is a blur), while
+the network learns at the largest size the frame budget allows. Both keep the source's aspect ratio.
+"""
+
+from __future__ import annotations
+
+#: The flow nets work on sides that divide by 4 (their coarsest level is 1/4 of the frame).
+NET_MULTIPLE = 4
+#: Candidate learning sizes step down by this much on the long side, down to ``MIN_LEARNING_SIDE``.
+LADDER_STEP = 16
+MIN_LEARNING_SIDE = 64
+#: A source that does not say its rate (a browser webcam, some live streams) is served at this rate by default.
+FALLBACK_FPS = 10.0
+#: A nominal rate outside this range is a broken header, not a rate.
+PLAUSIBLE_FPS = (0.5, 240.0)
+
+Size = tuple[int, int]  # (width, height)
+
+
+def fit(width: int, height: int, long_side: int, multiple: int = NET_MULTIPLE) -> Size:
+    """``width`` x ``height`` scaled so that its longer side is ``long_side``, both sides rounded to ``multiple``."""
+    scale = long_side / max(width, height)
+    return (
+        max(multiple, int(width * scale / multiple + 0.5) * multiple),
+        max(multiple, int(height * scale / multiple + 0.5) * multiple),
+    )
+
+
+def display_size(width: int, height: int, max_side: int) -> Size:
+    """The picture viewers get: the source's size (even sides, as video encoders want), shrunk to ``max_side`` on its
+    long side when larger; never enlarged."""
+    return fit(width, height, min(max(width, height), max_side), 2)
+
+
+def learning_size(display: Size, width: int | None, height: int | None, side: int) -> Size:
+    """The largest learning size of a stream: ``width`` x ``height`` when both are given, one of them with the
+    picture's aspect ratio, or the picture's aspect ratio with a long side of ``side`` (never above the picture's)."""
+    if width and height:
+        return width, height
+    if width:
+        return width, max(NET_MULTIPLE, int(display[1] * width / display[0] / NET_MULTIPLE + 0.5) * NET_MULTIPLE)
+    if height:
+        return max(NET_MULTIPLE, int(display[0] * height / display[1] / NET_MULTIPLE + 0.5) * NET_MULTIPLE), height
+    return fit(*display, min(side, max(display)))
+
+
+def learning_ladder(display: Size, largest_side: int) -> list[Size]:
+    """The learning sizes the budget controller chooses from, largest first: the display's aspect ratio, long sides
+    from ``largest_side`` (at most the display's own) down to ``MIN_LEARNING_SIDE`` in steps of ``LADDER_STEP``."""
+    top = min(largest_side, max(display))
+    sides = range(top, min(top, MIN_LEARNING_SIDE) - 1, -LADDER_STEP)
+    ladder: list[Size] = []
+    for side in sides:
+        size = fit(*display, side)
+        if size not in ladder:
+            ladder.append(size)
+    return ladder
+
+
+def stream_fps(requested: float | None, source_fps: float | None, max_fps: float) -> float:
+    """The stream's rate 1/ΔS: what was asked for, else the source's own rate capped at ``max_fps``. Never faster than
+    a source that says its rate: frames are never duplicated, so a faster ΔS would be a budget no frame arrives for."""
+    known = source_fps if source_fps and PLAUSIBLE_FPS[0] <= source_fps <= PLAUSIBLE_FPS[1] else None
+    fps = requested or min(known or FALLBACK_FPS, max_fps)
+    return min(fps, known) if known else fps

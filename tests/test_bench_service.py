@@ -1,0 +1,21 @@
+"""The service benchmarks' own logic: the real-clip scenario skips cleanly without its clip (a fresh clone has none),
+writing nothing; sizes parse as the README writes them."""
+
+from __future__ import annotations
+
+from bench import service, service_clip
+from bench.report import RESULTS
+
+
+def test_the_clip_scenario_skips_without_its_clip(tmp_path, capsys):
+    before = sorted(RESULTS.iterdir())
+    assert service_clip.main(["--clip", str(tmp_path / "missing.mp4")]) == 0
+    assert "skipped" in capsys.readouterr().out
+    assert sorted(RESULTS.iterdir()) == before
+
+
+def test_sizes():
+    assert service.parse_size("128x96") == (128, 96) and service.parse_size("128") == (128, 128)
+    row = {"dropped": 0, "frames": 600, "expected_frames": 600, "latency_p95_s": 0.3, "latency_target_s": 0.35}
+    assert service_clip.verdict(row) and not service_clip.verdict({**row, "dropped": 1})
+    assert not service_clip.verdict({**row, "latency_p95_s": 0.36}) and not service_clip.verdict({**row, "frames": 500})

@@ -1,0 +1,95 @@
+"""The budget controller: a smaller learning size when a frame's work is over the budget, a larger one when there is
+room, no flapping back to a size that was too slow, and words that say what holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from server.budget import MIN_WINDOW, RETRY_S, TARGET, WARMUP_FRAMES, BudgetController, pixels
+from server.sizing import learning_ladder
+
+LADDER = learning_ladder((160, 120), 160)  # 160x120 down to 64x48
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def run(controller: BudgetController, cost_per_pixel: float, frames: int) -> list[int]:
+    """Feed ``frames`` frames whose work is proportional to the current size's pixels; the moves made."""
+    moves = []
+    for _ in range(frames):
+        move = controller.observe(cost_per_pixel * pixels(controller.size))
+        if move is not None:
+            moves.append(move)
+    return moves
+
+
+def test_slow_steps_move_to_the_largest_size_that_holds():
+    controller = BudgetController(LADDER, 0, fps=10, auto=True)
+    assert "measuring" in controller.note(10)
+    per_pixel = 0.2 / pixels(LADDER[0])  # 200 ms at 160x120: twice ΔS
+    run(controller, per_pixel, 200)
+    fits = [i for i, size in enumerate(LADDER) if per_pixel * pixels(size) <= TARGET * 0.1]
+    assert controller.index == fits[0], "not the largest size that keeps the budget"
+    assert controller.settled and "to keep 10 fps" in controller.note(10)
+
+
+def test_room_grows_back_one_size_at_a_time_up_to_the_largest():
+    controller = BudgetController(LADDER, len(LADDER) - 1, fps=10, auto=True)
+    moves = run(controller, 0.02 / pixels(LADDER[0]), 400)  # 20 ms at the largest size: room everywhere
+    assert moves == list(range(len(LADDER) - 2, -1, -1)) and controller.index == 0
+
+
+def test_a_size_that_was_too_slow_is_not_retried_at_once():
+    clock = Clock()
+    controller = BudgetController(LADDER, 0, fps=10, auto=True, clock=clock)
+    window = WARMUP_FRAMES + max(MIN_WINDOW, 20)
+    run(controller, 0.12 / pixels(LADDER[0]), window)  # 120 ms at the largest: over
+    smaller = controller.index
+    assert smaller > 0
+    run(controller, 0.01 / pixels(LADDER[0]), 5 * window)  # the load went away...
+    assert controller.index == 1, "grew back onto the size that was just too slow"
+    clock.now += RETRY_S + 1  # ... and stayed away
+    run(controller, 0.01 / pixels(LADDER[0]), 2 * window)
+    assert controller.index == 0
+
+
+def test_when_even_the_smallest_size_is_too_slow_it_says_so():
+    controller = BudgetController(LADDER, 0, fps=30, auto=True)
+    run(controller, 1.0 / pixels(LADDER[-1]), 400)  # 1 s at the smallest size
+    assert controller.index == len(LADDER) - 1
+    note = controller.note(30)
+    assert note.startswith("cannot keep 30 fps") and "dropped" in note and "at most 0.8 fps" in note
+
+
+def test_a_fixed_size_never_moves_but_says_whether_it_holds():
+    controller = BudgetController([(640, 480)], 0, fps=10, auto=False)
+    assert run(controller, 1.4 / pixels((640, 480)), 100) == []
+    note = controller.note(10)
+    assert note.startswith("640×480 as asked cannot keep 10 fps") and "93 % of frames" in note
+    held = BudgetController([(64, 48)], 0, fps=10, auto=False)
+    run(held, 0.03 / pixels((64, 48)), 100)
+    assert held.note(10).startswith("learning at 64×48 as asked, keeping 10 fps")
+
+
+def test_bad_start():
+    with pytest.raises(ValueError):
+        BudgetController(LADDER, len(LADDER), fps=10, auto=True)
+
+
+def test_the_part_that_does_not_grow_with_the_size_is_not_expected_to_shrink():
+    controller = BudgetController(LADDER, 0, fps=10, auto=True)
+    fixed, per_pixel = 0.05, 0.07 / pixels(LADDER[0])  # 50 ms of pictures + 70 ms of steps at the largest size
+    moves = []
+    for _ in range(400):
+        step = per_pixel * pixels(controller.size)
+        move = controller.observe(fixed + step, step)
+        if move is not None:
+            moves.append(move)
+    fits = [i for i, size in enumerate(LADDER) if fixed + per_pixel * pixels(size) <= TARGET * 0.1]
+    assert moves[0] == fits[0] and controller.index == fits[0]  # straight there: no step-by-step descent

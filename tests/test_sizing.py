@@ -1,0 +1,47 @@
+"""A stream's sizes and rate follow its source: the picture keeps the source's size (capped), the learning sizes its
+aspect ratio (multiples of 4), the rate the source's own (capped), never faster than the source."""
+
+from __future__ import annotations
+
+import pytest
+
+from server.sizing import FALLBACK_FPS, display_size, learning_ladder, learning_size, stream_fps
+
+
+def test_a_4_3_source_keeps_its_picture_and_learns_at_4_3():
+    assert display_size(640, 480, 640) == (640, 480)
+    assert display_size(1920, 1440, 640) == (640, 480)
+    assert display_size(320, 240, 640) == (320, 240)  # never enlarged
+    assert learning_size((640, 480), None, None, 160) == (160, 120)
+    ladder = learning_ladder((160, 120), 160)
+    assert ladder[0] == (160, 120) and ladder[-1] == (64, 48)
+    assert all(w % 4 == 0 and h % 4 == 0 and abs(w / h - 4 / 3) < 0.1 for w, h in ladder)
+    assert [w for w, _ in ladder] == sorted({w for w, _ in ladder}, reverse=True)  # largest first, no repeats
+
+
+def test_wide_portrait_and_odd_sources():
+    assert display_size(1920, 1080, 640) == (640, 360)
+    assert display_size(1080, 1920, 640) == (360, 640)
+    assert display_size(639, 479, 640) == (640, 480)  # even sides, for the video encoders
+    assert learning_size((640, 360), None, None, 160) == (160, 92)  # 90 rounded to a multiple of 4
+    assert learning_size((64, 64), None, None, 160) == (64, 64)  # never larger than the picture
+    assert learning_size((640, 480), 128, None, 160) == (128, 96)  # one side asked: the other keeps the aspect
+    assert learning_size((640, 480), None, 96, 160) == (128, 96)
+    assert learning_size((640, 480), 128, 128, 160) == (128, 128)  # both asked: as asked
+
+
+@pytest.mark.parametrize(
+    ("requested", "source", "cap", "expected"),
+    [
+        (None, 10.0, 30.0, 10.0),  # a 10 fps camera gets a 100 ms budget, never 66.7 ms
+        (None, 29.97, 30.0, 29.97),
+        (None, 60.0, 30.0, 30.0),  # capped
+        (None, None, 30.0, FALLBACK_FPS),  # a source that does not say (a browser webcam)
+        (None, 90000.0, 30.0, FALLBACK_FPS),  # a broken header is no rate
+        (15.0, 10.0, 30.0, 10.0),  # frames are never duplicated: a faster ΔS would be a budget no frame fills
+        (5.0, 29.97, 30.0, 5.0),
+        (60.0, None, 30.0, 60.0),
+    ],
+)
+def test_rate(requested, source, cap, expected):
+    assert stream_fps(requested, source, cap) == pytest.approx(expected)
