@@ -13,7 +13,7 @@ CLIPS ?= ../shared/clips
 
 .PHONY: run test lint clean screenshots up up-gpu down \
 	bench bench-engine bench-flow bench-realflow bench-schedules bench-memory bench-processes \
-	bench-service bench-load bench-soak bench-outage docker-check
+	bench-service bench-load bench-soak bench-outage docker-check pretrain
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,10 @@ bench-realflow: $(VENV)/.installed
 	  [ -f "$$f" ] || continue; \
 	  $(PY) -m bench.realflow --video "$$f" --stages 1,2 || exit 1; \
 	done
+
+# Trains the shipped weights (models/weights/fast.pt + fast.json: data, time, result); about 45 min on one core.
+pretrain: $(VENV)/.installed
+	$(PY) -m models.pretrain --threads 1
 
 bench-schedules: $(VENV)/.installed
 	$(PY) -m bench.schedules

@@ -24,7 +24,7 @@ from bench.report import RESULTS, Run
 from models.classical import classical_methods
 from models.flow_loss import flow_loss
 from models.flow_metrics import epe, moving_mask, photometric_error, reconstruction_accuracy
-from models.flow_nets import FLOW_NETS, build_flow_net
+from models.flow_nets import FLOW_NETS, INITS, build_flow_net
 from models.online import BASE_LR, frame_pair, online_pipeline, predict_then_learn, stage_lrs
 from models.streams import Stream, load_npz
 
@@ -73,7 +73,7 @@ def learner_name(stages: int) -> str:
     return "sequential" if stages == 1 else f"partime_d{stages}"
 
 
-def learn_online(stream: Stream, stages: int, net: str, base_lr: float, seed: int) -> tuple[Scores, dict]:
+def learn_online(stream: Stream, stages: int, net: str, init: str, base_lr: float, seed: int) -> tuple[Scores, dict]:
     """One pass over the stream with a fresh net split into ``stages`` (1 = plain sequential)."""
     torch.manual_seed(seed)
     pairs = len(stream.flow)
@@ -81,7 +81,7 @@ def learn_online(stream: Stream, stages: int, net: str, base_lr: float, seed: in
     scores = Scores(pairs)
     schedule = "partime" if stages > 1 else "sequential"
     pipe = online_pipeline(
-        build_flow_net(net), x0, stages, base_lr, loss_fn=flow_loss, devices=["cpu"], schedule=schedule
+        build_flow_net(net, init=init), x0, stages, base_lr, loss_fn=flow_loss, devices=["cpu"], schedule=schedule
     )
     inputs = (frame_pair(stream.frames[t], stream.frames[t + 1]) for t in range(pairs))
     with pipe:
@@ -90,7 +90,7 @@ def learn_online(stream: Stream, stages: int, net: str, base_lr: float, seed: in
             if r.frame is not None:
                 scores.add(stream, r.frame, r.output[0].permute(1, 2, 0).numpy(), r.loss)
     lrs = stage_lrs(base_lr, pipe.gradient_delays)
-    return scores, {"stages": stages, "lr": lrs, "balance": pipe.balance, "net": net}
+    return scores, {"stages": stages, "lr": lrs, "balance": pipe.balance, "net": net, "init": init}
 
 
 def run_classical(stream: Stream) -> dict[str, Scores]:
@@ -172,6 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stages", default="1,2,4", help="comma-separated pipeline depths; 1 = sequential")
     parser.add_argument("--out", help="results stem (default bench/results/flow-<stream>: .json, .md, .png)")
     parser.add_argument("--net", default="strong", choices=sorted(FLOW_NETS))
+    parser.add_argument(
+        "--init",
+        default="scratch",
+        choices=INITS,
+        help="scratch: PARTIME's research setting (learning from nothing online)",
+    )
     parser.add_argument("--lr", type=float, default=BASE_LR, help="Adam lr of the last stage (earlier ones: stage_lrs)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
@@ -196,14 +202,15 @@ def main(argv: list[str] | None = None) -> int:
     for d in stages:
         name = learner_name(d)
         print(f"{name}: learning online over {len(stream.flow)} pairs ...", file=sys.stderr, flush=True)
-        all_scores[name], info[name] = learn_online(stream, d, args.net, args.lr, args.seed)
+        all_scores[name], info[name] = learn_online(stream, d, args.net, args.init, args.lr, args.seed)
     print("classical references ...", file=sys.stderr, flush=True)
     all_scores.update(run_classical(stream))
 
     results = {name: {**scores.summary(), **info.get(name, {})} for name, scores in all_scores.items()}
     size = "x".join(map(str, stream.frames.shape[1:3]))
     threads = torch.get_num_threads()
-    title = f"{Path(args.stream).name}: {len(stream.frames)} frames {size}, net {args.net}, torch threads {threads}"
+    net = f"net {args.net} ({args.init})"
+    title = f"{Path(args.stream).name}: {len(stream.frames)} frames {size}, {net}, torch threads {threads}"
     run.png(f"{out.name}.png", plot(all_scores, title))
     run.write(out.name, title, f"{markdown(results)}\n![curves]({out.name}.png)", {"methods": results})
     return 0

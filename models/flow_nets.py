@@ -5,35 +5,27 @@ from the previous frame to the current one. Every layer passes ONE full-resoluti
 ``[flow (2), frames (6), extra]`` to the next, so a stage boundary can fall anywhere; a level's
 features at 1/f resolution travel inside it losslessly as ``pixel_shuffle``-packed channels.
 
-Design (why): a net that only stacks 3x3 convs sees ~17 px and learns online slowly and unstably
-(measured: it never learned the fast patches). These nets are coarse-to-fine (PWC-Net style): at
-1/4, 1/2 and full resolution they compute small siamese features of both frames, warp the current
-frame's features by the flow so far, correlate locally (a parameter-free cost volume, ±radius
-cells), read the cost with a soft-argmax into a residual flow, and add a learned correction
-(initialised to zero). Matching thus works from the first frames and the coarse levels reach
-large motions; learning sharpens the features and the corrections. ``strong`` adds, after each
-level, two Lucas-Kanade steps on RGB plus learned feature channels: damped least-squares updates
-over a window, which give the sub-pixel precision that a soft-argmax over whole cells lacks.
+Design (why): a net that only stacks 3x3 convs sees ~17 px and learns online slowly and unstably.
+These nets are coarse-to-fine (PWC-Net style): at 1/4, 1/2 and full resolution they compute small
+siamese features of both frames, warp the current frame's features by the flow so far, correlate
+locally (a parameter-free cost volume, +-radius cells), read the cost with a soft-argmax into a
+residual flow, and add a learned correction (initialised to zero). Matching thus works from the first
+frames and the coarse levels reach large motions. Lucas-Kanade steps (damped least squares over a
+window, on RGB plus learned channels) add the sub-pixel precision that a soft-argmax over whole cells
+lacks. Real cameras mostly watch a static scene: ``models.flow_cleanup``'s still gate keeps it exactly
+still, and its edge-aware fill gives flat regions, where matching has no evidence, the motion of their
+textured surroundings.
 
-Stage boundaries: the full-resolution layers (features, match and Lucas-Kanade steps at factor 1) set
-``keep_with_next``, so automatic balancing never ends a stage after one. Measured with PARTIME
-(strong net, 256x256 tuning stream, D = 2, EPE over frames 100-150; sequential: 0.49): a stage
-ending after a full-resolution refinement diverged (EPE 1.3-6.8 with stage 0 at 1e-3 and above;
-0.86 at 2.5e-4), and freezing the coarse levels of that stage stopped it: the two-frame-old
-gradient of a pixel-precise refinement, pushed through the coarse levels of another frame, drives
-them astray.
-Stages ending at any earlier boundary learned (0.48-0.53): over the delay the motion stays within
-the cells of the coarser levels. The full-resolution features keep with their match too: a stale
-stage holding them (D = 2 split [10, 4] of ``strong``) was 1.022 / 1.063 / 1.064x sequential on three
-tuning streams (256x256, 299 pairs, EPE over the last 100), ending before them ([9, 5]) 1.032 /
-1.045 / 1.028x, and better over all pairs on all three; the full-resolution stage grows from 398 to
-432 of 705 ms (single-thread profile).
+Stage boundaries: the full-resolution layers set ``keep_with_next``, so automatic balancing never ends
+a stage inside the full-resolution level. The two-frame-old gradient of a pixel-precise refinement,
+pushed through the coarse levels of another frame, drives them astray, whereas over the delay the
+motion stays within the cells of the coarser levels; a stale stage holding the full-resolution
+features but not their match learns worse than one that ends before them.
 
 Deep supervision (``supervision``): every refinement below full resolution also learns from the
 loss of its own estimate (``models.deep_supervision``), so the coarse levels get a gradient of the
-frame their stage is processing, not only the one the later stages send 2(D-1-h) frames late.
-Measured on a tuning stream: the stale stage became stable at the sequential rate (it diverged at
-4e-3 without) and the sequential learner improved too (see ``FLOW_NETS``).
+frame their stage is processing, not only the one the later stages send 2(D-1-h) frames late; it
+keeps a stale stage stable at the sequential rate.
 """
 
 from __future__ import annotations
@@ -215,23 +207,27 @@ def pyramid_flow_net(
     heads: tuple[int, ...] = (32, 32, 16),
     lk_steps: int = 0,
     lk_width: int = 16,
+    lk_full_resolution: bool = True,
     window: int = 7,
     supervision: float = 0.0,
     fill: bool = False,
     still: bool = False,
 ) -> nn.Sequential:
     """Coarse-to-fine levels (features, then cost-volume match), each followed by ``lk_steps``
-    Lucas-Kanade steps with ``lk_width`` learned channels and, with ``fill``, an edge-aware fill
-    (``models.flow_cleanup``); ``still`` gates the finest flow to zero where nothing moved. Every
+    Lucas-Kanade steps with ``lk_width`` learned channels (not at full resolution unless
+    ``lk_full_resolution``: there they cost the most); at full resolution ``still`` gates the flow
+    to zero where nothing moved and ``fill`` carries flow from textured, well-matched pixels into
+    flat ones along the image's edges (``models.flow_cleanup``). Every
     refinement below full resolution also learns from the loss of its own estimate, weighted
     ``supervision``. H and W must divide by max(factors)."""
     layers: list[nn.Module] = [StartFlow()]
     for factor, width, radius, head in zip(factors, widths, radii, heads, strict=True):
         own = supervision if factor > 1 else 0.0  # at full resolution the objective itself supervises
         level = [PairFeatures(factor, width), CostVolumeMatch(factor, width, radius, head, own)]
-        level += [LucasKanadeStep(factor, lk_width, window, own) for _ in range(lk_steps)]
+        steps = lk_steps if factor > 1 or lk_full_resolution else 0
+        level += [LucasKanadeStep(factor, lk_width, window, own) for _ in range(steps)]
         level += [StillGate()] if still and factor == 1 else []
-        level += [EdgeAwareFill()] if fill else []
+        level += [EdgeAwareFill()] if fill and factor == 1 else []
         for layer in level:  # no stage ends inside the full-resolution level (module docstring)
             layer.keep_with_next = factor == 1
         layers += level
@@ -239,14 +235,24 @@ def pyramid_flow_net(
 
 
 FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
-    # CPU, real time at 128x128 on 2 cores. Smaller searches at 1/2 and full resolution and a slim
-    # full-resolution level (4 feature channels, head 8) than the defaults: 40% less compute, measured no
-    # less accurate (the 1/4 and 1/2 levels already bring the flow within a pixel).
-    "fast": lambda: pyramid_flow_net(widths=(16, 16, 4), radii=(3, 2, 1), heads=(32, 24, 8)),
-    # Two Lucas-Kanade steps per level: ~2x the compute of "fast", a third lower EPE; 14 layers. The
-    # coarse levels also learn from their own loss (weight 0.3): measured on a tuning stream (256x256,
-    # 150 frames, EPE over the last 50) sequential 0.284 -> 0.263 and PARTIME D = 2 0.309 -> 0.280, with
-    # the stale stage now stable up to the sequential rate (it diverged at 4e-3 without); 1.0: 0.259 / 0.281.
+    # The service's net: real time on 2 CPU cores at the learning sizes the service picks. Small searches
+    # at 1/2 and full resolution and a slim full-resolution level (the coarse levels already bring the flow
+    # within a pixel); one Lucas-Kanade step at the coarse levels for sub-pixel precision; at full
+    # resolution the still gate (a static camera's background stays exactly still) and the edge-aware fill
+    # (flat regions take the motion of their textured surroundings). Shipped pretrained (models.pretrain);
+    # measured on real clips by bench.realflow.
+    "fast": lambda: pyramid_flow_net(
+        widths=(16, 16, 4),
+        radii=(3, 2, 1),
+        heads=(32, 24, 8),
+        lk_steps=1,
+        lk_width=8,
+        lk_full_resolution=False,
+        still=True,
+        fill=True,
+    ),
+    # The research net of the synthetic benchmark (bench.flow): two Lucas-Kanade steps per level, and the
+    # coarse levels also learn from their own loss (deep supervision), which keeps a stale stage stable.
     "strong": lambda: pyramid_flow_net(lk_steps=2, supervision=0.3),
 }
 

@@ -74,14 +74,17 @@ def as_input(pairs: np.ndarray) -> Tensor:
     return t.float().div_(255.0)
 
 
-def level_flows(net: nn.Sequential, x: Tensor) -> list[Tensor]:
-    """The flow after each refinement layer (coarse to fine, each at full resolution); the last is the output."""
-    out = []
+def level_flows(net: nn.Sequential, x: Tensor) -> list[list[Tensor]]:
+    """The flow after each refinement layer (each at full resolution), grouped by pyramid level, coarse to
+    fine; the last is the output."""
+    levels: list[list[Tensor]] = []
     for layer in net:
         x = layer(x)
-        if not isinstance(layer, StartFlow | PairFeatures | TakeFlow):  # every other layer refines the flow
-            out.append(x[:, :2])
-    return out
+        if isinstance(layer, PairFeatures):  # a new level starts
+            levels.append([])
+        elif not isinstance(layer, StartFlow | TakeFlow):  # every other layer refines the flow
+            levels[-1].append(x[:, :2])
+    return levels
 
 
 @contextlib.contextmanager
@@ -102,13 +105,13 @@ def epe(flow: Tensor, gt: Tensor) -> Tensor:
     return torch.linalg.vector_norm(flow - gt, dim=1).mean()
 
 
-def multiscale_loss(flows: list[Tensor], gt: Tensor) -> Tensor:
-    """EPE of every level's estimate, the finest weighted most (weights per level group: LEVEL_WEIGHTS)."""
-    groups = np.array_split(np.arange(len(flows)), len(LEVEL_WEIGHTS))
+def multiscale_loss(levels: list[list[Tensor]], gt: Tensor) -> Tensor:
+    """EPE of every refinement's estimate, averaged per level; the finest level weighted most (LEVEL_WEIGHTS)."""
+    if len(levels) != len(LEVEL_WEIGHTS):
+        raise ValueError(f"expected {len(LEVEL_WEIGHTS)} pyramid levels, got {len(levels)}")
     total = gt.new_zeros(())
-    for weight, group in zip(LEVEL_WEIGHTS, groups, strict=True):
-        for i in group:
-            total = total + weight * epe(flows[i], gt) / len(group)
+    for weight, flows in zip(LEVEL_WEIGHTS, levels, strict=True):
+        total = total + weight * sum(epe(f, gt) for f in flows) / len(flows)
     return total
 
 
@@ -209,12 +212,12 @@ def save(result: dict, args: argparse.Namespace, command: str) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--net", default="fast")
-    parser.add_argument("--clips", type=int, default=2400)
-    parser.add_argument("--holdout", type=int, default=100, help="clips kept out of training, for the held-out EPE")
+    parser.add_argument("--clips", type=int, default=1200)
+    parser.add_argument("--holdout", type=int, default=60, help="clips kept out of training, for the held-out EPE")
     parser.add_argument("--frames", type=int, default=6, help="frames per clip")
     parser.add_argument("--width", type=int, default=160)
     parser.add_argument("--height", type=int, default=120)
-    parser.add_argument("--steps", type=int, default=6000)
+    parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)

@@ -1,0 +1,70 @@
+"""The camera-like clips, the offline pretraining that learns from them and the weights it ships."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from models import pretrain, scenes
+from models.flow_nets import FLOW_NETS, WEIGHTS_DIR, build_flow_net
+from models.online import frame_pair
+
+torch.set_num_threads(1)
+
+
+def _epe(flow: torch.Tensor, gt: np.ndarray) -> float:
+    return float(np.linalg.norm(flow[0].permute(1, 2, 0).numpy() - gt, axis=-1).mean())
+
+
+def test_camera_clip_has_its_exact_flow():
+    clip = scenes.camera_clip(np.random.default_rng(3), 64, 48, 4)
+    assert clip.frames.shape == (4, 48, 64, 3) and clip.frames.dtype == np.uint8
+    assert clip.flow.shape == (3, 48, 64, 2) and np.isfinite(clip.flow).all()
+    with pytest.raises(ValueError, match="even sides"):
+        scenes.camera_clip(np.random.default_rng(0), 63, 48, 4)
+
+
+def test_shipped_weights_match_the_fast_nets_layout_and_say_how_they_were_made():
+    shipped = torch.load(WEIGHTS_DIR / "fast.pt", map_location="cpu", weights_only=True)
+    assert shipped.keys() == FLOW_NETS["fast"]().state_dict().keys()
+    made = json.loads((WEIGHTS_DIR / "fast.json").read_text())
+    assert made["net"] == "fast" and made["command"].startswith("python -m models.pretrain")
+    assert made["held_out_epe"] < made["held_out_zero_flow_epe"]
+
+
+def test_pretrained_fast_net_beats_zero_flow_from_the_first_pair_of_an_unseen_clip():
+    rng = np.random.default_rng(987_654)  # not a seed the shipped weights were trained on
+    net = build_flow_net("fast", init="pretrained").eval()
+    wins = 0
+    clips = [scenes.camera_clip(rng, 160, 120, 2) for _ in range(6)]
+    with torch.no_grad():
+        for clip in clips:
+            gt = clip.flow[0]
+            learned = _epe(net(frame_pair(clip.frames[0], clip.frames[1])), gt)
+            wins += learned < np.linalg.norm(gt, axis=-1).mean()
+    assert wins >= 5, f"pretrained beat zero flow on {wins} of {len(clips)} first pairs"
+
+
+def test_level_flows_groups_refinements_by_pyramid_level():
+    net = build_flow_net("fast", init="scratch")
+    with torch.no_grad():
+        levels = pretrain.level_flows(net, torch.rand(1, 6, 32, 32))
+    assert len(levels) == len(pretrain.LEVEL_WEIGHTS) and all(levels)
+    gt = torch.zeros(1, 2, 32, 32)
+    weighted = zip(pretrain.LEVEL_WEIGHTS, levels, strict=True)
+    expected = sum(w * sum(pretrain.epe(f, gt) for f in fs) / len(fs) for w, fs in weighted)
+    assert float(pretrain.multiscale_loss(levels, gt)) == pytest.approx(float(expected))
+
+
+def test_pretraining_writes_loadable_weights_and_how_they_were_made(tmp_path, monkeypatch):
+    monkeypatch.setattr(pretrain, "CACHE_DIR", tmp_path / "cache")
+    out = tmp_path / "weights"
+    args = ["--clips", "4", "--holdout", "1", "--frames", "3", "--width", "32", "--height", "32", "--steps", "2",
+            "--batch", "2", "--log-every", "1", "--threads", "1", "--out", str(out)]  # fmt: skip
+    assert pretrain.main(args) == 0
+    made = json.loads((out / "fast.json").read_text())
+    assert made["training"]["steps"] == 2 and len(made["log"]) == 2 and made["data"]["held_out_pairs"] == 2
+    state = torch.load(out / "fast.pt", weights_only=True)
+    FLOW_NETS["fast"]().load_state_dict(state)
+    assert list((tmp_path / "cache").glob("scenes-4x3-32x32-*.npz"))  # a rerun reuses the data
