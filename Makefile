@@ -11,7 +11,7 @@ FLOW_STREAMS ?= 1:coffee 2:chelsea 3:rocket 4:hubble_deep_field 5:astronaut
 # Real clips for bench-realflow live outside the repository (a fresh clone has none).
 CLIPS ?= ../shared/clips
 
-.PHONY: run test lint clean screenshots up up-gpu down \
+.PHONY: run test lint docs clean screenshots up up-gpu down \
 	bench bench-engine bench-flow bench-realflow bench-schedules bench-memory bench-processes \
 	bench-service bench-load bench-soak bench-outage docker-check pretrain
 
@@ -33,6 +33,10 @@ test: $(VENV)/.installed
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check .
+
+## Rewrite the generated tables of docs/service.md (settings, endpoints) from the code; tests/test_docs.py checks them.
+docs: $(VENV)/.installed
+	$(PY) -m server.docs_gen
 
 ## Refresh the committed browser screenshots in bench/results/.
 screenshots: $(VENV)/.installed

@@ -9,7 +9,7 @@ keeps each way's best round, and every round in the JSON:
 * ``local-D2``: PARTIME with 2 stages as threads of one process (``runtime="local"``);
 * ``procs-D2``: PARTIME with 2 stages as 2 processes over gloo (``runtime="processes"``).
 
-Stages are balanced with ``pipeline_core.balance``. Targets (issue 9): procs-D2 >= 1.8x seq-1t and
+Stages are balanced with ``pipeline_core.balance``. Targets: procs-D2 >= 1.8x seq-1t and
 >= 1.2x seq-2t. Writes ``bench/results/processes-cpu.json`` and ``.md``.
 
     python -m bench.processes            # 64x64 and 128x128

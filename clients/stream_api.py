@@ -1,4 +1,4 @@
-"""A small synchronous client of the issue-2 API for command-line use: REST calls and the live frame feed.
+"""A small synchronous client of the service's HTTP API for command-line use: REST calls and the live frame feed.
 
 REST goes through the standard library (no extra dependency for a handful of JSON calls); the WebSocket through
 `websockets`' sync client. Failures become `ApiError`s carrying the HTTP status and the server's message.

@@ -24,12 +24,14 @@ class StreamCreate(BaseModel):
         description="the service picks the largest learning size that keeps the frame budget (at most width x "
         "height when given); default: true unless width or height is given",
     )
-    model: str | None = None
+    model: str | None = Field(None, description="flow network: fast or strong (default: the server's)")
     init: Literal["pretrained", "scratch"] | None = Field(None, description="a new net's initial weights")
-    stages: int | None = Field(None, ge=1, le=16)
-    devices: list[str] | None = Field(None, max_length=16)
+    stages: int | None = Field(None, ge=1, le=16, description="pipeline stages D (default: the server's)")
+    devices: list[str] | None = Field(
+        None, max_length=16, description='stage devices, e.g. ["cuda:0", "cuda:1"] (default: every GPU, else CPU)'
+    )
     lr: float | None = Field(None, gt=0, le=1e9, description="the last stage's lr; earlier stages: lr / (1 + delay)")
-    schedule: str | None = None
+    schedule: str | None = Field(None, description="a pipeline schedule by name (default: partime)")
     loop: bool | None = Field(None, description="loop a file source (default: only the demo loops)")
 
 

@@ -1,5 +1,5 @@
 """The service benchmarks' own logic: the real-clip scenario skips cleanly without its clip (a fresh clone has none),
-writing nothing; sizes parse as the README writes them."""
+writing nothing; sizes parse as docs/operations.md writes them (`--size 128x96`)."""
 
 from __future__ import annotations
 

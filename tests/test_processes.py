@@ -161,7 +161,7 @@ def test_a_hung_worker_is_an_error_within_the_timeout():
 
 
 def test_lambda_loss_and_closure_optimizer_factory_run_in_processes():
-    """What the README shows: a loss written inline and an optimizer factory closing over its rate."""
+    """What docs/engine.md shows: a loss written inline and an optimizer factory closing over its rate."""
     lr = 0.05
 
     def optimizer(params):

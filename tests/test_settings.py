@@ -1,4 +1,4 @@
-"""Settings from OVERTIME_* env vars: the forms the README documents."""
+"""Settings from OVERTIME_* env vars: the forms docs/service.md documents."""
 
 import pytest
 from pydantic import ValidationError

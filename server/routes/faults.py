@@ -25,6 +25,7 @@ class FaultRequest(BaseModel):
 
 @router.post("/{stream_id}/faults", status_code=202)
 async def inject_fault(stream_id: str, body: FaultRequest, manager: Manager) -> dict:
+    """Make the stream's worker suffer a fault (`{"fault": "nan_loss"}`), for the reliability tests."""
     session = manager.get(stream_id)
     if not session.inject_fault(body.fault):
         raise RequestError(409, errors.WORKER_FAILED, f"stream {stream_id} has no running worker")

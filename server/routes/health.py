@@ -14,12 +14,14 @@ router = APIRouter(tags=["health"])
 
 @router.get("/healthz")
 async def healthz() -> dict:
+    """Liveness: `{"status": "ok"}` while the process answers."""
     return {"status": "ok"}
 
 
 @router.get("/readyz")
 async def readyz(response: Response, manager: Manager, settings: AppSettings) -> dict:
-    """Ready = a new stream would be accepted: below max streams and the checkpoint dir is writable."""
+    """Readiness: 200 when a new stream would be accepted (below max streams, checkpoint dir writable), else 503.
+    Answers `{"ready", "streams", "problems"}`."""
     active = sum(s.active for s in list(manager.sessions.values()))
     problems = []
     if active >= settings.max_streams:
@@ -32,4 +34,5 @@ async def readyz(response: Response, manager: Manager, settings: AppSettings) ->
 
 @router.get("/metrics")
 async def metrics(manager: Manager) -> Response:
+    """Prometheus text exposition of every metric (not behind the token)."""
     return Response(generate_latest(manager.metrics.registry), media_type=CONTENT_TYPE_LATEST)

@@ -39,28 +39,34 @@ def stream_info(session: StreamSession) -> StreamInfo:
 
 @router.post("", status_code=201, response_model=StreamInfo)
 async def create_stream(body: StreamCreate, manager: Manager) -> StreamInfo:
+    """Start a stream learning from a source; answers the stream (201)."""
     # run_in_threadpool: host names are resolved (getaddrinfo blocks) while validating the source
     return stream_info(await run_in_threadpool(manager.create, body))
 
 
 @router.get("", response_model=list[StreamInfo])
 async def list_streams(manager: Manager) -> list[StreamInfo]:
+    """Every stream this server holds."""
     return [stream_info(s) for s in list(manager.sessions.values())]
 
 
 @router.get("/{stream_id}", response_model=StreamInfo)
 async def get_stream(stream_id: str, manager: Manager) -> StreamInfo:
+    """One stream: its settings, state, counters, loss and budget."""
     return stream_info(manager.get(stream_id))
 
 
 @router.delete("/{stream_id}", status_code=204)
 async def delete_stream(stream_id: str, manager: Manager) -> Response:
+    """Stop a stream and its processes (the worker writes a final checkpoint)."""
     await run_in_threadpool(manager.delete, stream_id)
     return Response(status_code=204)
 
 
 @router.post("/{stream_id}/checkpoint")
 async def checkpoint_stream(stream_id: str, manager: Manager) -> dict:
+    """Write a checkpoint now; answers `{"id", "name", "frames", "url"}` (409 without a running worker, 507 when
+    the write fails)."""
     session = manager.get(stream_id)
     try:
         frames = await run_in_threadpool(session.checkpoint)

@@ -1,4 +1,4 @@
-// The issue-2 HTTP API: one fetch wrapper that adds the token and turns failures into readable Errors.
+// The service's HTTP API (/api/streams): one fetch wrapper that adds the token and turns failures into readable Errors.
 import { askToken, getToken } from "./token.js";
 
 export class ApiError extends Error {
