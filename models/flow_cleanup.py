@@ -56,14 +56,16 @@ class StillGate(nn.Module):
     def __init__(self, window: int = 5) -> None:
         super().__init__()
         self.window = window
-        self.margin = nn.Parameter(torch.tensor(0.002))  # how much better moving must be (intensity in [0, 1])
+        # Scales learn as logarithms: an Adam step moves a parameter by about the learning rate whatever its size,
+        # which for a raw margin of 0.002 would be a leap.
+        self.log_margin = nn.Parameter(torch.tensor(0.002).log())  # how much better moving must be (intensity)
         self.log_softness = nn.Parameter(torch.tensor(0.002).log())  # width of the gate's transition
 
     def forward(self, x: Tensor) -> Tensor:
         flow, prev, cur = x[:, :2], x[:, 2:5], x[:, 5:8]
         moved = _box((prev - warp(cur, flow)).abs().mean(1, keepdim=True), self.window)
         still = _box((prev - cur).abs().mean(1, keepdim=True), self.window)
-        moving = torch.sigmoid((still - moved - self.margin) / self.log_softness.exp())
+        moving = torch.sigmoid((still - moved - self.log_margin.exp()) / self.log_softness.exp())
         return torch.cat([flow * moving, x[:, 2:]], 1)
 
 
