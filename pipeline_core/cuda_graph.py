@@ -15,7 +15,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .interpreter import SENDS, StepRecord
+from .contracts import StepRecord
+from .interpreter import SENDS
 from .runtime import LocalRuntime
 from .schedules import Op, StepActions
 

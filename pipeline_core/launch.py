@@ -46,10 +46,10 @@ from torch import Tensor
 
 from .balance import balance as balance_layers
 from .dist_transport import DistTransport
+from .errors import PipelineError
 from .partition import TensorMeta, check_balance, check_sequential, split, trace
 from .schedules import make_schedule
 from .stage import Stage
-from .transport import PipelineError
 from .worker import StageWorker, check_whole_frames, prepare_process, settle_process
 
 #: Size of the control message rank 0 sends every rank each step (a pickled ``Control``).

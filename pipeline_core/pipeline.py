@@ -11,8 +11,8 @@ import torch
 from torch import Tensor, nn
 
 from .balance import balance as auto_balance
+from .contracts import Runtime, StepRecord
 from .cuda_graph import StepGraphs
-from .interpreter import StepRecord
 from .partition import (
     TensorMeta,
     check_balance,
@@ -95,7 +95,7 @@ class Pipeline:
         self.schedule = make_schedule(schedule, len(self.stages))
         self.schedule.check_input(tuple(sample_input.shape))
         outputs = trace([s.module for s in self.stages], sample_input, [s.device for s in self.stages])
-        self.runtime = self._make_runtime(runtime, outputs, timeout)
+        self.runtime: Runtime = self._make_runtime(runtime, outputs, timeout)
         self._graphs = self._make_graphs(cuda_graph)
         self._step = 0  # step within the current epoch (numbering restarts after a flush)
         self._fed = 0  # frames fed in the current epoch
@@ -103,7 +103,7 @@ class Pipeline:
         self._frame_base = 0  # global index of the current epoch's frame 0
 
     # -- construction helpers ------------------------------------------------------------------
-    def _make_runtime(self, name: str, outputs: list[TensorMeta], timeout: float) -> LocalRuntime | ProcessRuntime:
+    def _make_runtime(self, name: str, outputs: list[TensorMeta], timeout: float) -> Runtime:
         """``local``: threads or CUDA streams in this process; ``processes``: one process per stage."""
         slots = self.schedule.message_slots()
         if name == "local":
@@ -118,7 +118,7 @@ class Pipeline:
         wanted = self.runtime.cuda if cuda_graph is None else cuda_graph
         if not wanted:
             return None
-        if not StepGraphs.supported(self.runtime):
+        if not isinstance(self.runtime, LocalRuntime) or not StepGraphs.supported(self.runtime):
             reason = "devices are not all CUDA" if not self.runtime.cuda else "stages span several CUDA devices"
             if cuda_graph:
                 warnings.warn(f"cuda_graph disabled: {reason}; running eagerly on streams", stacklevel=3)
@@ -148,7 +148,7 @@ class Pipeline:
             raise ValueError(
                 f"frame shape {tuple(x.shape)} differs from sample_input shape {tuple(self.sample_input.shape)}"
             )
-        self.runtime.transport.send("input", 0, self._fed, x, outside_step=True)
+        self.runtime.feed("input", 0, self._fed, x)
         if target is not None and self.loss_fn is not None:
             self._targets[self._fed] = target.detach().clone()
         self._fed += 1
@@ -173,7 +173,7 @@ class Pipeline:
         if self.runtime.cuda:
             torch.cuda.synchronize(self.stages[-1].device)
             if any(s is None for s in result.stage_seconds):
-                result.stage_seconds = self.runtime.stage_seconds_cuda() if self._graphs is None else []
+                result.stage_seconds = self.runtime.device_seconds() if self._graphs is None else []
         result.step_seconds = time.perf_counter() - start
         self._step += 1
         return result
@@ -197,7 +197,7 @@ class Pipeline:
             frame = action.frame // action.chunks  # a micro-batch's loss reads its whole batch's target
             if action.op is Op.LOSS and frame in self._targets:
                 target = self._targets.pop(frame)
-                self.runtime.transport.send("target", self.depth - 1, frame, target, outside_step=True)
+                self.runtime.feed("target", self.depth - 1, frame, target)
 
     def _new_epoch(self) -> None:
         self._targets.clear()
