@@ -16,9 +16,8 @@ import torch
 from torch import Tensor
 
 from .contracts import StepRecord
-from .interpreter import SENDS
 from .runtime import LocalRuntime
-from .schedules import Op, StepActions
+from .schedules import SENDS, Op, StepActions
 
 _RECEIVES = {Op.INPUT: "input", Op.LOSS: "target", Op.RECV_ACT: "act", Op.RECV_GRAD: "grad"}
 

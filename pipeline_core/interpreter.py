@@ -12,11 +12,8 @@ from torch import Tensor
 
 from .contracts import StepRecord, Transport
 from .microbatch import scatter
-from .schedules import Action, Op, StepActions
+from .schedules import SENDS, Action, Op, StepActions
 from .stage import LossFn, Stage
-
-#: The actions that send a message between stages: its kind and where it goes (stage offset).
-SENDS: dict[Op, tuple[str, int]] = {Op.SEND_ACT: ("act", +1), Op.SEND_GRAD: ("grad", -1)}
 
 
 def messages_to(plan: StepActions, h: int) -> list[tuple[str, int, int]]:
