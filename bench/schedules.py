@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from bench.report import Run
-from models.online import stage_lrs
+from models.online import online_pipeline
 from pipeline_core import Pipeline, balance
 from pipeline_core.schedules import Hybrid, Schedule
 
@@ -172,16 +172,17 @@ def run_one(task: Task, name: str, split: list[int]) -> dict:
     """Stream the task through one schedule; score every frame that comes out."""
     first, first_target = next(task.inputs())
     depth = len(split)
-    pipe = Pipeline(
+    # the service's learner (per-stage lrs by gradient delay: the rule the service and bench.flow use)
+    pipe = online_pipeline(
         task.model(),
         first.clone(),
-        balance=split,
+        depth,
+        task.lr,
         loss_fn=task.loss,
-        sample_target=first_target.clone(),
-        optimizer=task.optimizer,
+        layers=split,
         schedule=schedule_for(name, depth, task.frames),
+        optimizer=task.optimizer,
     )
-    pipe.set_lr(stage_lrs(task.lr, pipe.gradient_delays))  # the rule the service and bench.flow use
     curve: list[tuple[int, float]] = []
     busy = 0.0
 

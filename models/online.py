@@ -12,7 +12,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from pipeline_core import Pipeline, StepResult, balance
+from pipeline_core import Pipeline, Schedule, StepResult
 
 from .flow_loss import guarded_flow_loss
 
@@ -76,15 +76,15 @@ def online_pipeline(
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = guarded_flow_loss,
     layers: list[int] | None = None,
     devices: list[str | torch.device] | None = None,
-    schedule: str = "partime",
+    schedule: str | Schedule = "partime",
+    optimizer: OptimizerFactory | None = None,
 ) -> Pipeline:
     """The service's learner around ``model``: ``stages`` stages split by measured layer costs (unless ``layers``
-    gives the split), one Adam per stage (``flow_optimizer``) at ``stage_lrs(lr, ...)``, the frame pair as target.
+    gives the split; ``Pipeline`` profiles it otherwise), one Adam per stage (``flow_optimizer``; or ``optimizer``)
+    at ``stage_lrs(lr, ...)``, the frame pair as target.
 
     Why one function: the service's worker and the benchmarks build their learners here, so a benchmark
     measures what the service runs."""
-    if layers is None and stages > 1:
-        layers = balance(model, sample, stages, devices, loss_fn)
     pipe = Pipeline(
         model,
         sample,
@@ -92,8 +92,7 @@ def online_pipeline(
         balance=layers,
         devices=devices,
         loss_fn=loss_fn,
-        sample_target=sample,
-        optimizer=flow_optimizer(lr),
+        optimizer=optimizer or flow_optimizer(lr),
         schedule=schedule,
     )
     pipe.set_lr(stage_lrs(lr, pipe.gradient_delays))

@@ -5,8 +5,18 @@ update rules it can execute.
 """
 
 from .balance import balance
+from .errors import PipelineError, ScheduleError
 from .pipeline import Pipeline, StepResult
 from .schedules import SCHEDULES, Action, Op, Schedule
-from .transport import PipelineError
 
-__all__ = ["Pipeline", "StepResult", "balance", "Schedule", "SCHEDULES", "Action", "Op", "PipelineError"]
+__all__ = [
+    "Pipeline",
+    "StepResult",
+    "balance",
+    "Schedule",
+    "SCHEDULES",
+    "Action",
+    "Op",
+    "PipelineError",
+    "ScheduleError",
+]

@@ -15,9 +15,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .interpreter import SENDS, StepRecord
+from .contracts import StepRecord
 from .runtime import LocalRuntime
-from .schedules import Op, StepActions
+from .schedules import SENDS, Op, StepActions
 
 _RECEIVES = {Op.INPUT: "input", Op.LOSS: "target", Op.RECV_ACT: "act", Op.RECV_GRAD: "grad"}
 

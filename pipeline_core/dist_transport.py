@@ -26,8 +26,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
+from .errors import PipelineError
 from .partition import TensorMeta
-from .transport import PipelineError
 
 #: One tag per kind of message, so that each (sender, receiver, kind) is its own FIFO.
 TAGS = {"act": 1, "grad": 2, "target": 3, "control": 4}

@@ -1,23 +1,19 @@
 """The one action interpreter: what each schedule action does to a stage.
 
 Every runtime (threads, CUDA streams, CUDA graphs, one process per stage) executes schedules
-through this class; runtimes differ only in how they order actions and in their ``Transport``.
+through this class; runtimes differ only in how they order actions and in their ``Transport`` (``contracts.py``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Protocol
 
 from torch import Tensor
 
+from .contracts import StepRecord, Transport
 from .microbatch import scatter
-from .schedules import Action, Op, StepActions
+from .schedules import SENDS, Action, Op, StepActions
 from .stage import LossFn, Stage
-
-#: The actions that send a message between stages: its kind and where it goes (stage offset).
-SENDS: dict[Op, tuple[str, int]] = {Op.SEND_ACT: ("act", +1), Op.SEND_GRAD: ("grad", -1)}
 
 
 def messages_to(plan: StepActions, h: int) -> list[tuple[str, int, int]]:
@@ -30,25 +26,6 @@ def messages_to(plan: StepActions, h: int) -> list[tuple[str, int, int]]:
             if route is not None and sender + route[1] == h:
                 incoming.append((route[0], action.frame, sender))
     return incoming
-
-
-class Transport(Protocol):
-    """Moves tensors between stages, addressed by (kind, receiving stage, frame)."""
-
-    def send(self, kind: str, stage: int, frame: int, tensor: Tensor) -> None: ...
-
-    def recv(self, kind: str, stage: int, frame: int) -> Tensor: ...
-
-    def ready(self, kind: str, stage: int, frame: int) -> bool: ...
-
-
-@dataclass
-class StepRecord:
-    """What one step produced, keyed by frame, plus how long each stage took."""
-
-    outputs: dict[int, Tensor] = field(default_factory=dict)
-    losses: dict[int, Tensor] = field(default_factory=dict)
-    stage_seconds: list[float | None] = field(default_factory=list)
 
 
 class Interpreter:

@@ -44,12 +44,11 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from .balance import balance as balance_layers
+from .build import build, choose_balance
 from .dist_transport import DistTransport
-from .partition import TensorMeta, check_balance, check_sequential, split, trace
-from .schedules import make_schedule
-from .stage import Stage
-from .transport import PipelineError
+from .epoch import Epoch
+from .errors import PipelineError
+from .partition import TensorMeta, check_sequential
 from .worker import StageWorker, check_whole_frames, prepare_process, settle_process
 
 #: Size of the control message rank 0 sends every rank each step (a pickled ``Control``).
@@ -144,39 +143,44 @@ class Launch:
         sample = torch.zeros(config.input_shape)
         torch.manual_seed(config.seed)
         model = check_sequential(resolve(config.model)(**config.model_kwargs))
-        counts = self._balance(model, sample)
-        parts = split(model, counts)
-        metas = [(tuple(sample.shape), sample.dtype), *trace(parts, sample, [torch.device("cpu")] * world)]
         optimizer = functools.partial(resolve(config.optimizer), **config.optimizer_kwargs)
-        self.stage = Stage(rank, parts[rank], torch.device("cpu"), optimizer)
-        self.schedule = make_schedule(config.schedule, world)
+        cpu = [torch.device("cpu")]
+        learn = self.loss_fn is not None
+        built = build(model, sample, self._balance(model, sample), cpu, optimizer, config.schedule, learn)
+        self.stage, self.schedule = built.stages[rank], built.schedule
         check_whole_frames(self.schedule)
         self.transport = DistTransport(dist.group.WORLD, rank, config.timeout)
         self.worker = StageWorker(
-            self.stage, world, self.transport, self.loss_fn, metas[rank], metas[rank + 1], self.schedule.message_slots()
+            self.stage,
+            world,
+            self.transport,
+            self.loss_fn,
+            *built.metas[rank : rank + 2],
+            self.schedule.message_slots(),
         )
+        self.epoch = Epoch(self.schedule, learn)
         self.results: dict[str, list] = {"frames": [], "outputs": [], "losses": []}
 
-    def _balance(self, model: torch.nn.Module, sample: Tensor) -> list[int]:
-        if self.config.balance is not None:
-            counts = check_balance(self.config.balance, len(model))
-            if len(counts) != self.depth:
-                raise ValueError(f"balance {counts} has {len(counts)} stages but there are {self.depth} ranks")
-            return counts
-        box: list[Any] = [None]
-        if self.rank == 0:
-            box[0] = balance_layers(model, sample, self.depth, ["cpu"], self.loss_fn)
-        dist.broadcast_object_list(box, src=0)
-        return box[0]
+    def _balance(self, model: torch.nn.Sequential, sample: Tensor) -> list[int]:
+        """The config's balance, else rank 0 profiles one and tells the others (same split everywhere)."""
+        box: list[Any] = [self.config.balance]
+        if self.config.balance is None:
+            if self.rank == 0:
+                box[0] = choose_balance(model, sample, self.depth, None, [torch.device("cpu")], self.loss_fn)
+            dist.broadcast_object_list(box, src=0)
+        counts = choose_balance(model, sample, None, box[0], [torch.device("cpu")], self.loss_fn)
+        if len(counts) != self.depth:
+            raise ValueError(f"balance {counts} has {len(counts)} stages but there are {self.depth} ranks")
+        return counts
 
     # -- driving -------------------------------------------------------------------------------
     def run(self) -> None:
         controls = self._lead() if self.rank == 0 else self._follow()
         start, frames = time.perf_counter(), 0
-        for step, control in enumerate(controls):
-            plan = self.schedule.actions(step, control.last_frame, learn=self.loss_fn is not None)
-            record = self.worker.run_step(plan)
-            frame = self.schedule.output_frame(step)
+        for control in controls:
+            step = self.epoch.next_step(control.last_frame)
+            record = self.worker.run_step(step.plan)
+            frame = step.output_frame
             if self.rank == self.last and frame in record.outputs:
                 self.results["frames"].append(frame)
                 self.results["outputs"].append(record.outputs[frame])
@@ -189,26 +193,26 @@ class Launch:
             print(json.dumps({"frames": frames, "seconds": round(seconds, 3), "fps": round(frames / seconds, 2)}))
 
     def _lead(self) -> Iterator[Control]:
-        """Rank 0: read the source, feed stage 0, send targets and every rank's control."""
-        fed = 0
-        for step, item in enumerate(self._frames()):
+        """Rank 0: read the source, feed stage 0, send targets and every rank's control. The run
+        loop takes each step between two controls, so ``epoch.step`` is the step told."""
+        for item in self._frames():
             x, target = item if isinstance(item, tuple) else (item, None)
             meta = (tuple(target.shape), target.dtype) if target is not None and self.loss_fn else None
+            fed = self.epoch.feed()
             control = Control(fed=fed, target=meta)
-            self._tell(step, control)
+            self._tell(self.epoch.step, control)
             self.transport.put("input", fed, x)
             if meta is not None:
                 if self.last == 0:
                     self.transport.put("target", fed, target)
                 else:
                     self.transport.send("target", self.last, fed, target)
-            fed += 1
             yield control
-        for step in range(fed, fed + self.schedule.drain_steps()):
-            control = Control(last_frame=fed - 1)
-            self._tell(step, control)
+        control = Control(last_frame=self.epoch.drain_frame())
+        for _ in range(self.schedule.drain_steps()):
+            self._tell(self.epoch.step, control)
             yield control
-        self._tell(fed + self.schedule.drain_steps(), Control(stop=True))
+        self._tell(self.epoch.step, Control(stop=True))
         self.transport.finish_sends()
 
     def _frames(self) -> Iterable[Any]:

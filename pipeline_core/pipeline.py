@@ -4,30 +4,21 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 
-from .balance import balance as auto_balance
+from .build import OptimizerFactory, build, choose_balance
+from .contracts import Runtime, StepRecord
 from .cuda_graph import StepGraphs
-from .interpreter import StepRecord
-from .partition import (
-    TensorMeta,
-    check_balance,
-    check_sequential,
-    equal_balance,
-    join,
-    resolve_devices,
-    split,
-    stage_devices,
-    trace,
-)
+from .epoch import Epoch
+from .partition import TensorMeta, check_sequential, join, resolve_devices
 from .processes import ProcessRuntime
 from .runtime import LocalRuntime
-from .schedules import Op, Schedule, StepActions, make_schedule
-from .stage import LossFn, Stage
+from .schedules import Op, Schedule, StepActions
+from .stage import LossFn
 from .worker import check_whole_frames
 
 
@@ -46,10 +37,6 @@ class StepResult:
     stage_seconds: list[float | None] = field(default_factory=list)
 
 
-def _default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
-    return torch.optim.SGD(params, lr=1e-3)
-
-
 class Pipeline:
     def __init__(
         self,
@@ -60,8 +47,7 @@ class Pipeline:
         balance: list[int] | None = None,
         devices: list[str | torch.device] | None = None,
         loss_fn: LossFn | None = None,
-        sample_target: Tensor | None = None,
-        optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None,
+        optimizer: OptimizerFactory | None = None,
         schedule: str | Schedule = "partime",
         cuda_graph: bool | None = None,
         timeout: float = 120.0,
@@ -69,56 +55,33 @@ class Pipeline:
     ) -> None:
         model = check_sequential(model)
         resolved = resolve_devices(devices)
-        if balance is not None:
-            balance = check_balance(balance, len(model))
-            if stages is not None and stages != len(balance):
-                raise ValueError(f"stages={stages} but balance {balance} has {len(balance)} stages")
-        else:
-            stages = stages if stages is not None else len(resolved)
-            if stages < 1 or stages > len(model):
-                raise ValueError(f"stages must be between 1 and the model's {len(model)} layers, got {stages}")
-            balance = (
-                auto_balance(model, sample_input, stages, resolved, loss_fn)
-                if stages > 1
-                else equal_balance(len(model), 1)
-            )
-        self.balance = balance
+        self.balance = choose_balance(model, sample_input, stages, balance, resolved, loss_fn)
         self.sample_input = sample_input.detach()
-        self.sample_target = sample_target
         self.loss_fn = loss_fn
-        placed = stage_devices(resolved, len(balance))
-        parts = split(model, balance)
-        self.stages = [
-            Stage(i, part, dev, optimizer or _default_optimizer)
-            for i, (part, dev) in enumerate(zip(parts, placed, strict=True))
-        ]
-        self.schedule = make_schedule(schedule, len(self.stages))
-        self.schedule.check_input(tuple(sample_input.shape))
-        outputs = trace([s.module for s in self.stages], sample_input, [s.device for s in self.stages])
-        self.runtime = self._make_runtime(runtime, outputs, timeout)
+        built = build(model, sample_input, self.balance, resolved, optimizer, schedule, learn=loss_fn is not None)
+        self.stages, self.schedule = built.stages, built.schedule
+        self.runtime: Runtime = self._make_runtime(runtime, built.metas, timeout)
         self._graphs = self._make_graphs(cuda_graph)
-        self._step = 0  # step within the current epoch (numbering restarts after a flush)
-        self._fed = 0  # frames fed in the current epoch
+        self._epoch = Epoch(self.schedule, learn=loss_fn is not None)
         self._targets: dict[int, Tensor] = {}  # fed targets whose frame's loss is still to come
         self._frame_base = 0  # global index of the current epoch's frame 0
 
     # -- construction helpers ------------------------------------------------------------------
-    def _make_runtime(self, name: str, outputs: list[TensorMeta], timeout: float) -> LocalRuntime | ProcessRuntime:
+    def _make_runtime(self, name: str, metas: list[TensorMeta], timeout: float) -> Runtime:
         """``local``: threads or CUDA streams in this process; ``processes``: one process per stage."""
         slots = self.schedule.message_slots()
         if name == "local":
             return LocalRuntime(self.stages, self.loss_fn, slots=slots, timeout=timeout)
         if name == "processes":
             check_whole_frames(self.schedule)
-            sample = (tuple(self.sample_input.shape), self.sample_input.dtype)
-            return ProcessRuntime(self.stages, self.loss_fn, [sample, *outputs], slots=slots, timeout=timeout)
+            return ProcessRuntime(self.stages, self.loss_fn, metas, slots=slots, timeout=timeout)
         raise ValueError(f"unknown runtime {name!r}; choose 'local' or 'processes'")
 
     def _make_graphs(self, cuda_graph: bool | None) -> StepGraphs | None:
         wanted = self.runtime.cuda if cuda_graph is None else cuda_graph
         if not wanted:
             return None
-        if not StepGraphs.supported(self.runtime):
+        if not isinstance(self.runtime, LocalRuntime) or not StepGraphs.supported(self.runtime):
             reason = "devices are not all CUDA" if not self.runtime.cuda else "stages span several CUDA devices"
             if cuda_graph:
                 warnings.warn(f"cuda_graph disabled: {reason}; running eagerly on streams", stacklevel=3)
@@ -148,34 +111,33 @@ class Pipeline:
             raise ValueError(
                 f"frame shape {tuple(x.shape)} differs from sample_input shape {tuple(self.sample_input.shape)}"
             )
-        self.runtime.transport.send("input", 0, self._fed, x, outside_step=True)
+        frame = self._epoch.feed()
+        self.runtime.feed("input", 0, frame, x)
         if target is not None and self.loss_fn is not None:
-            self._targets[self._fed] = target.detach().clone()
-        self._fed += 1
+            self._targets[frame] = target.detach().clone()
         return self._run(last_frame=None)
 
     def flush(self) -> list[StepResult]:
         """Drain: run until every frame inside the pipeline has come out; then start afresh."""
-        results = [self._run(last_frame=self._fed - 1) for _ in range(self.schedule.drain_steps())]
+        last = self._epoch.drain_frame()
+        results = [self._run(last_frame=last) for _ in range(self.schedule.drain_steps())]
         self._new_epoch()
         return [r for r in results if r.frame is not None]
 
     def _run(self, last_frame: int | None) -> StepResult:
         start = time.perf_counter()
-        plan = self.schedule.actions(self._step, last_frame, learn=self.loss_fn is not None)
-        key = self.schedule.steady_key(self._step) if last_frame is None else None
-        self._deliver_targets(plan)
+        step = self._epoch.next_step(last_frame)
+        self._deliver_targets(step.plan)
         if self._graphs is not None:
-            record = self._graphs.run_step(self._step, plan, key)
+            record = self._graphs.run_step(step.index, step.plan, step.key)
         else:
-            record = self.runtime.run_step(self._step, plan)
-        result = self._result(record, self.schedule.output_frame(self._step))
+            record = self.runtime.run_step(step.index, step.plan)
+        result = self._result(record, step.output_frame)
         if self.runtime.cuda:
             torch.cuda.synchronize(self.stages[-1].device)
             if any(s is None for s in result.stage_seconds):
-                result.stage_seconds = self.runtime.stage_seconds_cuda() if self._graphs is None else []
+                result.stage_seconds = self.runtime.device_seconds() if self._graphs is None else []
         result.step_seconds = time.perf_counter() - start
-        self._step += 1
         return result
 
     def _result(self, record: StepRecord, frame: int) -> StepResult:
@@ -197,13 +159,12 @@ class Pipeline:
             frame = action.frame // action.chunks  # a micro-batch's loss reads its whole batch's target
             if action.op is Op.LOSS and frame in self._targets:
                 target = self._targets.pop(frame)
-                self.runtime.transport.send("target", self.depth - 1, frame, target, outside_step=True)
+                self.runtime.feed("target", self.depth - 1, frame, target)
 
     def _new_epoch(self) -> None:
         self._targets.clear()
-        self._frame_base += self._fed
-        self._step = 0
-        self._fed = 0
+        self._frame_base += self._epoch.fed
+        self._epoch = Epoch(self.schedule, learn=self.loss_fn is not None)
         self.runtime.new_epoch()
 
     # -- weights -------------------------------------------------------------------------------
@@ -211,7 +172,7 @@ class Pipeline:
         return {
             "balance": list(self.balance),
             "schedule": self.schedule.name,
-            "frames": self._frame_base + self._fed,
+            "frames": self._frame_base + self._epoch.fed,
             "stages": self.runtime.state_dicts(),
         }
 

@@ -32,12 +32,12 @@ import torch.multiprocessing as mp
 from torch import Tensor, nn
 
 from . import stage_process
-from .interpreter import StepRecord
+from .contracts import StepRecord
+from .errors import PipelineError
 from .partition import TensorMeta
 from .schedules import StepActions
 from .stage import LossFn, Stage
 from .stage_process import WorkerSpec, dumps, recv, stage_process_main
-from .transport import PipelineError
 
 #: Workers are forked from multiprocessing's fork server: a clean process (no threads, no torch
 #: state) started once per controller and preloaded with torch, so after the first pipeline a
@@ -59,7 +59,7 @@ class _Deliveries:
         self.learn = learn
         self.pending: list[tuple[str, int, int, Tensor]] = []
 
-    def send(self, kind: str, stage: int, frame: int, tensor: Tensor, *, outside_step: bool = True) -> None:
+    def add(self, kind: str, stage: int, frame: int, tensor: Tensor) -> None:
         if kind == "target" and not self.learn:
             return  # only a loss reads a target
         self.pending.append((kind, stage, frame, tensor.detach().cpu()))
@@ -115,7 +115,7 @@ def _stop(procs: list[mp.Process], outboxes: list[_Outbox], graceful: bool) -> N
 
 
 class ProcessRuntime:
-    """Controller side of the process runtime; same interface as ``LocalRuntime``."""
+    """Controller side of the process runtime: a ``Runtime`` (``contracts.py``) like ``LocalRuntime``."""
 
     cuda = False
 
@@ -128,7 +128,7 @@ class ProcessRuntime:
             raise ValueError("runtime='processes' runs CPU stages over gloo; for CUDA devices use runtime='local'")
         self.depth = len(stages)
         self.timeout = timeout
-        self.transport = _Deliveries(learn=loss_fn is not None)
+        self._deliveries = _Deliveries(learn=loss_fn is not None)
         self._failure: str | None = None
         payloads = [self._payload(stage, loss_fn) for stage in stages]
         # The workers' rendezvous, on loopback; kept for the pipeline's lifetime.
@@ -168,6 +168,13 @@ class ProcessRuntime:
             ) from exc
 
     # -- running -------------------------------------------------------------------------------
+    def feed(self, kind: str, stage: int, frame: int, tensor: Tensor) -> None:
+        """Frames and targets go to their worker with the next step's command."""
+        self._deliveries.add(kind, stage, frame, tensor)
+
+    def device_seconds(self) -> list[float | None]:
+        return []  # CPU workers: their reported host timings are exact
+
     def run_step(self, step: int, plan: StepActions) -> StepRecord:
         """Send every worker its step; return once the last stage has done it.
 
@@ -175,14 +182,14 @@ class ProcessRuntime:
         as it is done, so no stage idles while another finishes (a per-step barrier would make every
         step as long as the slowest stage *in that step*). They run at most one step behind; their
         ``stage_seconds`` are those of the latest step they finished."""
-        self._send_all("step", [(plan, self.transport.take(h)) for h in range(self.depth)])
+        self._send_all("step", [(plan, self._deliveries.take(h)) for h in range(self.depth)])
         self._gather(f"step {step}", self.timeout, lag=[1] * (self.depth - 1) + [0])
         record = StepRecord(outputs=self._outputs, losses=self._losses, stage_seconds=list(self._seconds))
         self._outputs, self._losses = {}, {}
         return record
 
     def new_epoch(self) -> None:
-        self.transport.pending.clear()
+        self._deliveries.pending.clear()
         self._call("new_epoch", [()] * self.depth)
 
     def state_dicts(self) -> list[dict]:

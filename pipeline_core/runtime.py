@@ -18,15 +18,19 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
-from .interpreter import Interpreter, StepRecord
+from .contracts import StepRecord
+from .errors import PipelineError
+from .interpreter import Interpreter
 from .schedules import Action, StepActions
 from .stage import LossFn, Stage
-from .transport import LocalTransport, PipelineError, Streams
+from .transport import LocalTransport, Streams
 
 
 class LocalRuntime:
+    """The ``Runtime`` (``contracts.py``) of stages that all live in this process."""
+
     def __init__(self, stages: list[Stage], loss_fn: LossFn | None, slots: int, timeout: float) -> None:
         self.stages = stages
         self.cuda = all(s.device.type == "cuda" for s in stages)
@@ -44,6 +48,9 @@ class LocalRuntime:
             )
 
     # -- executors -----------------------------------------------------------------------------
+    def feed(self, kind: str, stage: int, frame: int, tensor: Tensor) -> None:
+        self.transport.deliver(kind, stage, frame, tensor)
+
     def run_step(self, step: int, plan: StepActions) -> StepRecord:
         record = self.interpreter.record = StepRecord(stage_seconds=[None] * len(self.stages))
         self.transport.step = step
@@ -140,8 +147,9 @@ class LocalRuntime:
                 main.wait_stream(stream)
         self._timers = list(zip(starts, ends, strict=True))
 
-    def stage_seconds_cuda(self) -> list[float | None]:
-        """Per-stage GPU time (stream busy span) of the last eager step; None inside graphs."""
+    def device_seconds(self) -> list[float | None]:
+        """Per-stage GPU time (stream busy span) of the last eager CUDA step; None inside graphs;
+        empty on CPU (the threads' host timings are exact)."""
         out: list[float | None] = []
         for start, end in getattr(self, "_timers", []):
             if start is None:

@@ -15,11 +15,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .errors import PipelineError
+
 Key = tuple[str, int, int]  # (kind, receiving stage, frame)
-
-
-class PipelineError(RuntimeError):
-    """A stage failed or a message never came: raised instead of hanging."""
 
 
 @dataclass
@@ -41,6 +39,8 @@ class Streams:
 
 
 class LocalTransport:
+    """The ``Transport`` of the stages of one process (threads or CUDA streams)."""
+
     def __init__(
         self,
         devices: list[torch.device],
@@ -59,9 +59,16 @@ class LocalTransport:
         self._error: BaseException | None = None
 
     # -- sending -------------------------------------------------------------------------------
-    def send(self, kind: str, stage: int, frame: int, tensor: Tensor, *, outside_step: bool = False) -> None:
-        """Deliver ``tensor`` to ``stage``. ``outside_step``: sent by the host between steps
-        (pipeline inputs and targets), ordered by the current stream rather than an event."""
+    def send(self, kind: str, stage: int, frame: int, tensor: Tensor) -> None:
+        """Send ``tensor`` to ``stage`` from another stage, within a step."""
+        self._put(kind, stage, frame, tensor, outside_step=False)
+
+    def deliver(self, kind: str, stage: int, frame: int, tensor: Tensor) -> None:
+        """Hand ``stage`` a tensor from the host between steps (pipeline inputs and targets):
+        ordered by the current stream rather than an event."""
+        self._put(kind, stage, frame, tensor, outside_step=True)
+
+    def _put(self, kind: str, stage: int, frame: int, tensor: Tensor, outside_step: bool) -> None:
         device = self.devices[stage]
         if device.type == "cuda":
             message = self._send_cuda(kind, stage, frame, tensor, outside_step)

@@ -14,8 +14,9 @@ import time
 
 import torch
 
+from .contracts import StepRecord
 from .dist_transport import DistTransport
-from .interpreter import Interpreter, StepRecord, messages_to
+from .interpreter import Interpreter, messages_to
 from .partition import TensorMeta
 from .schedules import Schedule, StepActions
 from .stage import LossFn, Stage

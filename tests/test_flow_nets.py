@@ -24,11 +24,11 @@ def test_flow_net_splits_at_every_layer_boundary(name):
     net = build_flow_net(name, init="scratch")
     x = torch.rand(1, 6, 32, 32)
     for cut in range(1, len(net)):
-        pipe = Pipeline(net, x, balance=[cut, len(net) - cut], loss_fn=flow_loss, sample_target=x)
+        pipe = Pipeline(net, x, balance=[cut, len(net) - cut], loss_fn=flow_loss)
         results = [pipe.step(x, target=x) for _ in range(3)]
         pipe.close()
         assert results[-1].frame == 1 and results[-1].output.shape == (1, 2, 32, 32)
-    one_per_layer = Pipeline(net, x, balance=equal_balance(len(net), len(net)), loss_fn=flow_loss, sample_target=x)
+    one_per_layer = Pipeline(net, x, balance=equal_balance(len(net), len(net)), loss_fn=flow_loss)
     result = [one_per_layer.step(x, target=x) for _ in range(len(net))][-1]
     one_per_layer.close()
     assert result.frame == 0 and result.loss is not None

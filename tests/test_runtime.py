@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from pipeline_core import Action, Op, Pipeline, PipelineError
-from pipeline_core.interpreter import StepRecord
+from pipeline_core.contracts import StepRecord
 
 
 def model() -> nn.Sequential:
@@ -23,8 +23,8 @@ def run_round_robin(pipe: Pipeline, xs, ys) -> list[float]:
     """Drive the pipeline's schedule through ``enqueue`` (one host thread) instead of threads."""
     losses = []
     for t, (x, y) in enumerate(zip(xs, ys, strict=True)):
-        pipe.runtime.transport.send("input", 0, t, x, outside_step=True)
-        pipe.runtime.transport.send("target", pipe.depth - 1, t, y, outside_step=True)
+        pipe.runtime.feed("input", 0, t, x)
+        pipe.runtime.feed("target", pipe.depth - 1, t, y)
         pipe.runtime.transport.step = t
         record = pipe.runtime.interpreter.record = StepRecord()
         pipe.runtime.enqueue(pipe.schedule.actions(t, None, learn=True))

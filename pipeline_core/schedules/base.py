@@ -54,6 +54,9 @@ class Action:
 
 StepActions = list[list[Action]]  # one list per stage, in execution order
 
+#: The actions that send a message between stages: its kind and where it goes (stage offset).
+SENDS: dict[Op, tuple[str, int]] = {Op.SEND_ACT: ("act", +1), Op.SEND_GRAD: ("grad", -1)}
+
 
 def micro_id(frame: int, m: int, chunks: int) -> int:
     """The message/frame id of micro-batch ``m`` of batch ``frame``: unique across batches."""

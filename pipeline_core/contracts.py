@@ -1,0 +1,70 @@
+"""What the engine's parts promise each other: ``Transport`` (for the interpreter) and ``Runtime``
+(for ``Pipeline``). Spelt out so a new runtime knows exactly what to implement, and so that a
+runtime-specific call cannot creep into ``Pipeline`` unnoticed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from torch import Tensor, nn
+
+from .schedules import StepActions
+
+
+@dataclass
+class StepRecord:
+    """What one step produced, keyed by frame, plus how long each stage took."""
+
+    outputs: dict[int, Tensor] = field(default_factory=dict)
+    losses: dict[int, Tensor] = field(default_factory=dict)
+    stage_seconds: list[float | None] = field(default_factory=list)
+
+
+class Transport(Protocol):
+    """Moves tensors between stages during a step, addressed by (kind, receiving stage, frame)."""
+
+    def send(self, kind: str, stage: int, frame: int, tensor: Tensor) -> None: ...
+
+    def recv(self, kind: str, stage: int, frame: int) -> Tensor: ...
+
+    def ready(self, kind: str, stage: int, frame: int) -> bool: ...
+
+
+class Runtime(Protocol):
+    """Executes a schedule's steps on the stages it was given (``LocalRuntime``, ``ProcessRuntime``)."""
+
+    #: Every stage is on a CUDA device: ``Pipeline`` synchronizes and may capture CUDA graphs.
+    cuda: bool
+
+    def feed(self, kind: str, stage: int, frame: int, tensor: Tensor) -> None:
+        """Hand ``stage`` a tensor from the host between steps (``input`` frames, ``target`` s);
+        it is copied before this returns, so the caller may reuse its buffer."""
+        ...
+
+    def run_step(self, step: int, plan: StepActions) -> StepRecord:
+        """Run every stage's actions of one step; raise ``PipelineError`` rather than hang."""
+        ...
+
+    def device_seconds(self) -> list[float | None]:
+        """Per-stage device time of the last step, for runtimes whose stages run asynchronously on
+        a device (the host's clock does not see it); empty where ``StepRecord`` timings are exact."""
+        ...
+
+    def new_epoch(self) -> None:
+        """Forget every message and frame in flight (after a flush or a weight load)."""
+        ...
+
+    def state_dicts(self) -> list[dict]: ...
+
+    def load_state_dicts(self, states: list[dict]) -> None: ...
+
+    def set_lr(self, lrs: list[float]) -> None: ...
+
+    def modules(self) -> list[nn.Module]:
+        """Each stage's module with its current weights."""
+        ...
+
+    def close(self) -> None:
+        """Release threads or processes (idempotent)."""
+        ...
