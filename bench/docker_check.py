@@ -57,10 +57,12 @@ from urllib.parse import quote
 import httpx
 import numpy as np
 
-from bench.harness import HOST, ROOT, until
-from bench.report import Run, command_line
-from bench.viewers import ViewerStats, view
+from testing.net import HOST
+from testing.poll import until
+from testing.report import Run, command_line
+from testing.viewers import ViewerStats, view
 
+ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "docker" / "Dockerfile"
 CUDA_DOCKERFILE = ROOT / "docker" / "Dockerfile.cuda"
 PROMETHEUS_DOCKERFILE = ROOT / "docker" / "prometheus" / "Dockerfile.debian"
@@ -523,7 +525,7 @@ def check_non_root(container: str) -> dict:
 
 
 def watch(stack: Stack, sid: str, seconds: float) -> tuple[threading.Thread, list[ViewerStats]]:
-    """A WebSocket viewer of the stream for ``seconds``, in a thread (``bench/viewers.py``); its stats land in the
+    """A WebSocket viewer of the stream for ``seconds``, in a thread (``testing/viewers.py``); its stats land in the
     returned list."""
     out: list[ViewerStats] = []
     url = f"ws://{HOST}:{stack.port}/ws/streams/{sid}"

@@ -18,9 +18,9 @@ import time
 
 import torch
 
-from bench.report import Run
 from models.paper_nets import pixelwise
 from pipeline_core import Pipeline, balance
+from testing.report import Run
 
 
 def square_loss(out: torch.Tensor, _target: torch.Tensor | None) -> torch.Tensor:

@@ -20,13 +20,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bench.report import RESULTS, Run
 from models.classical import classical_methods
 from models.flow_loss import flow_loss
 from models.flow_metrics import epe, moving_mask, photometric_error, reconstruction_accuracy
 from models.flow_nets import FLOW_NETS, INITS, build_flow_net
 from models.online import BASE_LR, frame_pair, online_pipeline, predict_then_learn, stage_lrs
 from models.streams import Stream, load_npz
+from testing.report import RESULTS, Run
 
 LAST = 100  # the "after learning" window
 

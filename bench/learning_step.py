@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.quick:
         args.steps, args.warmup, args.rounds, args.no_compile = 10, 3, 1, True
-    from bench.report import Run
+    from testing.report import Run
 
     report = Run()
     best: dict[str, dict] = {}

@@ -22,9 +22,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.harness import Api, ApiProbe, LiveSource, Server, make_video
-from bench.report import Run
-from bench.viewers import ViewerPool
+from bench.probe import ApiProbe
+from testing.api import Api
+from testing.media import make_video
+from testing.report import Run
+from testing.server import ServerProcess, small_server
+from testing.sources import LiveSource
+from testing.viewers import ViewerPool
 
 CLIP = "clip.mp4"
 
@@ -48,10 +52,10 @@ def processed_rates(api: Api, sids: list[str], window_s: float) -> tuple[dict[st
     return ({s: (after[s][0] - before[s][0]) / dt for s in sids}, {s: after[s][1] - before[s][1] for s in sids})
 
 
-def viewers_run(srv: Server, api: Api, args: argparse.Namespace) -> dict:
-    sid = api.create(f"file:{CLIP}", name="load", fps=args.fps, loop=True)["id"]
+def viewers_run(srv: ServerProcess, api: Api, args: argparse.Namespace) -> dict:
+    sid = api.create({"source": f"file:{CLIP}", "name": "load", "fps": args.fps, "loop": True})["id"]
     api.wait_processed(sid, 3 * int(args.fps), 120)  # warm-up
-    url = srv.ws_endpoint(f"/ws/streams/{sid}")
+    url = srv.ws(f"/ws/streams/{sid}")
     runs = {}
     for label, fast, slow in (("one", 1, 0), ("many", args.viewers - args.viewers // 2, args.viewers // 2)):
         dropped0 = api.metrics().value("overtime_ws_dropped_total", stream=sid)
@@ -84,11 +88,11 @@ def viewers_run(srv: Server, api: Api, args: argparse.Namespace) -> dict:
     return {"runs": runs, "rate_ratio": round(ratio, 4), "checks": checks, "ok": all(checks.values())}
 
 
-def streams_run(srv: Server, api: Api, args: argparse.Namespace) -> dict:
+def streams_run(srv: ServerProcess, api: Api, args: argparse.Namespace) -> dict:
     sids: list[str] = []
     steps, sustained = [], 0
     for k in range(1, args.max_streams + 1):
-        sids.append(api.create(f"file:{CLIP}", name=f"s{k}", fps=args.fps, loop=True)["id"])
+        sids.append(api.create({"source": f"file:{CLIP}", "name": f"s{k}", "fps": args.fps, "loop": True})["id"])
         api.wait_processed(sids[-1], 2 * int(args.fps), 120)
         rates, behind = processed_rates(api, sids, args.window)
         # held: every stream at >= 95 % of its fps, and the worker behind for at most 2 % of its frames
@@ -110,13 +114,13 @@ def streams_run(srv: Server, api: Api, args: argparse.Namespace) -> dict:
     failing = None
     if sids:
         with LiveSource(srv.media_dir / CLIP) as live:
-            failing = api.create(live.url, name="failing", fps=args.fps)["id"]
+            failing = api.create({"source": live.url, "name": "failing", "fps": args.fps})["id"]
             api.wait_processed(failing, 2 * int(args.fps), 120)
             before, _ = processed_rates(api, sids, args.window)
             live.stop()  # the source dies and stays away: reconnects with back-off for the rest of the run
             api.wait(failing, 30, "the failing stream noticed", lambda s: s["state"] != "running")
             after, behind = processed_rates(api, sids, args.window)
-            state = api.stream(failing)
+            state = api.get(failing)
     worst = min((after[s] / before[s] for s in sids), default=None) if sids else None
     result = {
         "steps": steps,
@@ -188,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     ok = True
     run = Run()
     with tempfile.TemporaryDirectory(prefix="overtime-load-") as tmp:
-        srv = Server(
+        srv = small_server(
             Path(tmp),
             settings={
                 "OVERTIME_ALLOW_PRIVATE": "true",

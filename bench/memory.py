@@ -22,11 +22,11 @@ import sys
 
 import torch
 
-from bench.report import Run
 from models.paper_nets import pixelwise
 from pipeline_core import Pipeline
 from pipeline_core.partition import equal_balance
 from pipeline_core.schedules import GPipe
+from testing.report import Run
 
 CONFIGS = [
     ("sequential", None),

@@ -27,9 +27,9 @@ import time
 import torch
 
 from bench.engine import square_loss
-from bench.report import Run
 from models.paper_nets import pixelwise
 from pipeline_core import Pipeline, balance
+from testing.report import Run
 
 WAYS = ["seq-1t", "seq-2t", "local-D2", "procs-D2"]
 TARGETS = {"procs-D2 / seq-1t": 1.8, "procs-D2 / seq-2t": 1.2}

@@ -26,7 +26,6 @@ import numpy as np
 import torch
 
 from bench.flow import learner_name, parse_stages, plot
-from bench.report import Run, command_line
 from models.classical import REFINEMENT, classical_methods, dis_refined, resize_flow
 from models.flow_metrics import end_point_errors, f1_score, mask_counts, motion_mask, photometric_error
 from models.flow_nets import FLOW_NETS, INITS, build_flow_net
@@ -34,6 +33,7 @@ from models.flow_viz import color_wheel_legend, flow_to_color
 from models.online import default_lr, frame_pair, online_pipeline, predict_then_learn, stage_lrs
 from pipeline_core import Pipeline
 from server.resample import FrameClock, Resampler, to_rgb
+from testing.report import Run, command_line
 
 #: Score windows: the first 30 pairs (how fast a learner gets useful), the first 100 and the whole clip.
 WINDOWS = {"first30": 30, "first100": 100, "all": None}

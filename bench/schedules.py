@@ -34,10 +34,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from bench.report import Run
 from models.online import online_pipeline
 from pipeline_core import Pipeline, balance
 from pipeline_core.schedules import Hybrid, Schedule
+from testing.report import Run
 
 DIGITS_LR = 1e-3
 NAMES = ["sequential", "partime", "stash", "hybrid", "cdp-v1", "cdp-v2"]

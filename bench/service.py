@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 import websockets
 
-from bench.report import Run
 from models.streams import generate, write_mp4
-from server.launch import ServerProcess
+from testing.report import Run
+from testing.server import ServerProcess
 
 SOURCE_FPS = 30  # the ground truth moves this fast per source frame; a rate r sees pairs 30/r frames apart
 LATENCY_KEYS = ("latency_p50_s", "latency_p95_s", "latency_target_s")

@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 import websockets
 
-from bench.report import Run
-from server.launch import ROOT, ServerProcess
+from testing.report import Run
+from testing.server import ROOT, ServerProcess
 
 CLIP = ROOT.parent / "shared" / "clips" / "box.mp4"
 VIEWER_IMAGES = "frame,flow"  # what the browser client asks for

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import torch
 
-from bench.harness import Server, rss_and_fds
-from bench.report import Run
-from bench.viewers import ViewerPool
+from bench.probe import rss_and_fds
+from testing.report import Run
+from testing.server import ServerProcess, small_server
+from testing.viewers import ViewerPool
 
 FD_SLACK = 2  # a scrape or a REST call in flight may hold a socket at the moment of a sample
 
@@ -35,19 +36,19 @@ def checkpoint_frames(path: Path) -> int | None:
         return None
 
 
-def roles(srv: Server, info: dict) -> dict[int, str]:
+def roles(srv: ServerProcess, info: dict) -> dict[int, str]:
     return {srv.proc.pid: "API process"} | {pid: role for role, pid in info["pids"].items() if pid}
 
 
-def soak(srv: Server, args: argparse.Namespace) -> dict:
+def soak(srv: ServerProcess, args: argparse.Namespace) -> dict:
     samples: list[dict] = []
     with srv.api() as api:
-        sid = api.create("demo", name="soak")["id"]
+        sid = api.create({"source": "demo", "name": "soak"})["id"]
         api.wait_processed(sid, 10, 300)
-        viewers = ViewerPool(srv.ws_endpoint(f"/ws/streams/{sid}"), args.viewers, 0, args.duration)
+        viewers = ViewerPool(srv.ws(f"/ws/streams/{sid}"), args.viewers, 0, args.duration)
         t0 = time.monotonic()
         for _ in range(int(args.duration / args.sample) + 1):  # bounded by count and by the duration
-            info = api.stream(sid)
+            info = api.get(sid)
             samples.append(
                 {
                     "t": round(time.monotonic() - t0, 1),
@@ -63,7 +64,7 @@ def soak(srv: Server, args: argparse.Namespace) -> dict:
                 break
             time.sleep(min(args.sample, left))
         stats = viewers.result()
-        final = api.stream(sid)
+        final = api.get(sid)
         m = api.metrics()
         api.delete(sid)
     return analyse(samples, args) | {
@@ -153,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="overtime-soak-") as tmp:
         size = str(args.size or 128)  # the demo's own size unless --size
         settings = {"OVERTIME_CHECKPOINT_INTERVAL_S": str(interval), "OVERTIME_WIDTH": size, "OVERTIME_HEIGHT": size}
-        srv = Server(Path(tmp), settings=settings)
+        srv = small_server(Path(tmp), settings=settings)
         with srv:
             r = soak(srv, args) | {"args": vars(args), "checkpoint_interval_s": interval}
     title = f"Soak: demo stream, {args.viewers} viewers, {args.duration:g} s"

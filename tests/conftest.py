@@ -4,9 +4,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from server_support import FLAGS, TOKEN, make_media
+from server_support import FLAGS, TOKEN
 
-from server.launch import ServerProcess
+from testing.media import make_media
+from testing.server import ServerProcess
 
 
 @pytest.fixture

@@ -131,17 +131,6 @@ def references(expr: str) -> References:
     return References(frozenset(_METRIC.findall(bare)), frozenset(matched), frozenset(grouped))
 
 
-def exposition_labels(text: str) -> dict[str, set[str]]:
-    """Sample name -> the label names its samples carry, from a Prometheus text exposition."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    labels: dict[str, set[str]] = {}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            labels.setdefault(sample.name, set()).update(sample.labels)
-    return labels
-
-
 def missing_from_exposition(query: Query, exposed: dict[str, set[str]]) -> list[str]:
     """Why `query` would show nothing on a server exposing `exposed`: unknown series, or labels they lack."""
     refs = references(query.expr)

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 from http_support import clip_sites
 
-from bench.harness import Api, Server
+from testing.api import Api
+from testing.server import small_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -22,7 +23,7 @@ def sites(tmp_path_factory):
 @pytest.fixture(scope="module")
 def api(tmp_path_factory):
     settings = {"OVERTIME_ALLOW_PRIVATE": "127.0.0.2/32", "OVERTIME_OPEN_TIMEOUT_S": "5"}
-    server = Server(tmp_path_factory.mktemp("policy"), settings=settings).start()
+    server = small_server(tmp_path_factory.mktemp("policy"), settings=settings).start()
     try:
         with server.api() as client:
             yield client
@@ -43,7 +44,7 @@ def refusals(api: Api) -> float:
 
 def settled(api: Api, source: str) -> dict:
     """Create a stream on ``source``; its info once it opened the source or failed, after deleting it."""
-    sid = api.create(source, fps=10)["id"]
+    sid = api.create({"source": source, "fps": 10})["id"]
     try:
         return api.wait(sid, 60, "opened or failed", lambda s: s["source_info"] or s["state"] == "error")
     finally:

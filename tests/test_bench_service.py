@@ -4,7 +4,7 @@ writing nothing; sizes parse as docs/operations.md writes them (`--size 128x96`)
 from __future__ import annotations
 
 from bench import service, service_clip
-from bench.report import RESULTS
+from testing.report import RESULTS
 
 
 def test_the_clip_scenario_skips_without_its_clip(tmp_path, capsys):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from clients import watch
-from server.launch import ServerProcess
+from testing.server import ServerProcess
 
 pytestmark = pytest.mark.slow
 # Loopback sources allowed (the unreachable-URL case), no stream of the server's own, and patience with

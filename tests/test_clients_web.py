@@ -1,7 +1,7 @@
 """The browser client, end to end: real headless Chromium (Debian's) driven by Playwright, against a real server.
 
 Screenshots land in $OVERTIME_SCREENSHOTS (`make screenshots` sets bench/results, where they are written through
-``bench.report.Run`` like every result) or a temporary folder, so a test run never rewrites tracked files.
+``testing.report.Run`` like every result) or a temporary folder, so a test run never rewrites tracked files.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import cv2
 import numpy as np
 import pytest
 
-from bench.report import Run
-from server.launch import ServerProcess
+from testing.report import Run
+from testing.server import ServerProcess
 
 sync_api = pytest.importorskip("playwright.sync_api")
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

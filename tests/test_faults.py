@@ -21,8 +21,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.harness import Server, make_video
-from bench.outage import outage
+from testing.api import Api
+from testing.media import make_video
+from testing.outage import outage
+from testing.server import ServerProcess, small_server
 
 pytestmark = pytest.mark.timeout(240)
 OUTAGE_S = float(os.environ.get("OVERTIME_TEST_OUTAGE_S", "5"))  # bench/outage.py runs the documented 40 s
@@ -49,7 +51,7 @@ def tiny_tmpfs(path: Path, size: str = "64m"):
 def srv(tmp_path_factory):
     root = tmp_path_factory.mktemp("faults")
     with tiny_tmpfs(root / "checkpoints") as tmpfs:
-        server = Server(
+        server = small_server(
             root,
             settings={
                 "OVERTIME_ALLOW_PRIVATE": "true",  # the live source is on loopback
@@ -76,13 +78,13 @@ def api(srv):
 @pytest.fixture(scope="module")
 def stream(srv, api):
     """One stream learning on a looped clip, shared by the NaN, disk-full and kill tests."""
-    sid = api.create("file:clip.mp4", name="faults", fps=15, loop=True)["id"]
+    sid = api.create({"source": "file:clip.mp4", "name": "faults", "fps": 15, "loop": True})["id"]
     api.wait_processed(sid, 10, 120)
     yield sid
     api.delete(sid)
 
 
-def checkpoint_on_disk(srv: Server, name: str) -> tuple[int, str]:
+def checkpoint_on_disk(srv: ServerProcess, name: str) -> tuple[int, str]:
     """(frames, sha256) of the stream's checkpoint file."""
     path = srv.checkpoint_dir / f"{name}.pt"
     state = torch.load(path, map_location="cpu", weights_only=True)
@@ -102,7 +104,7 @@ def _tensors(obj):
             yield from _tensors(v)
 
 
-def metric(api, name: str, sid: str, **labels) -> float:
+def metric(api: Api, name: str, sid: str, **labels: str) -> float:
     return api.metrics().value(name, stream=sid, **labels)
 
 
@@ -122,7 +124,7 @@ def restarted(api, sid: str, role: str, old_pid: int, processed: int, timeout_s:
 
 def test_nan_loss_restores_the_checkpoint_and_halves_the_lr(srv, api, stream):
     saved = api.checkpoint_now(stream)
-    info = api.stream(stream)
+    info = api.get(stream)
     r = api.http.post(f"/api/streams/{stream}/faults", json={"fault": "nan_loss"})
     assert r.status_code == 202, r.text
     after = api.wait(stream, 60, "the NaN loss handled", lambda s: s["counters"]["nonfinite_losses"] == 1)
@@ -140,7 +142,7 @@ def test_sigkill_worker_resumes_from_the_last_checkpoint(srv, api, stream):
     saved = api.checkpoint_now(stream)
     before = checkpoint_on_disk(srv, "faults")
     assert before[0] == saved > 0
-    info = api.stream(stream)
+    info = api.get(stream)
     os.kill(info["pids"]["worker"], signal.SIGKILL)
     after = restarted(api, stream, "worker", info["pids"]["worker"], info["counters"]["processed"])
     assert after["resumed_from"] == saved, "the new worker must start from the last checkpoint's weights"
@@ -151,7 +153,7 @@ def test_sigkill_worker_resumes_from_the_last_checkpoint(srv, api, stream):
 
 def test_sigkill_decoder_reconnects_and_keeps_the_weights(srv, api, stream):
     saved = api.checkpoint_now(stream)
-    info = api.stream(stream)
+    info = api.get(stream)
     os.kill(info["pids"]["decoder"], signal.SIGKILL)
     after = restarted(api, stream, "decoder", info["pids"]["decoder"], info["counters"]["processed"])
     on_disk, _ = checkpoint_on_disk(srv, "faults")
@@ -167,7 +169,7 @@ def test_corrupt_bytes_mid_file_are_skipped_and_counted(srv, api):
     middle = len(data) // 2
     data[middle : middle + 2048] = os.urandom(2048)
     path.write_bytes(bytes(data))
-    sid = api.create("file:corrupt.mp4", name="corrupt", fps=15)["id"]
+    sid = api.create({"source": "file:corrupt.mp4", "name": "corrupt", "fps": 15})["id"]
     end = api.wait(sid, 120, "the file played to its end", lambda s: s["state"] in ("ended", "error"))
     assert end["state"] == "ended", f"a few corrupt bytes must not end the stream in error: {end['error']}"
     assert end["counters"]["decoded"] >= 40, "frames after the corrupt part were lost"
@@ -204,7 +206,7 @@ def test_disk_full_while_checkpointing_keeps_learning(srv, api, stream):
         pytest.skip("cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN)")
     saved = api.checkpoint_now(stream)
     before = checkpoint_on_disk(srv, "faults")
-    info = api.stream(stream)
+    info = api.get(stream)
     filler = fill(srv.tmpfs)
     try:
         r = api.checkpoint(stream)

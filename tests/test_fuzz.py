@@ -14,7 +14,7 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
 
-from bench.harness import Server
+from testing.server import ServerProcess, small_server
 
 pytestmark = pytest.mark.timeout(240)
 EXAMPLES = 40  # per operation: enough to cover every field's edges, cheap enough for CI
@@ -22,14 +22,14 @@ EXAMPLES = 40  # per operation: enough to cover every field's edges, cheap enoug
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
-    server = Server(tmp_path_factory.mktemp("fuzz"), settings={"OVERTIME_MAX_STREAMS": "2"})
+    server = small_server(tmp_path_factory.mktemp("fuzz"), settings={"OVERTIME_MAX_STREAMS": "2"})
     server.start()
     yield server
     assert server.proc.poll() is None, "the server died under fuzzing"
     server.stop()
 
 
-def api_operations(srv: Server) -> list:
+def api_operations(srv: ServerProcess) -> list:
     auth = {"Authorization": f"Bearer {srv.token}"}
     schema = schemathesis.openapi.from_url(f"{srv.url}/openapi.json", headers=auth, timeout=10)
     return [result.ok() for result in schema.include(path_regex="^/api/").get_all_operations()]
@@ -68,7 +68,7 @@ def test_api_has_no_5xx(srv, mode):
 @pytest.fixture(scope="module")
 def webcam(srv):
     with srv.api() as api:
-        sid = api.create("webcam", name="fuzz-webcam", fps=5)["id"]
+        sid = api.create({"source": "webcam", "name": "fuzz-webcam", "fps": 5})["id"]
         yield sid
         api.delete(sid)
 
@@ -114,31 +114,31 @@ def errors_in(said: list) -> list[dict]:
     ],
 )
 def test_malformed_ingest_gets_an_error_and_a_close(srv, webcam, label, messages, close_codes):
-    url = srv.ws_endpoint(f"/ws/streams/{webcam}/ingest")
+    url = srv.ws(f"/ws/streams/{webcam}/ingest")
     code, said = asyncio.run(push(url, messages))
     assert code in close_codes, f"{label}: closed with {code}; server said {said[:3]}"
     if label != "beyond-the-protocol-limit":  # that one the WebSocket layer closes itself, before the app sees it
         assert errors_in(said), f"{label}: no error message before the close: {said[:3]}"
     with srv.api() as api:
         assert api.http.get("/healthz").status_code == 200
-        assert api.stream(webcam)["state"] != "error" or label != "flood"
+        assert api.get(webcam)["state"] != "error" or label != "flood"
 
 
 def test_good_ingest_still_works_after_the_abuse(srv, webcam):
     """The webcam stream learns from well-formed frames sent at its own pace after all of the above (it may first
     have to come back from the stall the abuse left it in)."""
-    url = srv.ws_endpoint(f"/ws/streams/{webcam}/ingest")
+    url = srv.ws(f"/ws/streams/{webcam}/ingest")
     with srv.api() as api:
-        before = api.stream(webcam)["counters"]["processed"]
+        before = api.get(webcam)["counters"]["processed"]
 
         async def steady() -> int:
             async with websockets.connect(url, open_timeout=10) as ws:
                 for i in range(450):  # 90 s at 5 fps at most
                     await ws.send(jpeg())
                     await asyncio.sleep(0.2)
-                    if i % 10 == 9 and api.stream(webcam)["counters"]["processed"] >= before + 5:
+                    if i % 10 == 9 and api.get(webcam)["counters"]["processed"] >= before + 5:
                         return i + 1
             return -1
 
         sent = asyncio.run(steady())
-        assert sent > 0, f"no frames learned after 90 s of good frames: {api.stream(webcam)}"
+        assert sent > 0, f"no frames learned after 90 s of good frames: {api.get(webcam)}"

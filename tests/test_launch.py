@@ -10,7 +10,6 @@ import contextlib
 import functools
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ import torch
 
 from pipeline_core import Pipeline
 from pipeline_core.launch import synthetic_frames
+from testing.net import free_port
 
 FRAMES = 20
 TOL = 1e-6
@@ -48,12 +48,6 @@ def one_thread():
         yield
     finally:
         torch.set_num_threads(threads)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_two_nodes_compute_what_one_process_computes(tmp_path):

@@ -16,13 +16,16 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench.harness import Api, Server, make_video, until
+from testing.api import Api
+from testing.media import make_video
+from testing.poll import until
+from testing.server import ServerProcess, small_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 SHM = Path("/dev/shm")
 
 
-def mapped_shm(server: Server) -> set[str]:
+def mapped_shm(server: ServerProcess) -> set[str]:
     """The /dev/shm entries the server's processes (API, decoders, workers) have mapped now."""
     names: set[str] = set()
     for proc in server.processes():
@@ -31,9 +34,9 @@ def mapped_shm(server: Server) -> set[str]:
     return names
 
 
-def generation(server: Server, api: Api, sid: str, old: set[str]) -> set[str]:
+def generation(server: ServerProcess, api: Api, sid: str, old: set[str]) -> set[str]:
     """The entries of the stream's running generation: mapped once it processes frames, and not seen before."""
-    api.wait_processed(sid, api.stream(sid)["counters"]["processed"] + 5, 120)
+    api.wait_processed(sid, api.get(sid)["counters"]["processed"] + 5, 120)
     names = mapped_shm(server) - old
     assert any(n.startswith("sem.") for n in names) and any(n.startswith("psm_") for n in names), names
     return names
@@ -51,22 +54,22 @@ def released(names: set[str], what: str) -> None:
 
 
 def test_start_restart_delete_stop_leaves_nothing_behind(tmp_path):
-    server = Server(tmp_path)
+    server = small_server(tmp_path)
     make_video(server.media_dir / "clip.mp4", frames=60)
     server.start()
     try:
         with server.api() as api:
             seen = mapped_shm(server)
-            sid = api.create("file:clip.mp4", name="leaks", fps=15, loop=True)["id"]
+            sid = api.create({"source": "file:clip.mp4", "name": "leaks", "fps": 15, "loop": True})["id"]
             first = generation(server, api, sid, seen)
-            worker = api.stream(sid)["pids"]["worker"]
+            worker = api.get(sid)["pids"]["worker"]
             os.kill(worker, signal.SIGKILL)  # a crashed worker: its whole generation is replaced
             api.wait(sid, 60, "a new worker", lambda s: s["pids"]["worker"] not in (None, worker))
             second = generation(server, api, sid, seen | first)
             released(first, "the generation of the killed worker")
             api.delete(sid)
             released(second, "the deleted stream's generation")
-            sid = api.create("file:clip.mp4", name="leaks", fps=15, loop=True)["id"]
+            sid = api.create({"source": "file:clip.mp4", "name": "leaks", "fps": 15, "loop": True})["id"]
             third = generation(server, api, sid, seen | first | second)
     finally:
         server.stop()  # SIGTERM with the stream running; waits for every process of the tree, the tracker too

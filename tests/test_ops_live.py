@@ -24,7 +24,9 @@ import httpx
 import pytest
 import yaml
 
-from server.launch import ServerProcess, free_port
+from testing.metrics import Scrape
+from testing.net import free_port
+from testing.server import ServerProcess
 from tests.ops_support import (
     COMPOSE,
     DOCKERFILES,
@@ -35,7 +37,6 @@ from tests.ops_support import (
     alert_rules,
     dashboard_queries,
     dashboard_variable_queries,
-    exposition_labels,
     find_tool,
     instructions,
     load_yaml,
@@ -212,7 +213,7 @@ def values(prometheus: str, expr: str) -> dict[str, float]:
 
 def test_every_series_a_dashboard_or_alert_reads_is_exposed(overtime: LiveServer):
     text = httpx.get(f"{overtime.url}/metrics", timeout=10).text
-    exposed = exposition_labels(text)
+    exposed = Scrape.parse(text).labels()
     reads = dashboard_queries() + dashboard_variable_queries() + alert_queries()
     assert len(reads) >= 15
     problems = [problem for q in reads for problem in missing_from_exposition(q, exposed)]
@@ -221,7 +222,7 @@ def test_every_series_a_dashboard_or_alert_reads_is_exposed(overtime: LiveServer
 
 def test_the_exposition_check_catches_a_renamed_metric(overtime: LiveServer):
     """The check above is not vacuous: a panel reading a renamed series or a missing label is reported."""
-    exposed = exposition_labels(httpx.get(f"{overtime.url}/metrics", timeout=10).text)
+    exposed = Scrape.parse(httpx.get(f"{overtime.url}/metrics", timeout=10).text).labels()
     renamed = Query("test", 'rate(overtime_step_second_count{stream=~"$stream"}[5m])')
     unlabelled = Query("test", "sum by (camera) (overtime_loss)")
     assert missing_from_exposition(renamed, exposed) == ["test: series overtime_step_second_count is not exposed"]

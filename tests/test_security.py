@@ -13,7 +13,9 @@ import httpx
 import pytest
 import websockets
 
-from bench.harness import HOST, Server, make_video
+from testing.media import make_video
+from testing.net import HOST
+from testing.server import small_server
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -50,7 +52,7 @@ class Canary:
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory):
     root = tmp_path_factory.mktemp("security")
-    server = Server(root)
+    server = small_server(root)
     make_video(server.media_dir / "clip.mp4", frames=8)
     make_video(root / "secret.mp4", frames=8)  # a real video, but outside the media dir
     os.symlink(root / "secret.mp4", server.media_dir / "link.mp4")  # inside by name, outside by target
@@ -64,7 +66,7 @@ def srv(tmp_path_factory):
 def stream_id(srv):
     """A real stream, so a refusal below is about the token and never about an unknown id."""
     with srv.api() as api:
-        sid = api.create("webcam", fps=5)["id"]
+        sid = api.create({"source": "webcam", "fps": 5})["id"]
         yield sid
         api.delete(sid)
 
@@ -104,7 +106,7 @@ def test_every_api_call_needs_the_token(srv, stream_id, authorization):
 @pytest.mark.parametrize("path", ["/ws/streams/{id}", "/ws/streams/{id}/ingest"])
 @pytest.mark.parametrize("token", [None, "wrong-token"], ids=["no-token", "wrong-token"])
 def test_every_websocket_needs_the_token(srv, stream_id, path, token):
-    url = srv.ws_endpoint(path.format(id=stream_id), token=token)
+    url = srv.ws(path.format(id=stream_id), token=token)
 
     async def attempt() -> tuple[int | None, list]:
         got = []
@@ -176,7 +178,7 @@ def test_bad_sources_are_refused_before_any_connection(srv):
 def test_the_media_dir_itself_is_allowed(srv):
     """The refusals above are about where a file is, not about file: sources as such."""
     with srv.api() as api:
-        info = api.create("file:clip.mp4", name="inside", fps=5)
+        info = api.create({"source": "file:clip.mp4", "name": "inside", "fps": 5})
         api.delete(info["id"])
 
 

@@ -17,22 +17,14 @@ import numpy as np
 import pytest
 import websockets
 from rtsp_support import RtspCamera
-from server_support import (
-    LOOP,
-    SIZE,
-    create,
-    decode,
-    delete,
-    loss_falls,
-    metric,
-    watch,
-    watch_images,
-)
+from server_support import create, decode, delete, loss_falls
 
-from bench.harness import LiveSource
 from models.streams import generate
 from server.flow_formats import read_flo, read_kitti_png
 from server.pictures import OPACITY
+from testing.media import LOOP, SIZE
+from testing.sources import LiveSource
+from testing.viewers import watch, watch_images
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_streams_left")]
 
@@ -56,20 +48,20 @@ def test_file_stream_learns_and_recovers(server):
     assert image.shape == (SIZE, SIZE, 3)
     assert [m["frame"] for m, _ in frames] == sorted(m["frame"] for m, _ in frames)
 
-    text = server.metrics()
-    assert metric(text, "overtime_frames_total", stream=sid, outcome="processed") >= 60
-    assert metric(text, "overtime_frames_total", stream=sid, outcome="decoded") >= 60
-    assert metric(text, "overtime_step_seconds_count", stream=sid) >= 60
-    assert metric(text, "overtime_stage_step_seconds_count", stream=sid, stage="1") >= 60
-    assert metric(text, "overtime_latency_seconds_count", stream=sid) >= 60
-    assert metric(text, "overtime_frame_interval_seconds", stream=sid) == pytest.approx(1 / 15)
-    assert metric(text, "overtime_budget_ratio", stream=sid) > 0
-    assert metric(text, "overtime_loss", stream=sid) > 0
-    assert metric(text, "overtime_loss_zero_flow", stream=sid) > 0
-    assert metric(text, "overtime_frame_work_seconds_count", stream=sid) >= 60
-    assert metric(text, "overtime_streams", state="running") == 1, server.client.get("/api/streams").text
+    scrape = server.metrics()
+    assert scrape.require("overtime_frames_total", stream=sid, outcome="processed") >= 60
+    assert scrape.require("overtime_frames_total", stream=sid, outcome="decoded") >= 60
+    assert scrape.require("overtime_step_seconds_count", stream=sid) >= 60
+    assert scrape.require("overtime_stage_step_seconds_count", stream=sid, stage="1") >= 60
+    assert scrape.require("overtime_latency_seconds_count", stream=sid) >= 60
+    assert scrape.require("overtime_frame_interval_seconds", stream=sid) == pytest.approx(1 / 15)
+    assert scrape.require("overtime_budget_ratio", stream=sid) > 0
+    assert scrape.require("overtime_loss", stream=sid) > 0
+    assert scrape.require("overtime_loss_zero_flow", stream=sid) > 0
+    assert scrape.require("overtime_frame_work_seconds_count", stream=sid) >= 60
+    assert scrape.require("overtime_streams", state="running") == 1, server.client.get("/api/streams").text
     for name in ("overtime_source_reconnects_total", "overtime_ws_clients", "overtime_ws_dropped_total"):
-        metric(text, name, stream=sid)
+        scrape.require(name, stream=sid)
 
     # Viewers that blend themselves ask for the frame and the flow picture apart; the overlay is the frame tinted by
     # the flow's colours (white, no motion, leaves it as it is).
@@ -105,7 +97,7 @@ def test_file_stream_learns_and_recovers(server):
     processed = info["counters"]["processed"]
     server.wait_for(sid, lambda i: i["state"] == "running" and i["counters"]["processed"] > processed + 10,
                     what="running again after the decoder was killed")  # fmt: skip
-    assert metric(server.metrics(), "overtime_source_reconnects_total", stream=sid) >= 1
+    assert server.metrics().require("overtime_source_reconnects_total", stream=sid) >= 1
 
     # Kill the worker: it restarts from the checkpoint with the learned weights.
     saved = server.client.post(f"/api/streams/{sid}/checkpoint").json()["frames"]

@@ -1,5 +1,5 @@
 """The streaming service end to end, refusing bad input: clear HTTP errors, and failing sources that end in a
-clear state with an error code while the server stays up (a real ``overtime serve``, see ``server_support``)."""
+clear state with an error code while the server stays up (a real ``overtime serve``, see ``testing.server``)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import threading
 
 import pytest
 import websockets
-from server_support import create, delete, metric
+from server_support import create, delete
 
-from server.launch import free_port
+from testing.net import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_streams_left")]
 
@@ -147,6 +147,6 @@ def test_nonfinite_loss_halves_lr_and_keeps_going(server):
     sid = create(server, source="file:clip.mp4", name="blowup", fps=15, loop=True, lr=10.0)["id"]
     info = server.wait_for(sid, lambda i: i["counters"]["nonfinite_losses"] >= 3, what="non-finite losses")
     assert info["lr"] <= 10.0 / 8 and info["state"] in ("starting", "running")
-    assert metric(server.metrics(), "overtime_nonfinite_losses_total", stream=sid) >= 3
+    assert server.metrics().require("overtime_nonfinite_losses_total", stream=sid) >= 3
     server.wait_for(sid, lambda i: i["counters"]["processed"] > 0, what="frames processed after the blow-ups")
     delete(server, sid)

@@ -1,12 +1,12 @@
-"""Viewers of a stream for the benchmarks: WebSocket clients, fast or deliberately slow, counting what arrives.
-
-They run in a process of their own (``ViewerPool``) so the clients' CPU never shows up as API latency in the
-process that measures.
+"""Viewers of a stream's WebSocket: the tests' collectors of frames and images, and the benchmarks' viewers, fast
+or deliberately slow, counting what arrives (those run in a process of their own, ``ViewerPool``, so the clients'
+CPU never shows up as API latency in the process that measures).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
 from dataclasses import dataclass, field
@@ -14,7 +14,8 @@ from urllib.parse import urlsplit
 
 import websockets
 
-from bench.harness import HOST
+from testing.net import HOST
+from testing.server import ServerProcess
 
 
 @dataclass
@@ -30,8 +31,6 @@ class ViewerStats:
 async def view(url: str, duration_s: float, read_delay_s: float = 0.0) -> ViewerStats:
     """Watch a stream for ``duration_s``; a positive ``read_delay_s`` makes a slow reader that takes one message per
     delay, with a small socket buffer and a one-message queue so the server really sees it lag."""
-    import json
-
     stats = ViewerStats()
     slow = read_delay_s > 0
     sock = socket.socket()
@@ -107,3 +106,33 @@ class ViewerPool:
         stats = [ViewerStats(**s) for s in self._recv.recv()]
         self.proc.join(10)
         return stats
+
+
+def watch(srv: ServerProcess, sid: str, frames: int, timeout_s: float = 90.0) -> list[tuple[dict, bytes]]:
+    """Collect ``frames`` (JSON, JPEG) pairs from the stream's WebSocket."""
+
+    async def run() -> list[tuple[dict, bytes]]:
+        got: list[tuple[dict, bytes]] = []
+        async with websockets.connect(srv.ws(f"/ws/streams/{sid}"), max_size=2**22) as ws:
+            async with asyncio.timeout(timeout_s):
+                while len(got) < frames:
+                    message = json.loads(await ws.recv())
+                    if message["type"] == "frame":
+                        got.append((message, await ws.recv()))
+        return got
+
+    return asyncio.run(run())
+
+
+def watch_images(srv: ServerProcess, sid: str, images: str) -> tuple[dict, list[bytes]]:
+    """One frame from ``/ws/streams/{sid}?images=...``: its JSON and the images that follow it (or the error)."""
+
+    async def run() -> tuple[dict, list[bytes]]:
+        async with websockets.connect(srv.ws(f"/ws/streams/{sid}?images={images}"), max_size=2**22) as ws:
+            async with asyncio.timeout(60):
+                while (message := json.loads(await ws.recv()))["type"] not in ("frame", "error"):
+                    pass
+                count = len(message.get("images", [])) if message["type"] == "frame" else 0
+                return message, [await ws.recv() for _ in range(count)]
+
+    return asyncio.run(run())

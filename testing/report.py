@@ -1,4 +1,4 @@
-"""Results files: everything under ``bench/results/`` is written through :class:`Run`.
+"""Results files: everything under ``bench/results/`` (and the browser tests' screenshots) goes through :class:`Run`.
 
 Why one writer: a number is only worth quoting when its file says how it was made. Every markdown and JSON
 file starts with the command that produced it, the machine and its load average before and after the run
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-RESULTS = Path(__file__).resolve().parent / "results"
+RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
 
 
 def command_line(module: str | None = None, args: list[str] | None = None) -> str:

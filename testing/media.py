@@ -1,0 +1,42 @@
+"""Generated videos with real motion (the flow nets' own ground-truth generator), so no test or benchmark needs
+footage from outside the repository."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from models.streams import generate, write_mp4
+
+SIZE = 64  # side of the server tests' clips
+LOOP = 30  # frames of loop.mp4: a window of LOOP consecutive frames shows every frame of it once
+
+
+def make_video(path: Path, frames: int = 60, size: int = SIZE, fps: int = 15, seed: int = 0) -> Path:
+    """One small H.264 file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_mp4(generate(size=size, frames=frames, seed=seed).frames, path, fps=fps)
+    return path
+
+
+def make_media(work: Path) -> Path:
+    """Every clip the server tests stream, under ``work/media`` (the server's media root): good files at several
+    rates and shapes, a loop, a non-video, a truncated file and one whose frame size changes mid-stream."""
+    media = work / "media"
+    media.mkdir()
+    frames = generate(SIZE, 300, seed=1).frames
+    write_mp4(frames, media / "clip.mp4", fps=15)  # the streams run at 15 fps: every frame pair has the same time step
+    write_mp4(frames[:LOOP], media / "loop.mp4", fps=15)
+    write_mp4(frames[:20], media / "short.mp4", fps=25)
+    wide = np.stack([cv2.resize(f, (160, 120)) for f in generate(SIZE, 60, seed=2).frames])
+    write_mp4(wide, media / "four_three.mp4", fps=12)  # a 4:3 source at its own rate
+    (media / "notes.mp4").write_text("this is not a video\n" * 50)
+    data = (media / "clip.mp4").read_bytes()
+    (media / "truncated.mp4").write_bytes(data[: len(data) // 2])
+    write_mp4(frames[:40], work / "a.ts", fps=25)
+    big = np.stack([cv2.resize(f, (96, 96)) for f in frames[40:80]])
+    write_mp4(big, work / "b.ts", fps=25)
+    (media / "resized.ts").write_bytes((work / "a.ts").read_bytes() + (work / "b.ts").read_bytes())
+    return media

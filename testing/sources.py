@@ -1,0 +1,54 @@
+"""Live video sources on loopback, played by Debian's ffmpeg, for tests and benchmarks of live streams."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from pathlib import Path
+
+import psutil
+
+from testing.net import HOST, free_port
+from testing.poll import until
+
+
+class LiveSource:
+    """A live HTTP MPEG-TS source: ffmpeg playing a file in real time, looping, listening for one client.
+    ``start()`` returns once ffmpeg listens; ``stop()`` is the source going away; ``start()`` again is it coming
+    back on the same URL."""
+
+    def __init__(self, video: Path, port: int | None = None) -> None:
+        self.video = video
+        self.port = port or free_port()
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}/live.ts"
+
+    def start(self) -> LiveSource:
+        cmd = ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-re", "-stream_loop", "-1",
+               "-i", str(self.video), "-c", "copy", "-f", "mpegts", "-listen", "1", self.url]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        until(self._listening, 30, f"ffmpeg listening on {self.url}", 0.05)
+        return self
+
+    def _listening(self) -> bool:
+        """Asked of the kernel, not by connecting: ffmpeg's ``-listen 1`` serves its first client only."""
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"ffmpeg exited with {self.proc.returncode} before listening on {self.url}")
+        with contextlib.suppress(psutil.NoSuchProcess):
+            sockets = psutil.Process(self.proc.pid).net_connections("tcp")
+            return any(s.status == psutil.CONN_LISTEN and s.laddr.port == self.port for s in sockets)
+        return False
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def __enter__(self) -> LiveSource:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
