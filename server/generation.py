@@ -1,7 +1,7 @@
 """A generation of a stream: one shared-memory ring, fresh queues, one decoder and one learner process.
 
 Why fresh each time: a process killed while holding a ``multiprocessing.Queue`` lock would wedge whoever uses that
-queue next, so a failed generation is dropped whole and the next one starts clean (``session.py`` supervises).
+queue next, so a failed generation is dropped whole and the next one starts clean (``stream_supervisor.py`` supervises).
 
 Both processes are forked from multiprocessing's fork server, started once and preloaded with the decoder and the
 learner process modules (torch among them): a clean process without threads, so forking it is safe, and a process
