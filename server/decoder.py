@@ -2,7 +2,7 @@
 
 The first decoded frame decides both (``sizing``): the picture keeps the source's size up to a long side of
 ``display_side``, and the rate is the one asked for or the source's own (capped); the ``opened`` event says so, and
-the API process then starts the worker, which learns at a smaller size of its own.
+the API process then starts the learner process, which learns at a smaller size of its own.
 
 Resampling is by timestamps (``resample.Resampler``, shared with ``bench.realflow``): a decoded frame is emitted
 when it falls on the next tick of the 1/fps grid (within a quarter tick), otherwise dropped and counted
@@ -30,6 +30,7 @@ import av
 from . import errors
 from .errors import SourceError, in_words
 from .http_io import DEMUXER_OPTIONS, HttpOpener
+from .protocol import DecoderFailed, DecoderMessage, DecoderStats, SourceEnded, SourceOpened
 from .resample import FrameClock, Resampler, to_rgb
 from .ring import FrameRing, RingSpec
 from .sizing import display_size, stream_fps
@@ -47,6 +48,8 @@ Frame = tuple[av.VideoFrame, float, float]  # decoded frame, source time, positi
 
 @dataclass(frozen=True)
 class DecoderConfig:
+    """What the decoder process needs (picklable): built by ``stream_config.decoder_config``."""
+
     source: SourceSpec
     fps: float | None  # asked for; None: the source's own rate, at most ``max_fps``
     max_fps: float
@@ -77,17 +80,16 @@ class Reporter:
             return
         self._last = now
         if self.decoded or self.dropped or force:
-            stats = {"decoded": self.decoded, "dropped": self.dropped, "position": self.position}
-            self.events.put({"type": "stats", **stats})
+            self.events.put(DecoderStats(self.decoded, self.dropped, self.position))
             self.decoded, self.dropped = 0, {}
 
-    def send(self, message: dict) -> None:
+    def send(self, message: DecoderMessage) -> None:
         self.tick(force=True)
         self.events.put(message)
 
 
 def run_decoder(cfg: DecoderConfig, ring_spec: RingSpec, slots: Any, events: Any, ingest: Any) -> None:
-    """Process entry point. Frames wait until the worker is ready (a ring flag); ``ingest`` carries webcam JPEGs."""
+    """Process entry point. Frames wait until the learner is ready (a ring flag); ``ingest`` carries webcam JPEGs."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the API process stops us through the ring's stop flag
     av.logging.set_level(av.logging.PANIC)
     parent = os.getppid()
@@ -99,10 +101,10 @@ def run_decoder(cfg: DecoderConfig, ring_spec: RingSpec, slots: Any, events: Any
         frames = _frames(cfg, report, ingest, ring, described)
         _emit(cfg, frames, described, ring, slots, report, parent)
     except SourceError as exc:
-        report.send({"type": "error", "code": exc.code, "message": exc.message})
+        report.send(DecoderFailed(exc.code, exc.message))
     except Exception as exc:  # an unexpected failure still gets a code, never a silent death
         log.exception("decoder failed")
-        report.send({"type": "error", "code": errors.DECODE_ERROR, "message": f"decoding failed: {in_words(exc)}"})
+        report.send(DecoderFailed(errors.DECODE_ERROR, f"decoding failed: {in_words(exc)}"))
     finally:
         ring.close()
 
@@ -117,7 +119,7 @@ def _emit(
     parent: int,
 ) -> None:
     """Pace and resample the frames into the ring at the picture's size. The first frame decides the picture's size
-    and the rate (``opened``); frames wait there until the worker is ready."""
+    and the rate (``opened``); frames wait there until the learner is ready."""
     grid: Resampler | None = None
     wall0 = 0.0
     for frame, t, position in frames:
@@ -128,7 +130,7 @@ def _emit(
             width, height = display_size(frame.width, frame.height, cfg.display_side)
             fps = stream_fps(cfg.fps, described.get("fps"), cfg.max_fps)
             info = {**described, "width": frame.width, "height": frame.height}
-            report.send({"type": "opened", "info": info, "fps": fps, "display": [width, height]})
+            report.send(SourceOpened(info, fps, (width, height)))
             grid = Resampler(fps)
             while not ring.ready:
                 if ring.sleep(0.05):
@@ -145,7 +147,7 @@ def _emit(
             report.drop("worker_behind", ring.write(rgb, time.time(), slots))
             report.position = position
         report.tick()
-    report.send({"type": "ended"})
+    report.send(SourceEnded())
 
 
 # -- frame sources ------------------------------------------------------------------------------

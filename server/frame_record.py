@@ -10,6 +10,7 @@ from collections import deque
 
 from .metrics import Metrics
 from .pictures import FramePictures
+from .protocol import FrameLearned
 
 HISTORY_POINTS = 600  # frames of chart history kept per stream
 HISTORY_KEYS = ("frame", "loss", "loss_zero", "dp_s", "work_s", "ds_s", "stage_dp_s")
@@ -22,26 +23,26 @@ class FrameRecord:
         self.history: deque[dict] = deque(maxlen=HISTORY_POINTS)
         self.latest: tuple[int, FramePictures] | None = None  # the newest frame's index and pictures
 
-    def add(self, m: dict, fps: float, dropped: int) -> tuple[dict, FramePictures]:
-        """Record the worker's ``frame`` message; the viewers' message and the frame's pictures."""
+    def add(self, m: FrameLearned, fps: float, dropped: int) -> tuple[dict, FramePictures]:
+        """Record what the learner process sent for a frame; the viewers' message and the frame's pictures."""
         sid, ds, metrics = self.stream, 1.0 / fps, self.metrics
         metrics.frames.labels(sid, "processed", "").inc()
-        metrics.step.labels(sid).observe(m["dp_s"])
-        metrics.work.labels(sid).observe(m["work_s"])
-        metrics.budget_ratio.labels(sid).set(m["work_s"] / ds)
-        for stage, seconds in enumerate(m["stage_dp_s"]):
+        metrics.step.labels(sid).observe(m.dp_s)
+        metrics.work.labels(sid).observe(m.work_s)
+        metrics.budget_ratio.labels(sid).set(m.work_s / ds)
+        for stage, seconds in enumerate(m.stage_dp_s):
             if seconds is not None:
                 metrics.stage_step.labels(sid, str(stage)).observe(seconds)
-        for gauge, value in ((metrics.loss, m["loss"]), (metrics.loss_zero, m["loss_zero"])):
+        for gauge, value in ((metrics.loss, m.loss), (metrics.loss_zero, m.loss_zero)):
             if value is not None and math.isfinite(value):
                 gauge.labels(sid).set(value)
         message = {
-            "type": "frame", "frame": m["frame"], "loss": m["loss"], "loss_zero": m["loss_zero"], "dp_s": m["dp_s"],
-            "work_s": m["work_s"], "ds_s": ds, "stage_dp_s": m["stage_dp_s"], "dropped": dropped,
-            "capture_time": m["capture_time"], "learning_size": m["learning_size"], "flow_scale": m["flow_scale"],
+            "type": "frame", "frame": m.frame, "loss": m.loss, "loss_zero": m.loss_zero, "dp_s": m.dp_s,
+            "work_s": m.work_s, "ds_s": ds, "stage_dp_s": m.stage_dp_s, "dropped": dropped,
+            "capture_time": m.capture_time, "learning_size": list(m.learning_size), "flow_scale": m.flow_scale,
         }  # fmt: skip
-        pictures = FramePictures(m["images"], m["flow"])
-        self.latest = (m["frame"], pictures)
-        latency = time.time() - m["capture_time"]
+        pictures = FramePictures(m.images, m.flow)
+        self.latest = (m.frame, pictures)
+        latency = time.time() - m.capture_time
         self.history.append({**{k: message[k] for k in HISTORY_KEYS}, "latency_s": latency, "dropped": dropped})
         return message, pictures

@@ -1,11 +1,12 @@
-"""A generation of a stream: one shared-memory ring, fresh queues, one decoder and one worker process.
+"""A generation of a stream: one shared-memory ring, fresh queues, one decoder and one learner process.
 
 Why fresh each time: a process killed while holding a ``multiprocessing.Queue`` lock would wedge whoever uses that
-queue next, so a failed generation is dropped whole and the next one starts clean (``session.py`` supervises).
+queue next, so a failed generation is dropped whole and the next one starts clean (``stream_supervisor.py`` supervises).
 
 Both processes are forked from multiprocessing's fork server, started once and preloaded with the decoder and the
-worker modules (torch among them): a clean process without threads, so forking it is safe, and a process starts in a
-fraction of a second instead of re-importing torch for seconds (spawn). Where there is no fork server: spawn.
+learner process modules (torch among them): a clean process without threads, so forking it is safe, and a process
+starts in a fraction of a second instead of re-importing torch for seconds (spawn). Where there is no fork server:
+spawn.
 """
 
 from __future__ import annotations
@@ -17,12 +18,13 @@ import time
 from typing import Any
 
 from .decoder import DecoderConfig, run_decoder
+from .learner_process import LearnerProcessConfig, run_learner_process
+from .protocol import DecoderMessage, LearnerMessage
 from .ring import FrameRing
-from .worker import WorkerConfig, run_worker
 
 RING_SLOTS = 4
-WORKER_STOP_S = 20.0  # room for the final checkpoint
-PRELOAD = ["server.decoder", "server.worker"]
+LEARNER_STOP_S = 20.0  # room for the final checkpoint
+PRELOAD = ["server.decoder", "server.learner_process"]
 if "forkserver" in mp.get_all_start_methods():
     CONTEXT = mp.get_context("forkserver")
     CONTEXT.set_forkserver_preload(PRELOAD)
@@ -39,7 +41,7 @@ def warm_up() -> None:
 
 
 class Generation:
-    """One ring, its queues, one decoder and (once the source opened) one worker.
+    """One ring, its queues, one decoder and (once the source opened) one learner process.
 
     Reader threads move the processes' messages into ``inbox``: a process killed halfway through writing a
     message would block a direct reader forever; here it strands only its own reader thread. Flags go through
@@ -57,35 +59,41 @@ class Generation:
         )
         self.decoder = CONTEXT.Process(target=run_decoder, args=(dcfg, ring.spec, self.slots, self.events, self.ingest),
                                        name=f"overtime-decoder-{label}", daemon=True)  # fmt: skip
-        self.worker: Any = None
+        self.learner: Any = None  # the learner process, once started
         self.started = time.monotonic()
-        self.inbox: queue.Queue[tuple[str, dict]] = queue.Queue()
+        self.inbox: queue.Queue[DecoderMessage | LearnerMessage] = queue.Queue()
         self._done = threading.Event()
-        self._readers = {
-            tag: (q, threading.Thread(target=self._read, args=(q, tag), daemon=True))
-            for tag, q in (("worker", self.out), ("decoder", self.events))
-        }
-        for _, thread in self._readers.values():
+        self._readers = [
+            (q, threading.Thread(target=self._read, args=(q,), daemon=True)) for q in (self.out, self.events)
+        ]
+        for _, thread in self._readers:
             thread.start()
 
     @classmethod
     def start(cls, dcfg: DecoderConfig, ring: FrameRing, label: str) -> Generation:
-        """Fresh queues and the decoder started; the worker starts once the source opened (``start_worker``): its
-        configuration depends on the picture's size and rate, and a bad source never costs a pipeline."""
+        """Fresh queues and the decoder started; the learner process starts once the source opened
+        (``start_learner``): its configuration depends on the picture's size and rate, and a bad source never costs a
+        pipeline."""
         gen = cls(ring, label, dcfg)
         gen.decoder.start()
         return gen
 
-    def start_worker(self, wcfg: WorkerConfig) -> None:
-        args = (wcfg, self.ring.spec, self.slots, self.out, self.control)
-        self.worker = CONTEXT.Process(target=run_worker, args=args, name=f"overtime-worker-{self.label}", daemon=True)
-        self.worker.start()
+    def start_learner(self, lcfg: LearnerProcessConfig) -> None:
+        args = (lcfg, self.ring.spec, self.slots, self.out, self.control)
+        name = f"overtime-learner-{self.label}"
+        self.learner = CONTEXT.Process(target=run_learner_process, args=args, name=name, daemon=True)
+        self.learner.start()
 
     @property
-    def worker_pid(self) -> int | None:
-        return self.worker.pid if self.worker is not None else None
+    def learner_pid(self) -> int | None:
+        return self.learner.pid if self.learner is not None else None
 
-    def _read(self, q: Any, tag: str) -> None:
+    @property
+    def learner_alive(self) -> bool:
+        """The learner process is up and learning (its pipeline built): it can answer control requests."""
+        return self.ring.ready and self.learner is not None and self.learner.is_alive()
+
+    def _read(self, q: Any) -> None:
         while True:
             try:
                 message = q.get(timeout=0.1)
@@ -95,24 +103,24 @@ class Generation:
                 continue
             except (OSError, EOFError, ValueError):
                 return
-            self.inbox.put((tag, message))
+            self.inbox.put(message)
 
     def shutdown(self) -> None:
-        """Stop both processes (the worker checkpoints on the way out), then free the queues and the ring."""
+        """Stop both processes (the learner checkpoints on the way out), then free the queues and the ring."""
         self.ring.request_stop()
-        worker = self.worker
-        if worker is not None and not self.ring.ready and worker.is_alive():
-            worker.kill()  # still building its pipeline: nothing learned, nothing to save
-        if worker is not None:
-            worker.join(WORKER_STOP_S)
+        learner = self.learner
+        if learner is not None and not self.ring.ready and learner.is_alive():
+            learner.kill()  # still building its pipeline: nothing learned, nothing to save
+        if learner is not None:
+            learner.join(LEARNER_STOP_S)
         self.decoder.join(3.0)
-        for proc in (worker, self.decoder):
+        for proc in (learner, self.decoder):
             if proc is not None and proc.pid is not None and proc.is_alive():
                 proc.kill()
                 proc.join(3.0)
         self._done.set()
         queues = [self.slots, self.control, self.ingest]
-        for q, thread in self._readers.values():
+        for q, thread in self._readers:
             thread.join(2.0)
             if not thread.is_alive():  # a reader stuck on a half-written message keeps its queue (and fd)
                 queues.append(q)

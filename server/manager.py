@@ -13,9 +13,10 @@ from . import errors
 from .errors import SourceError
 from .metrics import Metrics
 from .schemas import StreamCreate
-from .session import StreamConfig, StreamSession
+from .session import StreamSession
 from .settings import Settings
 from .sources import parse_source
+from .stream_config import StreamConfig
 
 
 class RequestError(Exception):
@@ -117,4 +118,4 @@ class StreamManager:
         self._count_states()
 
     def _count_states(self) -> None:
-        self.metrics.count_states([s.state for s in list(self.sessions.values())])
+        self.metrics.count_states([s.status.state for s in list(self.sessions.values())])

@@ -1,8 +1,8 @@
 """Prometheus metrics, all updated in the API process.
 
-The decoder and worker processes report counts and timings to the API process on their queues (see
-``session.py``), which updates these metrics: counters survive a killed worker or decoder, and one scrape of
-``/metrics`` sees every stream. Label ``stream`` is the stream id.
+The decoder and learner processes report counts and timings to the API process on their queues (``protocol.py``;
+``stream_counts.py`` and ``frame_record.py`` update these metrics): counters survive a killed learner or decoder,
+and one scrape of ``/metrics`` sees every stream. Label ``stream`` is the stream id.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""The worker's per-frame loop keeps the frame budget: made slow on purpose, it moves to a smaller learning size,
-rebuilds the pipeline there with the same weights, loses no frame on the way (those in flight come out at the old
-size) and says so."""
+"""The learner process's per-frame loop keeps the frame budget: made slow on purpose, it moves to a smaller learning
+size, rebuilds the pipeline there with the same weights, loses no frame on the way (those in flight come out at the
+old size) and says so."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import torch
 
 from server import budget
 from server.learner import Learner, LearnerConfig
+from server.learner_process import FrameLoop, LearnerProcessConfig
 from server.profile_cache import JsonCache, key
+from server.protocol import BudgetChanged, FrameLearned, FramesDropped
 from server.sizing import learning_ladder
-from server.worker import FrameLoop, WorkerConfig
 
 DISPLAY = (128, 96)
 FPS = 10.0
@@ -33,9 +34,9 @@ def loop(tmp_path, monkeypatch):
     monkeypatch.setattr(budget, "WINDOW_S", 0.6)  # decide on 6 frames, not 20 (a quicker test)
     ladder = tuple(learning_ladder(DISPLAY, 128))
     lc = LearnerConfig("slow", "fast", "scratch", 2, None, "partime", None, tmp_path / "slow.pt")
-    cfg = WorkerConfig(lc, DISPLAY, FPS, ladder, True, 60.0, 80, None)
+    cfg = LearnerProcessConfig(lc, DISPLAY, FPS, ladder, True, 60.0, 80, None)
     splits = JsonCache(tmp_path / "splits.json")
-    splits.put(key("fast", ladder[0], 2, "cpu"), [5, 3])  # a known split: no profiling in this test
+    splits.put(key("fast", ladder[0], 2, "cpu"), [7, 5])  # a known split (12 layers): no profiling here
     learner = Learner(lc, ladder[0], splits)
     controller = budget.BudgetController(ladder, 0, FPS, auto=True)
     remembered = []
@@ -62,17 +63,18 @@ def test_slow_steps_shrink_the_learning_size_and_say_so(loop):
     pictures = rng.integers(0, 255, (40, DISPLAY[1], DISPLAY[0], 3), np.uint8)
     for i, picture in enumerate(pictures):
         loop.on_frame(picture, float(i))
-        if loop.learner.size != largest and sum(m["type"] == "frame" for m in loop.out[-3:]) == 3:
+        if loop.learner.size != largest and all(isinstance(m, FrameLearned) for m in loop.out[-3:]):
             break
-    assert loop.learner.size < largest, f"still learning at {largest}: {[m for m in loop.out if m['type'] != 'frame']}"
-    budgets = [m for m in loop.out if m["type"] == "budget"]
-    assert budgets and tuple(budgets[-1]["learning_size"]) == loop.learner.size
-    frames = [m for m in loop.out if m["type"] == "frame"]
-    assert not [m for m in loop.out if m["type"] == "dropped"]
-    assert [m["frame"] for m in frames] == list(range(len(frames)))  # every frame out, in order, across the moves
-    assert len({tuple(m["learning_size"]) for m in frames}) >= 2
+    others = [m for m in loop.out if not isinstance(m, FrameLearned)]
+    assert loop.learner.size < largest, f"still learning at {largest}: {others}"
+    budgets = [m for m in loop.out if isinstance(m, BudgetChanged)]
+    assert budgets and tuple(budgets[-1].learning_size) == loop.learner.size
+    frames = [m for m in loop.out if isinstance(m, FrameLearned)]
+    assert not [m for m in loop.out if isinstance(m, FramesDropped)]
+    assert [m.frame for m in frames] == list(range(len(frames)))  # every frame out, in order, across the moves
+    assert len({tuple(m.learning_size) for m in frames}) >= 2
     last = frames[-1]
     w, h = loop.learner.size
-    assert tuple(last["learning_size"]) == (w, h) and last["flow"].shape == (h, w, 2)  # the rebuilt pipeline's flow
-    assert set(last["images"]) == {"overlay", "frame", "flow"} and np.isfinite(last["loss_zero"])
-    assert last["work_s"] >= last["dp_s"] > 0
+    assert tuple(last.learning_size) == (w, h) and last.flow.shape == (h, w, 2)  # the rebuilt pipeline's flow
+    assert set(last.images) == {"overlay", "frame", "flow"} and np.isfinite(last.loss_zero)
+    assert last.work_s >= last.dp_s > 0

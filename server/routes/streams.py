@@ -9,10 +9,12 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
 
 from .. import errors
+from ..checkpoint_acks import CheckpointFailed
 from ..deps import Manager, require_token
 from ..manager import RequestError
-from ..schemas import Counters, ErrorInfo, History, HistoryPoint, Size, StreamCreate, StreamInfo
-from ..session import CheckpointFailed, StreamSession
+from ..schemas import ErrorInfo, History, HistoryPoint, Size, StreamCreate, StreamInfo
+from ..session import StreamSession
+from ..stream_config import shown_settings
 
 router = APIRouter(prefix="/api/streams", tags=["streams"], dependencies=[Depends(require_token)])
 
@@ -22,17 +24,17 @@ def _size(size: tuple[int, int] | None) -> Size | None:
 
 
 def stream_info(session: StreamSession) -> StreamInfo:
-    cfg = session.cfg
-    display = session.display or (None, None)
+    """The stream's settings as resolved (``StreamConfig``), its status and counters now."""
+    cfg, status = session.cfg, session.status
+    display = status.display or (None, None)
     return StreamInfo(
-        id=session.id, name=cfg.name, source=cfg.source, state=session.state,
-        error=ErrorInfo(**session.error) if session.error else None,
-        fps=session.fps, width=display[0], height=display[1], auto=cfg.auto,
-        learning_size=_size(session.learning_size), budget_note=session.budget_note, phase=session.phase,
-        model=cfg.model, init=cfg.init, stages=cfg.stages, lr=session.lr,
-        schedule=cfg.schedule, loop=cfg.loop, counters=Counters(**session.counters), loss=session.loss,
-        resumed_from=session.resumed_from, checkpoint_frames=session.checkpoint_frames,
-        source_info=session.source_info, pids=session.pids(), ws=f"/ws/streams/{session.id}",
+        **shown_settings(cfg, StreamInfo.model_fields),
+        id=session.id, state=status.state, error=ErrorInfo(**status.error) if status.error else None,
+        fps=status.fps, width=display[0], height=display[1],
+        learning_size=_size(status.learning_size), budget_note=status.budget_note, phase=status.phase,
+        lr=status.lr, counters=session.counts.counters.model_copy(), loss=status.loss,
+        resumed_from=status.resumed_from, checkpoint_frames=status.checkpoint_frames,
+        source_info=status.source_info, pids=session.pids(), ws=f"/ws/streams/{session.id}",
         ingest=f"/ws/streams/{session.id}/ingest" if cfg.spec.kind == "webcam" else None,
     )  # fmt: skip
 

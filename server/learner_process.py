@@ -1,4 +1,4 @@
-"""The worker process: owns one stream's learner and learns optical flow on every frame.
+"""The learner process: owns one stream's learner and learns optical flow on every frame.
 
 Per frame (the picture, from the ring) it scales the frame down to the learning size, forms the pair (previous,
 current), calls ``Pipeline.step`` once, and publishes what leaves the pipeline (PARTIME: the output of step t belongs
@@ -39,6 +39,18 @@ from .errors import in_words
 from .learner import CheckpointMismatch, Learner, LearnerConfig
 from .pictures import JPEG_KINDS, FlowScale, Painter, mask_kinds
 from .profile_cache import JsonCache, key
+from .protocol import (
+    BudgetChanged,
+    CheckpointRequest,
+    CheckpointWritten,
+    FrameLearned,
+    FramesDropped,
+    InjectFault,
+    LearnerFailed,
+    LearnerReady,
+    NonFiniteLoss,
+    Phase,
+)
 from .ring import FrameRing, RingSpec
 from .sizing import Size
 
@@ -48,7 +60,9 @@ RESERVE_WEIGHT = 0.1  # how fast the measured cost of the pictures follows new m
 
 
 @dataclass(frozen=True)
-class WorkerConfig:
+class LearnerProcessConfig:
+    """What the learner process needs (picklable): built by ``stream_config.learner_process_config``."""
+
     learner: LearnerConfig
     display: Size  # the picture's size (the decoder's frames)
     fps: float
@@ -59,8 +73,8 @@ class WorkerConfig:
     cache_dir: Path | None
 
 
-def run_worker(cfg: WorkerConfig, ring_spec: RingSpec, slots: Any, out: Any, control: Any) -> None:
-    """Process entry point; publishes dict messages on ``out`` (see ``session.py`` for their use)."""
+def run_learner_process(cfg: LearnerProcessConfig, ring_spec: RingSpec, slots: Any, out: Any, control: Any) -> None:
+    """Process entry point; publishes ``protocol`` messages on ``out``, serves ``control`` requests."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the API process stops us through the ring's stop flag
     torch.set_num_threads(1)  # see the module's docstring
     cv2.setNumThreads(1)
@@ -70,7 +84,7 @@ def run_worker(cfg: WorkerConfig, ring_spec: RingSpec, slots: Any, out: Any, con
     except FileNotFoundError:
         return  # the stream was stopped before this process got going
     lc = cfg.learner
-    out.put({"type": "phase", "phase": f"building the learner ({lc.model} net, {lc.init} weights, {lc.stages} stages)"})
+    out.put(Phase(f"building the learner ({lc.model} net, {lc.init} weights, {lc.stages} stages)"))
     sizes = JsonCache(cfg.cache_dir / "learning_sizes.json" if cfg.cache_dir else None)
     size_key = key(lc.model, lc.stages, resolve_devices(list(lc.devices) if lc.devices else None)[0], cfg.display,
                    f"{cfg.fps:g}fps")  # fmt: skip
@@ -80,16 +94,16 @@ def run_worker(cfg: WorkerConfig, ring_spec: RingSpec, slots: Any, out: Any, con
     try:
         learner = Learner(lc, controller.size, JsonCache(cfg.cache_dir / "splits.json" if cfg.cache_dir else None))
     except CheckpointMismatch as exc:
-        out.put({"type": "error", "code": errors.CHECKPOINT_MISMATCH, "message": str(exc)})
+        out.put(LearnerFailed(errors.CHECKPOINT_MISMATCH, str(exc)))
         return
     except Exception as exc:
-        log.exception("worker set-up failed")
+        log.exception("the learner's set-up failed")
         message = f"could not build the learner: {in_words(exc)}"
-        out.put({"type": "error", "code": errors.WORKER_FAILED, "message": message})
+        out.put(LearnerFailed(errors.WORKER_FAILED, message))
         return
     loop = FrameLoop(cfg, learner, controller, ring, out, lambda size: sizes.put(size_key, list(size)))
-    out.put({"type": "ready", "resumed_from": learner.resumed_from, "lr": learner.lr, "balance": learner.pipe.balance,
-             "learning_size": list(learner.size), "note": controller.note(cfg.fps)})  # fmt: skip
+    ready = LearnerReady(learner.resumed_from, learner.lr, learner.pipe.balance, learner.size, controller.note(cfg.fps))
+    out.put(ready)
     ring.set_ready()
     try:
         _learn(cfg, loop, ring, slots, out, control, parent)
@@ -102,8 +116,8 @@ def run_worker(cfg: WorkerConfig, ring_spec: RingSpec, slots: Any, out: Any, con
 class FrameLoop:
     """Everything done per frame, and the state it needs between frames."""
 
-    def __init__(self, cfg: WorkerConfig, learner: Learner, controller: BudgetController, ring: FrameRing, out: Any,
-                 remember_size: Any) -> None:  # fmt: skip
+    def __init__(self, cfg: LearnerProcessConfig, learner: Learner, controller: BudgetController, ring: FrameRing,
+                 out: Any, remember_size: Any) -> None:  # fmt: skip
         self.cfg, self.learner, self.controller, self.ring, self.out = cfg, learner, controller, ring, out
         self.remember_size = remember_size
         self.painter = Painter(cfg.jpeg_quality)
@@ -144,8 +158,7 @@ class FrameLoop:
         r = learner.step(x)
         if learner.nonfinite != nonfinite:
             self.pending.clear()  # the pipeline restarted empty
-            self.out.put({"type": "nonfinite", "lr": learner.lr, "count": learner.nonfinite,
-                          "restored_from": learner.resumed_from})  # fmt: skip
+            self.out.put(NonFiniteLoss(learner.lr, learner.nonfinite, learner.resumed_from))
         if r is not None:
             work_s, pictures_s = self._publish(r, start)
             self._keep_budget(work_s - pictures_s + self.reserve, r.step_seconds)
@@ -163,11 +176,11 @@ class FrameLoop:
         if len(kinds) == len(JPEG_KINDS):
             self.reserve += RESERVE_WEIGHT * (pictures_s - self.reserve)
         work_s = time.perf_counter() - start
-        self.out.put({
-            "type": "frame", "frame": r.frame, "loss": r.loss, "loss_zero": loss_zero, "dp_s": r.step_seconds,
-            "stage_dp_s": list(r.stage_seconds), "work_s": work_s, "capture_time": shown_capture,
-            "learning_size": [flow.shape[1], flow.shape[0]], "flow_scale": scale, "flow": flow, "images": images,
-        })  # fmt: skip
+        self.out.put(FrameLearned(
+            frame=r.frame, loss=r.loss, loss_zero=loss_zero, dp_s=r.step_seconds, stage_dp_s=list(r.stage_seconds),
+            work_s=work_s, capture_time=shown_capture, learning_size=(flow.shape[1], flow.shape[0]), flow_scale=scale,
+            flow=flow, images=images,
+        ))  # fmt: skip
         return work_s, pictures_s
 
     def _keep_budget(self, work_s: float, step_s: float) -> None:
@@ -183,10 +196,10 @@ class FrameLoop:
         note = controller.note(self.cfg.fps)
         if note != self.note or choice is not None:
             self.note = note
-            self.out.put({"type": "budget", "learning_size": list(controller.size), "note": note})
+            self.out.put(BudgetChanged(controller.size, note))
 
 
-def _learn(cfg: WorkerConfig, loop: FrameLoop, ring: FrameRing, slots: Any, out: Any, control: Any,
+def _learn(cfg: LearnerProcessConfig, loop: FrameLoop, ring: FrameRing, slots: Any, out: Any, control: Any,
            parent: int) -> None:  # fmt: skip
     last_save = time.monotonic()
     while not ring.stopping and os.getppid() == parent:
@@ -198,7 +211,7 @@ def _learn(cfg: WorkerConfig, loop: FrameLoop, ring: FrameRing, slots: Any, out:
         if got is None:
             continue
         if got is False:
-            out.put({"type": "dropped", "reason": "worker_behind", "count": 1})
+            out.put(FramesDropped("worker_behind", 1))
             continue
         loop.on_frame(*got)
 
@@ -209,10 +222,11 @@ def _serve_control(learner: Learner, control: Any, out: Any) -> None:
             request = control.get_nowait()
         except queue.Empty:
             return
-        if request.get("type") == "checkpoint":
-            _checkpoint(learner, out, request.get("id"))
-        elif request.get("type") == "fault" and request.get("fault") == "nan_loss":
-            learner.poison_next = True
+        match request:
+            case CheckpointRequest(id=rid):
+                _checkpoint(learner, out, rid)
+            case InjectFault(fault="nan_loss"):
+                learner.poison_next = True
 
 
 def _checkpoint(learner: Learner, out: Any, request: int | None = None) -> None:
@@ -223,7 +237,7 @@ def _checkpoint(learner: Learner, out: Any, request: int | None = None) -> None:
     except (OSError, RuntimeError) as exc:  # torch.save reports a short write (disk full) as a RuntimeError
         log.warning("cannot write the checkpoint: %s", exc)
         frames, error = -1, f"cannot write the checkpoint: {_write_failure(exc)}"
-    out.put({"type": "checkpoint", "frames": frames, "request": request, "error": error})
+    out.put(CheckpointWritten(frames, request, error))
 
 
 def _write_failure(exc: BaseException) -> str:

@@ -1,0 +1,96 @@
+"""What a stream's processes report, applied in the API process: each ``protocol`` message updates the stream's
+status, counters and metrics, its frame record and viewers, or answers a checkpoint request. A message that ends
+the generation (the source ended, a process failed) comes back as an ``Outcome`` for the supervisor to judge."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from . import errors
+from .checkpoint_acks import CheckpointAcks
+from .frame_record import FrameRecord
+from .protocol import (
+    BudgetChanged,
+    CheckpointWritten,
+    DecoderFailed,
+    DecoderMessage,
+    DecoderStats,
+    FrameLearned,
+    FramesDropped,
+    LearnerFailed,
+    LearnerMessage,
+    LearnerReady,
+    NonFiniteLoss,
+    Phase,
+    SourceEnded,
+    SourceOpened,
+)
+from .restart_policy import Outcome
+from .stream_counts import StreamCounts
+from .stream_status import StreamStatus
+
+
+class MessageDispatcher:
+    def __init__(self, status: StreamStatus, counts: StreamCounts, frames: FrameRecord, acks: CheckpointAcks,
+                 show_frame: Callable[[Any], None]) -> None:  # fmt: skip
+        self.status, self.counts, self.frames, self.acks = status, counts, frames, acks
+        self.show_frame = show_frame  # hands a frame's message and pictures to the viewers
+        self.last_frame_at: float | None = None  # the stall watchdog's clock: None until frames flow
+
+    def handle(self, m: DecoderMessage | LearnerMessage) -> Outcome | None:
+        status, counts = self.status, self.counts
+        match m:
+            case FrameLearned():
+                self._on_frame(m)
+            case DecoderStats():
+                if m.decoded:
+                    self.last_frame_at = time.monotonic()
+                    counts.decoded(m.decoded)
+                for reason, n in m.dropped.items():
+                    counts.dropped(reason, n)
+                status.position = m.position
+            case SourceOpened():
+                status.source_info, status.fps, status.display = m.info, m.fps, tuple(m.display)
+                counts.rate(m.fps)
+                rate = f" at {m.info['fps']:.4g} fps" if m.info.get("fps") else ""
+                status.set_phase(f"source open ({m.info['width']}×{m.info['height']}{rate}); starting the learner")
+            case SourceEnded():
+                return Outcome("ended", errors.ENDED, "the source ended")
+            case DecoderFailed():
+                if m.code in errors.REFUSED_HOP:
+                    counts.source_refused(m.code)
+                return Outcome("decoder", m.code, m.message)
+            case Phase():
+                status.set_phase(m.phase)
+            case LearnerReady():
+                status.resumed_from, status.lr = m.resumed_from, m.lr
+                status.learning_size, status.budget_note = tuple(m.learning_size), m.note
+                self.last_frame_at = time.monotonic()  # the decoder held its frames until now
+                status.set_phase("waiting for the first frames")
+            case BudgetChanged():
+                status.learning_size, status.budget_note = tuple(m.learning_size), m.note
+            case FramesDropped():
+                counts.dropped(m.reason, m.count)
+            case CheckpointWritten():
+                if m.frames >= 0:
+                    status.checkpoint_frames = m.frames
+                if m.error:
+                    counts.checkpoint_failed()
+                self.acks.answer(m)
+            case NonFiniteLoss():
+                status.lr, status.resumed_from = m.lr, m.restored_from
+                counts.nonfinite_loss()
+            case LearnerFailed():
+                return Outcome("learner", m.code, m.message)
+        return None
+
+    def _on_frame(self, m: FrameLearned) -> None:
+        status = self.status
+        self.counts.processed()
+        status.loss, status.learning_size = m.loss, tuple(m.learning_size)
+        if status.state != "running":
+            status.set_phase(None)
+            status.set_state("running", None, "")
+        self.show_frame(self.frames.add(m, status.fps, self.counts.counters.dropped))

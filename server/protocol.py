@@ -1,0 +1,152 @@
+"""Every message a stream's processes exchange, defined once: the decoder and the learner process send them to the
+API process (their ``events`` / ``out`` queues), the API process sends requests to the learner process (``control``).
+
+Frozen dataclasses: picklable, so they cross ``multiprocessing`` queues as they are, and typed, so both ends agree on
+the fields (a receiver matches on the class). Sizes are ``(width, height)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .sizing import Size
+
+
+# -- decoder -> API process ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SourceOpened:
+    """Decoder -> API: the first frame decoded; the picture's size and the rate are known, the learner may start."""
+
+    info: dict[str, Any]  # what the source says about itself (codec, nominal fps) and its frame size
+    fps: float  # the rate in force
+    display: Size  # the picture's size (the ring's frames)
+
+
+@dataclass(frozen=True)
+class DecoderStats:
+    """Decoder -> API: frames decoded and dropped since the last report, and the position in the file (a heartbeat)."""
+
+    decoded: int
+    dropped: dict[str, int] = field(default_factory=dict)  # by reason: resample, worker_behind, decode_error
+    position: float = 0.0  # seconds into a file (a restarted decoder resumes there)
+
+
+@dataclass(frozen=True)
+class SourceEnded:
+    """Decoder -> API: a file (not looping) or a live source came to its end."""
+
+
+@dataclass(frozen=True)
+class DecoderFailed:
+    """Decoder -> API: the source failed (its code from ``errors``); the API process decides whether to reconnect."""
+
+    code: str
+    message: str
+
+
+# -- learner process -> API process ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Phase:
+    """Learner -> API: what a starting learner process is doing, in words (viewers see it while they wait)."""
+
+    phase: str
+
+
+@dataclass(frozen=True)
+class LearnerReady:
+    """Learner -> API: the pipeline is built (the decoder's frames flow from now on); what it resumed from."""
+
+    resumed_from: int | None  # frames the loaded weights had learned
+    lr: float | None
+    balance: Any  # the pipeline's stage split
+    learning_size: Size
+    note: str  # the frame budget in words
+
+
+@dataclass(frozen=True)
+class FrameLearned:
+    """Learner -> API: what left the pipeline for one frame: its flow, pictures and timings."""
+
+    frame: int
+    loss: float | None
+    loss_zero: float | None  # the same loss for zero flow on the same pair
+    dp_s: float  # the whole pipeline step
+    stage_dp_s: list[float | None]
+    work_s: float  # the frame's whole work (the frame budget)
+    capture_time: float
+    learning_size: Size
+    flow_scale: float
+    flow: Any  # float32 [H, W, 2] at the learning size
+    images: dict[str, bytes]  # the pictures some viewer wants, by kind
+
+
+@dataclass(frozen=True)
+class BudgetChanged:
+    """Learner -> API: the budget controller moved the learning size, or its note changed."""
+
+    learning_size: Size
+    note: str
+
+
+@dataclass(frozen=True)
+class FramesDropped:
+    """Learner -> API: frames lost on the learner's side (``worker_behind``: a ring slot was overwritten)."""
+
+    reason: str
+    count: int
+
+
+@dataclass(frozen=True)
+class CheckpointWritten:
+    """Learner -> API: a checkpoint was saved (``frames``) or could not be (``frames`` -1, ``error`` says why)."""
+
+    frames: int
+    request: int | None = None  # the ``CheckpointRequest`` it answers; None: periodic or final
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class NonFiniteLoss:
+    """Learner -> API: a loss was not finite; the last checkpoint was restored and the learning rate halved."""
+
+    lr: float | None
+    count: int
+    restored_from: int | None
+
+
+@dataclass(frozen=True)
+class LearnerFailed:
+    """Learner -> API: the learner could not start (its code from ``errors``); the process exits."""
+
+    code: str
+    message: str
+
+
+# -- API process -> learner process ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CheckpointRequest:
+    """API -> learner: write a checkpoint now and answer with a ``CheckpointWritten`` carrying this ``id``."""
+
+    id: int
+
+
+@dataclass(frozen=True)
+class InjectFault:
+    """API -> learner: suffer ``fault`` on purpose (reliability tests; ``settings.fault_injection``)."""
+
+    fault: str
+
+
+DecoderMessage = SourceOpened | DecoderStats | SourceEnded | DecoderFailed
+LearnerMessage = (
+    Phase
+    | LearnerReady
+    | FrameLearned
+    | BudgetChanged
+    | FramesDropped
+    | CheckpointWritten
+    | NonFiniteLoss
+    | LearnerFailed
+)
+ControlMessage = CheckpointRequest | InjectFault

@@ -1,0 +1,53 @@
+"""What a stream shows of itself: its state and phase (also told to viewers as they change), and what its processes
+last reported (rate, sizes, loss, learning rate, checkpoints). The stream's supervisor thread writes it; the API
+reads it (``routes/streams.py``, ``routes/ws.py``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .sizing import Size
+
+
+class StreamStatus:
+    def __init__(self, lr: float | None, fps: float | None, announce: Callable[[dict], None],
+                 on_state: Callable[[], None]) -> None:  # fmt: skip
+        self._announce = announce  # hands a state notice to the viewers
+        self._on_state = on_state  # the registry recounts its states
+        self.state = "starting"  # starting | running | reconnecting | ended | error
+        self.error: dict[str, str] | None = None
+        self.phase: str | None = "opening the source"
+        self.loss: float | None = None
+        self.lr = lr  # the learning rate in force
+        self.fps = fps  # the rate in force: the source's, once it opened, unless one was asked for
+        self.display: Size | None = None
+        self.learning_size: Size | None = None
+        self.budget_note: str | None = None
+        self.resumed_from: int | None = None
+        self.checkpoint_frames: int | None = None
+        self.source_info: dict[str, Any] = {}
+        self.position = 0.0  # seconds into a file source: where a restarted decoder resumes
+
+    @property
+    def active(self) -> bool:
+        return self.state not in ("ended", "error")
+
+    def notice(self) -> dict[str, Any]:
+        """The viewers' ``state`` message."""
+        return {"type": "state", "state": self.state, "error": self.error, "phase": self.phase}
+
+    def set_state(self, state: str, code: str | None, message: str) -> None:
+        """A new state; ``code`` (with ``message``) records an error, which a running stream clears."""
+        self.state = state
+        if code is not None:
+            self.error = {"code": code, "message": message}
+        elif state == "running":
+            self.error = None
+        self._announce(self.notice())
+        self._on_state()
+
+    def set_phase(self, phase: str | None) -> None:
+        if phase != self.phase:
+            self.phase = phase
+            self._announce(self.notice())

@@ -1,0 +1,240 @@
+"""A stream's parts in the API process, without processes: the messages cross a pickle intact, the restart policy
+and its back-off, the dispatch of messages into the status, counters and metrics, checkpoint acknowledgements, and
+the process configurations derived from a stream's settings."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from dataclasses import FrozenInstanceError, fields
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from server import errors, protocol
+from server.checkpoint_acks import CheckpointAcks, CheckpointFailed
+from server.decoder import Reporter
+from server.frame_record import FrameRecord
+from server.message_dispatch import MessageDispatcher
+from server.metrics import Metrics
+from server.restart_policy import Backoff, Outcome, Verdict, judge
+from server.schemas import Counters, StreamInfo
+from server.settings import Settings
+from server.sources import SourceSpec
+from server.stream_config import StreamConfig, decoder_config, learner_process_config, shown_settings
+from server.stream_counts import StreamCounts
+from server.stream_status import StreamStatus
+
+SID = "unit"
+
+
+def frame_learned(frame: int = 0, learning_size: tuple[int, int] = (32, 24)) -> protocol.FrameLearned:
+    w, h = learning_size
+    return protocol.FrameLearned(frame=frame, loss=0.5, loss_zero=0.7, dp_s=0.02, stage_dp_s=[0.01, None], work_s=0.03,
+                                 capture_time=1.0, learning_size=learning_size, flow_scale=2.0,
+                                 flow=np.zeros((h, w, 2), np.float32), images={"overlay": b"jpeg"})  # fmt: skip
+
+
+EXAMPLES = [
+    protocol.SourceOpened({"codec": "h264", "fps": 25.0, "width": 640, "height": 480}, 25.0, (640, 480)),
+    protocol.DecoderStats(3, {"resample": 2}, 1.5),
+    protocol.SourceEnded(),
+    protocol.DecoderFailed(errors.STALLED, "no data"),
+    protocol.Phase("building the learner"),
+    protocol.LearnerReady(10, 1e-4, [3, 2], (64, 48), "holds"),
+    frame_learned(),
+    protocol.BudgetChanged((32, 24), "smaller"),
+    protocol.FramesDropped("worker_behind", 1),
+    protocol.CheckpointWritten(12, 3, None),
+    protocol.NonFiniteLoss(5e-5, 1, 10),
+    protocol.LearnerFailed(errors.WORKER_FAILED, "no"),
+    protocol.CheckpointRequest(7),
+    protocol.InjectFault("nan_loss"),
+]
+
+
+def test_every_message_kind_has_an_example():
+    kinds = {v for v in vars(protocol).values() if isinstance(v, type) and v.__module__ == protocol.__name__}
+    assert kinds == {type(m) for m in EXAMPLES}
+
+
+@pytest.mark.parametrize("message", EXAMPLES, ids=lambda m: type(m).__name__)
+def test_messages_cross_a_pickle_intact_and_are_frozen(message):
+    back = pickle.loads(pickle.dumps(message))
+    assert type(back) is type(message)
+    for f in fields(message):
+        a, b = getattr(message, f.name), getattr(back, f.name)
+        assert np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b
+    if fields(message):
+        with pytest.raises(FrozenInstanceError):
+            setattr(message, fields(message)[0].name, None)
+
+
+# -- restart policy -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("outcome", "live", "verdict"),
+    [
+        (Outcome("closing"), True, Verdict(False, "ended")),
+        (Outcome("ended", errors.ENDED, "the source ended"), False, Verdict(False, "ended")),
+        (Outcome("ended", errors.ENDED, "the source ended"), True,
+         Verdict(True, "reconnecting", errors.ENDED, "the source ended", "reconnect")),
+        (Outcome("decoder", errors.STALLED, "quiet"), True, Verdict(True, "reconnecting", errors.STALLED, "quiet",
+                                                                    "reconnect")),
+        (Outcome("decoder", errors.STALLED, "quiet"), False, Verdict(False, "error", errors.STALLED, "quiet")),
+        (Outcome("decoder", errors.NOT_VIDEO, "no"), True, Verdict(False, "error", errors.NOT_VIDEO, "no")),
+        (Outcome("decoder", errors.DECODER_DIED, "died"), False,
+         Verdict(True, "reconnecting", errors.DECODER_DIED, "died", "reconnect")),
+        (Outcome("learner", errors.WORKER_DIED, "died"), False,
+         Verdict(True, "reconnecting", errors.WORKER_DIED, "died", "learner_restart")),
+        (Outcome("learner", errors.WORKER_CRASHED, "segv"), False,
+         Verdict(True, "reconnecting", errors.WORKER_CRASHED, "segv", "learner_restart", halve_lr=True)),
+        (Outcome("learner", errors.CHECKPOINT_MISMATCH, "other net"), True,
+         Verdict(False, "error", errors.CHECKPOINT_MISMATCH, "other net")),
+        (Outcome("learner", errors.WORKER_FAILED, "no memory"), True,
+         Verdict(False, "error", errors.WORKER_FAILED, "no memory")),
+    ],
+)  # fmt: skip
+def test_judge(outcome, live, verdict):
+    assert judge(outcome, live) == verdict
+
+
+def test_backoff_doubles_up_to_its_cap_and_a_healthy_run_starts_over():
+    backoff = Backoff(max_s=3.0)
+    assert [backoff.next_delay(False) for _ in range(5)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+    assert backoff.next_delay(True) == 0.5
+    assert backoff.next_delay(False) == 0.5
+
+
+# -- message dispatch -----------------------------------------------------------------------------------------------
+class Parts:
+    def __init__(self) -> None:
+        self.metrics = Metrics()
+        self.notices: list[dict] = []
+        self.shown: list = []
+        self.status = StreamStatus(1e-3, None, self.notices.append, lambda: None)
+        self.counts = StreamCounts(SID, self.metrics)
+        self.acks = CheckpointAcks()
+        frames = FrameRecord(SID, self.metrics)
+        self.dispatcher = MessageDispatcher(self.status, self.counts, frames, self.acks, self.shown.append)
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        return self.metrics.registry.get_sample_value(name, {"stream": SID, **labels})
+
+
+@pytest.fixture
+def parts() -> Parts:
+    return Parts()
+
+
+def test_decoder_stats_count_decoded_dropped_and_resampled_frames(parts):
+    d = parts.dispatcher
+    assert d.handle(protocol.DecoderStats(4, {"resample": 2, "worker_behind": 1}, 2.5)) is None
+    assert d.handle(protocol.DecoderStats(1, {}, 3.0)) is None
+    assert d.handle(protocol.FramesDropped("worker_behind", 2)) is None
+    assert parts.counts.counters == Counters(decoded=5, dropped=3, resampled=2)
+    assert parts.status.position == 3.0 and d.last_frame_at is not None
+    assert parts.metric("overtime_frames_total", outcome="decoded", reason="") == 5
+    assert parts.metric("overtime_frames_total", outcome="dropped", reason="worker_behind") == 3
+    assert parts.metric("overtime_frames_total", outcome="dropped", reason="resample") == 2
+
+
+def test_source_opened_sets_the_rate_and_the_picture(parts):
+    parts.dispatcher.handle(EXAMPLES[0])
+    status = parts.status
+    assert (status.fps, status.display, status.source_info["codec"]) == (25.0, (640, 480), "h264")
+    assert status.phase == "source open (640×480 at 25 fps); starting the learner"
+    assert parts.notices[-1] == {"type": "state", "state": "starting", "error": None, "phase": status.phase}
+    assert parts.metric("overtime_frame_interval_seconds") == pytest.approx(0.04)
+
+
+def test_first_frame_makes_the_stream_run_and_reaches_the_viewers(parts):
+    d, status = parts.dispatcher, parts.status
+    d.handle(EXAMPLES[0])
+    d.handle(protocol.LearnerReady(10, 5e-4, [1], (64, 48), "holds"))
+    assert (status.resumed_from, status.lr, status.learning_size, status.budget_note) == (10, 5e-4, (64, 48), "holds")
+    assert status.phase == "waiting for the first frames"
+    d.handle(frame_learned(0, (32, 24)))
+    assert status.state == "running" and status.phase is None and status.error is None
+    assert (status.loss, status.learning_size, parts.counts.counters.processed) == (0.5, (32, 24), 1)
+    message, pictures = parts.shown[-1]
+    assert message["type"] == "frame" and message["learning_size"] == [32, 24] and message["ds_s"] == 0.04
+    assert parts.notices[-1] == {"type": "state", "state": "running", "error": None, "phase": None}
+
+
+def test_messages_that_end_a_generation_say_why(parts):
+    d = parts.dispatcher
+    assert d.handle(protocol.SourceEnded()) == Outcome("ended", errors.ENDED, "the source ended")
+    assert d.handle(protocol.DecoderFailed(errors.STALLED, "quiet")) == Outcome("decoder", errors.STALLED, "quiet")
+    assert d.handle(protocol.LearnerFailed(errors.WORKER_FAILED, "x")) == Outcome("learner", errors.WORKER_FAILED, "x")
+    d.handle(protocol.DecoderFailed(errors.PRIVATE_ADDRESS, "no"))
+    refused = parts.metrics.registry.get_sample_value(
+        "overtime_sources_refused_total", {"code": errors.PRIVATE_ADDRESS}
+    )
+    assert refused == 1
+
+
+def test_nonfinite_loss_and_failed_checkpoints_are_counted(parts):
+    d, status = parts.dispatcher, parts.status
+    d.handle(protocol.NonFiniteLoss(5e-4, 1, 7))
+    assert (status.lr, status.resumed_from, parts.counts.counters.nonfinite_losses) == (5e-4, 7, 1)
+    assert parts.metric("overtime_nonfinite_losses_total") == 1
+    d.handle(protocol.CheckpointWritten(20))
+    d.handle(protocol.CheckpointWritten(-1, None, "no space left on the disk"))
+    assert status.checkpoint_frames == 20
+    assert parts.metric("overtime_checkpoint_failures_total") == 1
+
+
+# -- checkpoint acknowledgements ------------------------------------------------------------------------------------
+def answering(parts: Parts, frames: int, error: str | None = None):
+    """A learner that answers each request on another thread, through the dispatcher."""
+
+    def send(request: protocol.CheckpointRequest) -> None:
+        answer = protocol.CheckpointWritten(frames, request.id, error)
+        threading.Thread(target=parts.dispatcher.handle, args=(answer,)).start()
+
+    return send
+
+
+def test_a_checkpoint_request_gets_its_answer(parts):
+    assert parts.acks.request(answering(parts, 42), timeout_s=5.0) == 42
+    assert parts.status.checkpoint_frames == 42
+    with pytest.raises(CheckpointFailed, match="no space"):
+        parts.acks.request(answering(parts, -1, "no space left on the disk"), timeout_s=5.0)
+    assert parts.acks.request(lambda request: None, timeout_s=0.05) is None  # nobody answered
+
+
+def test_the_decoder_reports_typed_stats():
+    sent: list = []
+    report = Reporter(type("Events", (), {"put": staticmethod(sent.append)})())
+    report.decoded, report.position = 3, 1.25
+    report.drop("resample", 2)
+    report.send(protocol.SourceEnded())
+    assert sent == [protocol.DecoderStats(3, {"resample": 2}, 1.25), protocol.SourceEnded()]
+
+
+# -- one source for a stream's settings -----------------------------------------------------------------------------
+def stream_config(**changes) -> StreamConfig:
+    values = dict(name="cam", source="demo", spec=SourceSpec("demo", "/media/demo.mp4", False), fps=None, width=64,
+                  height=None, auto=False, model="fast", init="scratch", stages=2, lr=1e-3, schedule="partime",
+                  devices=None, loop=True)  # fmt: skip
+    return StreamConfig(**{**values, **changes})
+
+
+def test_process_configurations_derive_from_the_stream_settings(tmp_path: Path):
+    settings = Settings(checkpoint_dir=tmp_path, cache_dir=tmp_path / "cache")
+    cfg = stream_config()
+    dcfg = decoder_config(cfg, settings, start_at_s=4.0)
+    assert (dcfg.source, dcfg.fps, dcfg.loop, dcfg.start_at_s) == (cfg.spec, None, True, 4.0)
+    assert (dcfg.max_fps, dcfg.display_side, dcfg.read_timeout_s) == (
+        settings.max_fps, settings.display_side, settings.read_timeout_s)  # fmt: skip
+    lcfg = learner_process_config(cfg, settings, (640, 480), 25.0, lr=5e-4)
+    assert lcfg.learner.lr == 5e-4 and lcfg.learner.checkpoint_path == tmp_path / "cam.pt"
+    assert lcfg.ladder == ((64, 48),) and not lcfg.auto and (lcfg.display, lcfg.fps) == ((640, 480), 25.0)
+    assert (lcfg.learner.model, lcfg.learner.stages, lcfg.learner.schedule) == ("fast", 2, "partime")
+
+
+def test_the_api_shows_every_setting_it_does_not_track_itself():
+    shown = shown_settings(stream_config(), StreamInfo.model_fields)
+    assert shown == {"name": "cam", "source": "demo", "auto": False, "model": "fast", "init": "scratch",
+                     "stages": 2, "schedule": "partime", "loop": True}  # fmt: skip
