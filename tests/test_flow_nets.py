@@ -57,7 +57,7 @@ def test_online_learning_reduces_the_loss_on_a_moving_pair():
     net = build_flow_net("fast", init="scratch")
     opt = flow_optimizer(1e-3)(net.parameters())
     losses = []
-    for _ in range(20):
+    for _ in range(40):
         loss = flow_loss(net(x), x)
         opt.zero_grad()
         loss.backward()
