@@ -37,11 +37,13 @@ def _neighbours(t: Tensor, dilation: int) -> list[Tensor]:
 
 
 def confidence(flow: Tensor, prev: Tensor, cur: Tensor, texture: Tensor, residual: Tensor) -> Tensor:
-    """(B, 1, H, W) in [0, 1]: textured (gradient ≫ ``texture``) and well matched (error ≪ ``residual``)."""
+    """(B, 1, H, W) in [0, 1]: textured (gradient ≫ ``texture``) and well matched (error ≪ ``residual``).
+    Like the still gate's decision, it reads the flow without differentiating it (a steep weight's gradient would
+    swamp the loss's own)."""
     p = F.pad(prev, [1, 1, 1, 1], mode="replicate")
     gradient = 0.5 * ((p[..., 1:-1, 2:] - p[..., 1:-1, :-2]).abs() + (p[..., 2:, 1:-1] - p[..., :-2, 1:-1]).abs())
     g2 = gradient.mean(1, keepdim=True) ** 2
-    error = (prev - warp(cur, flow)).abs().mean(1, keepdim=True)
+    error = (prev - warp(cur, flow.detach())).abs().mean(1, keepdim=True)
     return g2 / (g2 + texture**2) * torch.exp(-error / residual)
 
 
@@ -56,16 +58,18 @@ class StillGate(nn.Module):
     def __init__(self, window: int = 5) -> None:
         super().__init__()
         self.window = window
-        # Scales learn as logarithms: an Adam step moves a parameter by about the learning rate whatever its size,
-        # which for a raw margin of 0.002 would be a leap.
-        self.log_margin = nn.Parameter(torch.tensor(0.002).log())  # how much better moving must be (intensity)
+        # In hundredths of an intensity: an Adam step moves a parameter by about the learning rate whatever its size,
+        # which for a margin of 0.002 in intensity units would be a leap. It may turn negative (gate less).
+        self.margin = nn.Parameter(torch.tensor(0.2))  # how much better moving must be
         self.log_softness = nn.Parameter(torch.tensor(0.002).log())  # width of the gate's transition
 
     def forward(self, x: Tensor) -> Tensor:
         flow, prev, cur = x[:, :2], x[:, 2:5], x[:, 5:8]
-        moved = _box((prev - warp(cur, flow)).abs().mean(1, keepdim=True), self.window)
+        # The decision reads the flow without differentiating it: the gate's steep edge would send the flow
+        # gradients hundreds of times the loss's own (learning from scratch diverged).
+        moved = _box((prev - warp(cur, flow.detach())).abs().mean(1, keepdim=True), self.window)
         still = _box((prev - cur).abs().mean(1, keepdim=True), self.window)
-        moving = torch.sigmoid((still - moved - self.log_margin.exp()) / self.log_softness.exp())
+        moving = torch.sigmoid((still - moved - self.margin / 100) / self.log_softness.exp())
         return torch.cat([flow * moving, x[:, 2:]], 1)
 
 
