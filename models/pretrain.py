@@ -11,7 +11,10 @@ noise, flicker, H.264), generated once from ``--seed``; the last ``--holdout`` c
 on and give the held-out EPE. Objective: supervised end-point error of the final flow plus, with
 smaller weights, of every coarser level's estimate (PWC-Net's multi-scale loss), Adam with a cosine
 decay. The intermediate levels' own unsupervised losses (``supervision``) are off while pretraining:
-the exact flow is a better teacher.
+the exact flow is a better teacher. The still gate's margin is not trained here: it is a prior about cameras
+(how much better than standing still a motion must explain a pixel, at about 8-bit video's quantisation
+noise), and generated clips, where something moves nearly everywhere, would teach it to gate less than a
+real camera's mostly static picture needs.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from . import scenes
+from .flow_cleanup import StillGate
 from .flow_nets import WEIGHTS_DIR, PairFeatures, StartFlow, TakeFlow, build_flow_net
 
 #: Weight of each refinement's EPE, finest last; coarser estimates only need to be roughly right.
@@ -146,7 +150,8 @@ def pretrain(args: argparse.Namespace) -> dict:
     test_pairs, test_flows = pairs[-holdout:], flows[-holdout:]
     data_s = time.time() - start
     net = build_flow_net(args.net, init="scratch")
-    opt = torch.optim.Adam(net.parameters(), lr=args.lr)
+    priors = [p for m in net if isinstance(m, StillGate) for p in m.parameters()]
+    opt = torch.optim.Adam([p for p in net.parameters() if all(p is not q for q in priors)], lr=args.lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: 0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * s / args.steps))
     )
