@@ -1,4 +1,4 @@
-"""The parts of ``make docker-check`` (bench/docker_check.py) that need no Docker engine: what goes into the
+"""The parts of ``make docker-check`` (bench/docker_check/) that need no Docker engine: what goes into the
 wheelhouse, the index pip reads it through, and what it reads from the Dockerfiles. The check itself builds and
 runs images, so it is not part of the test suite."""
 
@@ -10,7 +10,8 @@ import tomllib
 import zipfile
 from pathlib import Path
 
-from bench.docker_check import CUDA_DOCKERFILE, DOCKERFILE, ROOT, dockerfile_facts, requirements, write_simple_index
+from bench.docker_check.repository import CUDA_DOCKERFILE, DOCKERFILE, ROOT, dockerfile_facts
+from bench.docker_check.wheelhouse import requirements, write_simple_index
 
 
 def test_dockerfile_facts_resolve_the_base_and_the_torch_version():

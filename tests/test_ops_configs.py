@@ -300,7 +300,7 @@ def test_dependency_layer_of_the_image_installs_what_pyproject_lists(dockerfile:
     assert listed.stdout.splitlines() == expected
 
 
-# --- the override of `make docker-check` (bench/docker_check.py) ------------------------------------------------
+# --- the override of `make docker-check` (bench/docker_check/) --------------------------------------------------
 
 
 def test_check_override_keeps_every_container_on_the_host_network_and_loopback():
