@@ -13,8 +13,7 @@ Two continual streams, both offline:
 Every schedule gets the same inputs, network, initial weights and optimizer; schedules differ
 only in their update rule. Each stage's rate follows the delay rule the service and bench.flow use
 (``models.online.stage_lrs``: base/(1 + delay)), so stages with stale gradients (PARTIME, stash)
-learn slower: with one rate for all stages PARTIME D = 4 diverged on both streams (measured:
-digits accuracy 0.10, flow EPE 0.90 over the last third). sequential / partime / stash / hybrid /
+learn slower, as delayed gradient descent needs. sequential / partime / stash / hybrid /
 cdp-v1 / cdp-v2 at D = 2 and 4; frames/s is measured within the same run (evaluation time excluded). Writes
 ``bench/results/schedules.{json,md,png}``.
 
