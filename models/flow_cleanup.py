@@ -82,17 +82,24 @@ class EdgeAwareFill(nn.Module):
         self.log_edge = nn.Parameter(torch.tensor(2.3))  # colour difference scale: weights e^(-10 |ΔI|)
         self.log_texture = nn.Parameter(torch.tensor(-3.9))  # a gradient of ~0.02 is half-sure
         self.log_residual = nn.Parameter(torch.tensor(-3.0))  # a match error of ~0.05 costs a factor e
+        # Whether the three scales learn. Offline (models.pretrain) they do; online they stay as shipped: the fill's
+        # weights then need no gradient, and the flow's gradient through the fill costs a fraction of the forward.
+        self.learn_scales = False
 
     def forward(self, x: Tensor) -> Tensor:
         flow, prev, cur = x[:, :2], x[:, 2:5], x[:, 5:8]
-        sure = confidence(flow, prev, cur, self.log_texture.exp(), self.log_residual.exp())
-        guide = prev.mean(1, keepdim=True)
-        weighted, weight = flow * sure, sure
-        edge = self.log_edge.exp()
-        for d in self.dilations:
-            similar = [torch.exp(-edge * (g - guide).abs()) for g in _neighbours(guide, d)]
-            total = sum(similar)
-            weighted = sum(s * n for s, n in zip(similar, _neighbours(weighted, d), strict=True)) / total
-            weight = sum(s * n for s, n in zip(similar, _neighbours(weight, d), strict=True)) / total
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self.learn_scales):
+            sure = confidence(flow, prev, cur, self.log_texture.exp(), self.log_residual.exp())
+            guide = prev.mean(1, keepdim=True)
+            edge = self.log_edge.exp()
+            kernels, weight = [], sure
+            for d in self.dilations:  # per dilation: the nine neighbours' weights, normalised
+                similar = [torch.exp(-edge * (g - guide).abs()) for g in _neighbours(guide, d)]
+                total = sum(similar)
+                kernels.append([s / total for s in similar])
+                weight = sum(k * n for k, n in zip(kernels[-1], _neighbours(weight, d), strict=True))
+        weighted = flow * sure
+        for d, kernel in zip(self.dilations, kernels, strict=True):
+            weighted = sum(k * n for k, n in zip(kernel, _neighbours(weighted, d), strict=True))
         filled = weighted / weight.clamp_min(1e-6)
         return torch.cat([sure * flow + (1 - sure) * filled, x[:, 2:]], 1)

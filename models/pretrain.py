@@ -35,7 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from . import scenes
-from .flow_cleanup import StillGate
+from .flow_cleanup import EdgeAwareFill, StillGate
 from .flow_nets import WEIGHTS_DIR, PairFeatures, StartFlow, TakeFlow, build_flow_net
 
 #: Weight of each refinement's EPE, finest last; coarser estimates only need to be roughly right.
@@ -151,6 +151,9 @@ def pretrain(args: argparse.Namespace) -> dict:
     data_s = time.time() - start
     net = build_flow_net(args.net, init="scratch")
     priors = [p for m in net if isinstance(m, StillGate) for p in m.parameters()]
+    for m in net:
+        if isinstance(m, EdgeAwareFill):
+            m.learn_scales = True  # offline only (EdgeAwareFill)
     opt = torch.optim.Adam([p for p in net.parameters() if all(p is not q for q in priors)], lr=args.lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: 0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * s / args.steps))
