@@ -76,6 +76,7 @@ class Run:
         md = self.directory / f"{stem}.md"
         md.write_text(self.header(title) + markdown.rstrip("\n") + "\n")
         (self.directory / f"{stem}.json").write_text(json.dumps({**self.provenance(), **data}, indent=2) + "\n")
+        write_index(self.directory)
         print(md.read_text())
         return md
 
@@ -96,3 +97,22 @@ class Run:
         path = self.directory / name
         image.save(path, pnginfo=info)
         return path
+
+
+def write_index(directory: Path) -> Path:
+    """``README.md`` of a results folder: every results file, its title and how it was made, newest facts first
+    from the files themselves (rewritten whenever a benchmark writes, so it never lists what is not there)."""
+    rows = []
+    for md in sorted(p for p in directory.glob("*.md") if p.name != "README.md"):
+        lines = md.read_text().splitlines()
+        title = lines[0].lstrip("# ").strip() if lines else md.stem
+        written = next((line for line in lines[:4] if line.startswith("Written by")), None)
+        how = written.split(";")[0].removeprefix("Written by ") if written else "no provenance header"
+        rows.append(f"| [{md.name}]({md.name}) | {title} | {how} |")
+    index = directory / "README.md"
+    index.write_text(
+        "# Benchmark results\n\nWritten by `testing.report` each time a benchmark writes its results; every file "
+        "below starts with the command that made it, the machine and its load.\n\n| file | what | written by |\n"
+        "|---|---|---|\n" + "\n".join(rows) + "\n"
+    )
+    return index

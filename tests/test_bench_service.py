@@ -19,3 +19,16 @@ def test_sizes():
     row = {"dropped": 0, "frames": 600, "expected_frames": 600, "latency_p95_s": 0.3, "latency_target_s": 0.35}
     assert service_clip.verdict(row) and not service_clip.verdict({**row, "dropped": 1})
     assert not service_clip.verdict({**row, "latency_p95_s": 0.36}) and not service_clip.verdict({**row, "frames": 500})
+
+
+def test_results_index_lists_every_results_file_and_how_it_was_made(tmp_path):
+    from testing.report import Run
+
+    run = Run(command="python -m bench.example --fast", directory=tmp_path)
+    run.write("example", "An example", "| a |\n|---|\n| 1 |", {"a": 1})
+    (tmp_path / "old.md").write_text("# Old\n\nno header\n")
+    run.write("second", "Another", "text", {})
+    index = (tmp_path / "README.md").read_text()
+    assert "[example.md](example.md) | An example | `python -m bench.example --fast` (" in index
+    assert "[second.md](second.md)" in index and "[old.md](old.md) | Old | no provenance header |" in index
+    assert "README.md](README.md)" not in index

@@ -211,6 +211,7 @@ def test_server_restart_resumes_weights_by_name(server):
     info = server.wait_for(info["id"], lambda i: i["state"] == "running", what="running after the restart")
     assert info["resumed_from"] >= 39
     resumed = watch(server, info["id"], 5)
-    # The resumed stream starts at the clip's start too: same frames, but learned weights.
-    assert np.median([m["loss"] for m, _ in resumed]) < 0.8 * fresh, "the resumed stream did not keep its weights"
+    # The resumed stream starts at the clip's start too: same frames, but learned weights (a stream that forgot
+    # them would start from the same initial weights, drawn from its name, and score exactly ``fresh``).
+    assert np.median([m["loss"] for m, _ in resumed]) < 0.95 * fresh, "the resumed stream did not keep its weights"
     delete(server, info["id"])
