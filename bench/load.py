@@ -156,7 +156,7 @@ def viewers_table(r: dict) -> str:
             f"{run['ws_dropped']:g} | {run['fast_frames_min']} | {run['slow_frames_max']} | "
             f"{run['api']['p50_ms']} / {run['api']['p95_ms']} |"
         )
-    lines += ["", f"rate ratio many/one: {r['rate_ratio']}; checks: {r['checks']}; machine: {r['machine']}", ""]
+    lines += ["", f"rate ratio many/one: {r['rate_ratio']}; checks: {r['checks']}", ""]
     return "\n".join(lines)
 
 
@@ -175,7 +175,6 @@ def streams_table(r: dict) -> str:
             f"({(f['failing_error'] or {}).get('code')}), {f['failing_reconnects']} reconnects.",
             "",
         ]
-    lines += [f"machine: {r['machine']}", ""]
     return "\n".join(lines)
 
 

@@ -133,7 +133,7 @@ def table(r: dict, args: argparse.Namespace) -> str:
     lines += [
         "",
         f"checkpoint frames by quarter: {r['checkpoint_frames_by_quarter']}; processed {r['fps_processed']} fps, "
-        f"{r['worker_behind_drops']} worker-behind drops; checks: {r['checks']}; machine: {r['machine']}",
+        f"{r['worker_behind_drops']} worker-behind drops; checks: {r['checks']}",
         "",
     ]
     return "\n".join(lines)
