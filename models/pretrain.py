@@ -150,11 +150,11 @@ def pretrain(args: argparse.Namespace) -> dict:
     test_pairs, test_flows = pairs[-holdout:], flows[-holdout:]
     data_s = time.time() - start
     net = build_flow_net(args.net, init="scratch")
-    priors = [p for m in net if isinstance(m, StillGate) for p in m.parameters()]
     for m in net:
         if isinstance(m, EdgeAwareFill):
             m.learn_scales = True  # offline only (EdgeAwareFill)
-    opt = torch.optim.Adam([p for p in net.parameters() if all(p is not q for q in priors)], lr=args.lr)
+    trained = [p for m in net if not isinstance(m, StillGate) for p in m.parameters()]  # the gate's margin: a prior
+    opt = torch.optim.Adam(trained, lr=args.lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: 0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * s / args.steps))
     )
