@@ -55,7 +55,9 @@ WAYS = {
 def coarse_then_full(net) -> list[int]:
     """The fast net's D = 2 split at the service's sizes: the coarse levels, then the full-resolution level (which
     keeps together); fixed here because profiling the split is not what is measured."""
-    first_full = next(i for i, layer in enumerate(net) if getattr(layer, "keep_with_next", False))
+    from pipeline_core.partition import keeps_with_next
+
+    first_full = next(i for i, layer in enumerate(net) if keeps_with_next(layer))
     return [first_full, len(net) - first_full]
 
 
