@@ -1,5 +1,6 @@
 // Wires the page together: the new-stream form, the stream list, the live view and its charts, deep links.
 import { api } from "./api.js";
+import { renderStageBars, renderVerdict } from "./budget_bars.js";
 import { budgetSeries, LiveChart, lossSeries, COLORS } from "./charts.js";
 import { drawLegend } from "./colorwheel.js";
 import { showKindFields, streamSpec } from "./form.js";
@@ -210,7 +211,7 @@ function resetCharts(stages) {
   $("stage-bars").replaceChildren();
   for (const id of ["frame", "fps", "loss", "budget", "dropped", "latency"]) $(`stat-${id}`).textContent = "–";
   $("legend-scale").textContent = "rim: – px/frame";
-  setVerdict(null);
+  renderVerdict($("budget-verdict"), null);
 }
 
 function setLiveState(text, kind = text) {
@@ -291,8 +292,8 @@ function onFrame({ metrics: m, images }) {
   $("stat-dropped").textContent = m.dropped ?? "–";
   $("stat-latency").textContent = ms(m.latency_s);
   if (m.flow_scale) $("legend-scale").textContent = `rim: ${m.flow_scale.toFixed(1)} px/frame`;
-  setVerdict(ratio);
-  renderStageBars(m.work_s, m.dp_s, stages, m.ds_s);
+  renderVerdict($("budget-verdict"), ratio);
+  renderStageBars($("stage-bars"), m.work_s, m.dp_s, stages, m.ds_s);
 }
 
 /** One frame on the charts (a live message or a point of the server's history), each frame once, in order. */
@@ -310,43 +311,6 @@ function chartPoint(m) {
   charts.budget.push(m.frame, [m.work_s * 1000, m.dp_s * 1000, ...stages.map((s) => (s == null ? null : s * 1000)), state.budgetMs]);
   charts.dropped.push(m.frame, [m.dropped]);
   charts.latency.push(m.frame, [m.latency_s * 1000]);
-}
-
-function setVerdict(ratio) {
-  const pill = $("budget-verdict");
-  if (ratio == null) {
-    pill.dataset.state = "idle";
-    pill.textContent = "–";
-    return;
-  }
-  pill.dataset.state = ratio <= 1 ? "under" : "over";
-  pill.textContent = `${ratio <= 1 ? "under" : "over"} budget · ${Math.round(ratio * 100)}%`;
-}
-
-/** One bar for the frame's whole work, one for the pipeline step, one per stage; the amber tick is ΔS. The track
- * spans 1.5 ΔS. */
-function renderStageBars(work, step, stages, ds) {
-  const box = $("stage-bars");
-  const rows = [["work", work], ["step", step], ...stages.map((s, k) => [`stage ${k}`, s])];
-  if (box.children.length !== rows.length) {
-    box.replaceChildren(
-      ...rows.map(() => {
-        const row = document.createElement("div");
-        row.className = "stage-bar";
-        row.innerHTML = '<span class="name"></span><span class="track"><span class="fill"></span><span class="budget"></span></span><span class="val"></span>';
-        return row;
-      }),
-    );
-  }
-  const full = ds * 1.5;
-  rows.forEach(([name, value], i) => {
-    const row = box.children[i];
-    row.classList.toggle("over", value > ds);
-    row.querySelector(".name").textContent = name;
-    row.querySelector(".fill").style.width = `${Math.min(100, (value / full) * 100)}%`;
-    row.querySelector(".budget").style.left = `${(ds / full) * 100}%`;
-    row.querySelector(".val").textContent = ms(value);
-  });
 }
 
 /** The picture box takes the stream's aspect ratio (twice as wide side by side), so nothing is letterboxed. */
