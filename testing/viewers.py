@@ -22,6 +22,8 @@ from testing.server import ServerProcess
 class ViewerStats:
     frames: int = 0  # JSON frame messages received
     losses: list[float] = field(default_factory=list)  # the loss of each of those frames, in order
+    losses_zero: list[float] = field(default_factory=list)  # the loss of zero flow on the same pairs
+    sizes: list[tuple[int, int]] = field(default_factory=list)  # the learning size of each of those frames
     captured: list[float] = field(default_factory=list)  # and its capture time (receipt time - latency_s)
     images: int = 0  # binary messages received
     notices: list[dict] = field(default_factory=list)
@@ -61,6 +63,8 @@ async def view(url: str, duration_s: float, read_delay_s: float = 0.0) -> Viewer
                     if "frame" in data and "loss" in data:
                         stats.frames += 1
                         stats.losses.append(data["loss"])
+                        stats.losses_zero.append(data.get("loss_zero") or float("nan"))
+                        stats.sizes.append(tuple(data.get("learning_size", (0, 0))))
                         stats.captured.append(time.time() - data.get("latency_s", 0.0))
                     else:
                         stats.notices.append(data)

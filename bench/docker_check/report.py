@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from bench.docker_check.checks import NOT_WRECKED
 from bench.docker_check.repository import CUDA_DOCKERFILE, IMAGE, dockerfile_facts
 
 
@@ -44,17 +45,24 @@ def report(result: dict) -> str:
          f"listed the demo stream {h['api_after_s']} s after the start"),
         ("non-root", f"uid {', '.join(n['uids'])} for all {n['processes']} processes (docker top); docker exec: uid "
          f"{n['exec_uid']}; image USER {i['user']}"),
-        ("frames learned", f"**{lr['frames']}** demo frames over /ws/streams/{{id}} in {lr['seconds']:g} s; median "
-         f"loss over the first → last loop of the {lr['loop_s']:g} s demo clip ({lr['first_loop_frames']} → "
-         f"{lr['last_loop_frames']} frames): {lr['first_loop_loss']} → {lr['last_loop_loss']}"),
+        ("frames learned", f"**{lr['frames']}** demo frames over /ws/streams/{{id}} in {lr['seconds']:g} s "
+         f"(learning at {lr['learning_size'][0]}×{lr['learning_size'][1]}); median loss over the first → last loop "
+         f"of the {lr['loop_s']:g} s demo clip ({lr['first_loop_frames']} → {lr['last_loop_frames']} frames at that "
+         f"size): {lr['first_loop_loss']} → {lr['last_loop_loss']}; zero flow on the last loop's pairs "
+         f"{lr['last_loop_loss_zero']}. The demo starts from the shipped pretrained weights, already good on it: "
+         f"what is checked is that it beats zero flow and learning does not make it worse by more than "
+         f"{round(100 * (NOT_WRECKED - 1))} %"),
         ("scrape ok", f"**yes**: Debian's Prometheus {s['prometheus']}, repository's scrape config and rules; target "
          f"{s['scrape_url']} up, {s['overtime_series']} overtime_* series, {s['rules']} alert rules evaluated"
          f"{', not ok: ' + ', '.join(s['rules_not_ok']) if s['rules_not_ok'] else ' ok'}"),
         ("docker stop", f"exit {st['exit_code']} after {st['seconds']} s; final checkpoint {st['file']} in volume "
-         f"{st['volume']}: {st['checkpoint_frames']} frames, written {st['written_s_into_stop']} s into the stop"),
+         f"{st['volume']}: {st['checkpoint_frames']} frames, written {st['written_s_into_stop']} s into the stop; "
+         f"its weights lie {st['moved_from_shipped']} (Euclidean) from the shipped ones the demo started from"),
         ("resume ok", f"**yes**: a new container on the same volume, resumed_from = {rs['resumed_from']} (the "
          f"checkpoint); median loss over its first loop {rs['first_loop_loss']} ({rs['first_loop_frames']} "
-         f"frames; cold start {rs['cold_first_loop_loss']})"),
+         f"frames; zero flow {rs['first_loop_loss_zero']}); stopped in turn after {rs['frames_after']} frames, its "
+         f"weights lie {rs['from_checkpoint']} from the first checkpoint's and {rs['from_shipped']} from the shipped "
+         f"start: the checkpoint's weights came back"),
         ("total", f"{r['total_s']} s for the whole check"),
     ]  # fmt: skip
     table = "\n".join(f"| {k} | {v} |" for k, v in rows)
