@@ -27,6 +27,15 @@ from torch import Tensor, nn
 from .flow_loss import warp
 
 
+def frames_of(x: Tensor) -> Tensor:
+    """The frame pair (B, 6, H, W) of the tensor a flow net's layers pass along, ``[flow (2), frames (6), ...]``.
+
+    Detached: the frames are the input and nothing learned flows into them, yet read as a slice of a tensor that
+    needs a gradient (for the flow) every read would cost a backward (a zero-filled copy of the whole tensor per
+    read, the pooling's backward) whose result is thrown away at the first layer."""
+    return x[:, 2:8].detach()
+
+
 def _neighbours(t: Tensor, dilation: int) -> list[Tensor]:
     """The 3x3 neighbourhood of every pixel at ``dilation``, edges replicated: nine shifted views of ``t``
     (views, not an unfolded copy: about twice as fast forward and backward)."""
@@ -64,7 +73,7 @@ class StillGate(nn.Module):
         self.log_softness = nn.Parameter(torch.tensor(0.002).log())  # width of the gate's transition
 
     def forward(self, x: Tensor) -> Tensor:
-        flow, prev, cur = x[:, :2], x[:, 2:5], x[:, 5:8]
+        flow, (prev, cur) = x[:, :2], frames_of(x).split(3, 1)
         # The decision reads the flow without differentiating it: the gate's steep edge would send the flow
         # gradients hundreds of times the loss's own (learning from scratch diverged).
         moved = _box((prev - warp(cur, flow.detach())).abs().mean(1, keepdim=True), self.window)
@@ -87,7 +96,7 @@ class EdgeAwareFill(nn.Module):
         self.learn_scales = False
 
     def forward(self, x: Tensor) -> Tensor:
-        flow, prev, cur = x[:, :2], x[:, 2:5], x[:, 5:8]
+        flow, (prev, cur) = x[:, :2], frames_of(x).split(3, 1)
         with torch.set_grad_enabled(torch.is_grad_enabled() and self.learn_scales):
             sure = confidence(flow, prev, cur, self.log_texture.exp(), self.log_residual.exp())
             guide = prev.mean(1, keepdim=True)

@@ -37,8 +37,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .correlation import local_correlation
 from .deep_supervision import supervise
-from .flow_cleanup import EdgeAwareFill, StillGate
+from .flow_cleanup import EdgeAwareFill, StillGate, frames_of
 from .flow_loss import online_loss, warp
 
 
@@ -77,17 +78,6 @@ def _feature_convs(width: int) -> nn.Sequential:
     return nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.LeakyReLU(0.1), nn.Conv2d(width, width, 3, padding=1))
 
 
-def local_correlation(f0: Tensor, f1: Tensor, radius: int) -> Tensor:
-    """(B, (2r+1)², h, w) dot products of f0 with f1 shifted by every offset within ±radius.
-
-    A loop over offsets on one padded tensor: 2-3x faster on CPU than ``unfold``, which
-    materialises a (2r+1)²-times larger copy of the features."""
-    _, _, h, w = f0.shape
-    k = 2 * radius + 1
-    padded = F.pad(f1, [radius] * 4, mode="replicate")
-    return torch.stack([(f0 * padded[:, :, dy : dy + h, dx : dx + w]).sum(1) for dy in range(k) for dx in range(k)], 1)
-
-
 class StartFlow(nn.Module):
     """frames (B, 6, H, W) -> [zero flow (2), frames (6)]: the estimate every level refines."""
 
@@ -106,7 +96,7 @@ class PairFeatures(nn.Module):
         self.convs = _feature_convs(width)
 
     def forward(self, x: Tensor) -> Tensor:
-        f0, f1 = _siamese(self.convs, _pool(x[:, 2:8], self.factor))
+        f0, f1 = _siamese(self.convs, _pool(frames_of(x), self.factor))
         packed = torch.cat([f0, f1], 1)
         if self.factor > 1:
             packed = F.pixel_shuffle(packed, self.factor)
@@ -136,7 +126,10 @@ class CostVolumeMatch(nn.Module):
 
     @staticmethod
     def _normalise(f: Tensor) -> Tensor:
-        return F.normalize(f - f.mean(dim=(2, 3), keepdim=True), dim=1)
+        """Centred over the image, then unit length per pixel (as ``F.normalize``, whose vector norm was the
+        slowest op of the step on CPU: 4.8 ms forward and backward at 128x96 against 0.8 ms for this)."""
+        centred = f - f.mean(dim=(2, 3), keepdim=True)
+        return centred * torch.rsqrt((centred * centred).sum(1, keepdim=True).clamp_min(1e-24))
 
     def forward(self, x: Tensor) -> Tensor:
         packed = x[:, 8:]
@@ -148,7 +141,7 @@ class CostVolumeMatch(nn.Module):
         prob = torch.softmax(cost * self.log_temperature.exp(), dim=1)
         flow = flow + torch.einsum("bkhw,dk->bdhw", prob, self.offsets)
         flow = flow + self.head(torch.cat([cost, f0, flow], 1))
-        return _refined(flow, x[:, 2:8], self.factor, self.supervision)
+        return _refined(flow, frames_of(x), self.factor, self.supervision)
 
 
 class LucasKanadeStep(nn.Module):
@@ -175,7 +168,7 @@ class LucasKanadeStep(nn.Module):
         return 0.5 * gx, 0.5 * gy
 
     def forward(self, x: Tensor) -> Tensor:
-        small = _pool(x[:, 2:8], self.factor)
+        small = _pool(frames_of(x), self.factor)
         flow = _downsample_flow(x[:, :2], self.factor)
         f0, f1 = _siamese(self.convs, small)
         i0 = torch.cat([small[:, :3], f0], 1)
@@ -190,7 +183,7 @@ class LucasKanadeStep(nn.Module):
         sxx, syy = sxx + damping, syy + damping
         det = sxx * syy - sxy * sxy
         step = torch.stack([sxy * syt - syy * sxt, sxy * sxt - sxx * syt], 1) / det.unsqueeze(1)
-        return _refined(flow + step, x[:, 2:8], self.factor, self.supervision)
+        return _refined(flow + step, frames_of(x), self.factor, self.supervision)
 
 
 class TakeFlow(nn.Module):
