@@ -8,9 +8,14 @@ one size when a window leaves room for the next one. Each window is judged afres
 (another process, a viewer asking for more pictures) moves the size again. A size that was too slow is not retried
 for ``RETRY_S``, so the size does not flap. With a fixed size nothing moves, but the note still says whether it holds.
 
-Cost model: a frame's work is a part that grows with the learning size's pixels (the pipeline step) and a part that
-does not (scaling the picture down, the pictures at the picture's size): both measured, the first scaled by the
-pixels of the size considered. It is only used to pick the next size to try; the next window measures it.
+Cost model: a frame's work is a part that grows with the learning size (the pipeline step) and a part that does not
+(scaling the picture down, the pictures at the picture's size): both measured. A step is not proportional to the
+pixels: a small net's step is largely per-op overhead (``bench/results/service-clip-cpu.md``: 47 ms at 64×48 where
+128×96 takes about 65), so a model proportional to pixels sends a stream that was slow at a large size far too low,
+and then never finds room to grow. The step's cost is modelled as affine in the pixels, fitted to the last window of
+every size measured so far; its level follows the current size's latest window (a changed machine load scales every
+size alike). With one size measured, it is scaled by pixels. It only picks the next size to try; the next window
+measures it, and a larger size never measured in the stream is tried when the current one leaves room.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ class BudgetController:
         self.fixed = 0.0  # the part of it that does not depend on the learning size
         self.settled = False  # a window held the budget at this size
         self._too_slow: dict[int, float] = {}  # ladder index -> when a window there was over the target
+        self._steps: dict[int, float] = {}  # ladder index -> a step's cost in the last window at that size
 
     @property
     def size(self) -> Size:
@@ -70,7 +76,8 @@ class BudgetController:
             return None
         work, step = np.array(self.samples).T
         self.estimate = float(np.percentile(work, 75))  # most frames, not the lucky half
-        self.fixed = max(0.0, self.estimate - float(np.percentile(step, 75)))
+        self._steps[self.index] = float(np.percentile(step, 75))
+        self.fixed = max(0.0, self.estimate - self._steps[self.index])
         self.samples.clear()
         choice = self._choose(self.estimate) if self.auto else self.index
         self.settled = choice == self.index and self.estimate <= TARGET * self.ds
@@ -80,9 +87,20 @@ class BudgetController:
         return choice
 
     def predict(self, index: int) -> float:
-        """A frame's work at ``ladder[index]``, from the last window at the current size."""
+        """A frame's work at ``ladder[index]``: the current size's fixed part plus the step there (module docstring)."""
         assert self.estimate is not None
-        return self.fixed + (self.estimate - self.fixed) * pixels(self.ladder[index]) / pixels(self.size)
+        return self.fixed + self._steps[self.index] * self._step_ratio(index)
+
+    def _step_ratio(self, index: int) -> float:
+        """A step at ``ladder[index]`` over one at the current size: by the affine fit to the sizes measured, or by
+        pixels when there is one, or when the fit has no positive slope (noise)."""
+        here, there = pixels(self.size), pixels(self.ladder[index])
+        if len(self._steps) >= 2:
+            slope, intercept = np.polyfit([pixels(self.ladder[i]) for i in self._steps], list(self._steps.values()), 1)
+            if slope > 0:  # a negative intercept is noise: none
+                intercept = max(float(intercept), 0.0)
+                return float((intercept + slope * there) / (intercept + slope * here))
+        return there / here
 
     def _choose(self, estimate: float) -> int:
         limit = TARGET * self.ds
@@ -93,10 +111,15 @@ class BudgetController:
                     return j
             return len(self.ladder) - 1
         up = self.index - 1
-        recently_slow = self.clock() - self._too_slow.get(up, -RETRY_S) < RETRY_S
-        if up >= 0 and not recently_slow and self.predict(up) <= GROW_MARGIN * limit:
-            return up
-        return self.index
+        if up < 0 or self.clock() - self._too_slow.get(up, -RETRY_S) < RETRY_S:
+            return self.index
+        if up in self._steps:
+            return up if self.predict(up) <= GROW_MARGIN * limit else self.index
+        # A size never measured in this stream is tried (a window there tells) when even a step that grew with every
+        # pixel would keep within ΔS there, so that the trial drops no frame: a prediction from one size, or from a
+        # first window slowed by the start, would keep the stream low for good.
+        worst = self.fixed + self._steps[self.index] * pixels(self.ladder[up]) / pixels(self.size)
+        return up if worst <= self.ds else self.index
 
     def _move(self, index: int) -> None:
         self.index = index

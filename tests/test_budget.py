@@ -93,3 +93,25 @@ def test_the_part_that_does_not_grow_with_the_size_is_not_expected_to_shrink():
             moves.append(move)
     fits = [i for i, size in enumerate(LADDER) if fixed + per_pixel * pixels(size) <= TARGET * 0.1]
     assert moves[0] == fits[0] and controller.index == fits[0]  # straight there: no step-by-step descent
+
+
+@pytest.mark.parametrize(
+    "start, cold", [(len(LADDER) - 1, 1.0), (0, 3.0)], ids=["cached-smallest", "slow-first-window"]
+)
+def test_a_step_with_a_fixed_overhead_settles_at_the_largest_size_that_holds(start, cold):
+    """A small net's step is largely per-op overhead (not proportional to the pixels). Started at the smallest size
+    (what a cache remembered) or at the largest with a first window slowed by the start, the stream climbs to the
+    largest size that holds, never choosing one that drops frames (work over ΔS)."""
+    clock = Clock()
+    controller = BudgetController(LADDER, start, fps=10, auto=True, clock=clock)
+    fixed, overhead, per_pixel = 0.009, 0.040, 0.060 / pixels(LADDER[0])
+    visited = []
+    for frame in range(600):
+        clock.now = frame * 0.1
+        step = (overhead + per_pixel * pixels(controller.size)) * (cold if frame < 20 else 1.0)
+        visited.append(controller.size)
+        controller.observe(fixed + step, step)
+    holds = [size for size in LADDER if fixed + overhead + per_pixel * pixels(size) <= TARGET * 0.1]
+    assert controller.size == holds[0] and controller.settled
+    chosen = visited[next(i for i, size in enumerate(visited) if size != LADDER[start]) :]
+    assert all(fixed + overhead + per_pixel * pixels(size) < 0.1 for size in chosen)
