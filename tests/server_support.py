@@ -55,3 +55,15 @@ def loss_falls(frames: list[tuple[dict, bytes]]) -> tuple[float, float]:
     losses = [m["loss"] for m, _ in frames]
     assert len(losses) >= 2 * LOOP
     return float(np.median(losses[:LOOP])), float(np.median(losses[-LOOP:]))
+
+
+def beats_zero_flow(frames: list[tuple[dict, bytes]]) -> tuple[float, float]:
+    """Median loss of the last LOOP frames and median loss of zero flow on the same pairs.
+
+    For live sources, where the service drops frames as the machine's load moves: windows of LOOP received frames do
+    not hold the same content then, so a first-against-last comparison measures which parts of the clip each saw.
+    A net from scratch starts at about zero flow's loss (its flow heads start at zero); a clear margin below it on
+    the same pairs is what it learned."""
+    assert len(frames) >= 2 * LOOP
+    tail = [m for m, _ in frames[-LOOP:]]
+    return float(np.median([m["loss"] for m in tail])), float(np.median([m["loss_zero"] for m in tail]))
