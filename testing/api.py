@@ -15,6 +15,7 @@ import httpx
 
 from clients.stream_api import StreamApi
 from testing.metrics import Scrape
+from testing.net import http_client
 from testing.poll import until
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ class Api(StreamApi):
         super().__init__(server.url, token, timeout=60.0)  # a delete waits for the stream's final checkpoint
         self.server = server
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.http = httpx.Client(base_url=server.url, headers=headers, timeout=timeout_s)
+        self.http = http_client(server.url, headers=headers, timeout=timeout_s)
 
     def checkpoint(self, sid: str) -> httpx.Response:
         return self.http.post(f"/api/streams/{sid}/checkpoint", timeout=30.0)

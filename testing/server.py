@@ -20,7 +20,7 @@ import psutil
 
 from testing.api import Api
 from testing.metrics import Scrape
-from testing.net import HOST, free_port
+from testing.net import HOST, free_port, http_client
 from testing.poll import until
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,7 +55,7 @@ class ServerProcess:
         self.env = {**os.environ, "OVERTIME_TOKEN": token or "", "PYTHONUNBUFFERED": "1", **(settings or {})}
         self.proc: subprocess.Popen | None = None
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self.client = httpx.Client(base_url=self.url, timeout=30.0, headers=headers)
+        self.client = http_client(self.url, timeout=30.0, headers=headers)
         self._api = Api(self, token, timeout_s=30.0)
 
     @property
