@@ -63,7 +63,8 @@ async def view(url: str, duration_s: float, read_delay_s: float = 0.0) -> Viewer
                     if "frame" in data and "loss" in data:
                         stats.frames += 1
                         stats.losses.append(data["loss"])
-                        stats.losses_zero.append(data.get("loss_zero") or float("nan"))
+                        zero = data.get("loss_zero")  # None before the learner has a pair; 0.0 is a value
+                        stats.losses_zero.append(float("nan") if zero is None else zero)
                         stats.sizes.append(tuple(data.get("learning_size", (0, 0))))
                         stats.captured.append(time.time() - data.get("latency_s", 0.0))
                     else:
