@@ -13,7 +13,7 @@ import httpx
 from bench.docker_check.engine import compose_command
 from bench.docker_check.repository import COMPOSE_FILES, PROJECT, ROOT, SCRAPE_CONFIG, WORK
 from bench.docker_check.shell import CheckFailed, docker, free_local_port, sh
-from testing.net import HOST
+from testing.net import HOST, http_client
 from testing.poll import until
 
 
@@ -36,8 +36,8 @@ class Stack:
         keep = {k: v for k, v in os.environ.items() if not k.startswith(("OVERTIME_", "PROMETHEUS_", "GRAFANA_"))}
         self.env = keep | {"CHECK_OVERTIME_PORT": str(self.port), "CHECK_PROMETHEUS_PORT": str(self.prometheus_port),
                            "CHECK_PROMETHEUS_CONFIG": str(self.scrape_config)}  # fmt: skip
-        self.api = httpx.Client(base_url=f"http://{HOST}:{self.port}", timeout=10)
-        self.prometheus = httpx.Client(base_url=f"http://{HOST}:{self.prometheus_port}", timeout=10)
+        self.api = http_client(f"http://{HOST}:{self.port}", timeout=10)
+        self.prometheus = http_client(f"http://{HOST}:{self.prometheus_port}", timeout=10)
 
     def __call__(self, *args: str, timeout_s: float = 300) -> str:
         """``docker compose ARGS`` on the project, from the repository root; its stdout."""
