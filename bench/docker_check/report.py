@@ -46,12 +46,12 @@ def report(result: dict) -> str:
         ("non-root", f"uid {', '.join(n['uids'])} for all {n['processes']} processes (docker top); docker exec: uid "
          f"{n['exec_uid']}; image USER {i['user']}"),
         ("frames learned", f"**{lr['frames']}** demo frames over /ws/streams/{{id}} in {lr['seconds']:g} s "
-         f"(learning at {lr['learning_size'][0]}×{lr['learning_size'][1]}); median loss over the first → last loop "
-         f"of the {lr['loop_s']:g} s demo clip ({lr['first_loop_frames']} → {lr['last_loop_frames']} frames at that "
-         f"size): {lr['first_loop_loss']} → {lr['last_loop_loss']}; zero flow on the last loop's pairs "
-         f"{lr['last_loop_loss_zero']}. The demo starts from the shipped pretrained weights, already good on it: "
-         f"what is checked is that it beats zero flow and learning does not make it worse by more than "
-         f"{round(100 * (NOT_WRECKED - 1))} %"),
+         f"(learning at {', '.join(f'{w}×{h}' for w, h in lr['learning_sizes'])}, as the frame budget moved it); "
+         f"median loss relative to zero flow's on the same pairs over the first → last loop of the "
+         f"{lr['loop_s']:g} s demo clip ({lr['first_loop_frames']} → {lr['last_loop_frames']} frames): "
+         f"{lr['first_loop_relative']} → {lr['last_loop_relative']}. The demo starts from the shipped pretrained "
+         f"weights, already good on it: what is checked is that it beats zero flow (below 1) and learning does not "
+         f"make it worse by more than {round(100 * (NOT_WRECKED - 1))} %"),
         ("scrape ok", f"**yes**: Debian's Prometheus {s['prometheus']}, repository's scrape config and rules; target "
          f"{s['scrape_url']} up, {s['overtime_series']} overtime_* series, {s['rules']} alert rules evaluated"
          f"{', not ok: ' + ', '.join(s['rules_not_ok']) if s['rules_not_ok'] else ' ok'}"),
@@ -59,8 +59,8 @@ def report(result: dict) -> str:
          f"{st['volume']}: {st['checkpoint_frames']} frames, written {st['written_s_into_stop']} s into the stop; "
          f"its weights lie {st['moved_from_shipped']} (Euclidean) from the shipped ones the demo started from"),
         ("resume ok", f"**yes**: a new container on the same volume, resumed_from = {rs['resumed_from']} (the "
-         f"checkpoint); median loss over its first loop {rs['first_loop_loss']} ({rs['first_loop_frames']} "
-         f"frames; zero flow {rs['first_loop_loss_zero']}); stopped in turn after {rs['frames_after']} frames, its "
+         f"checkpoint); median loss relative to zero flow's over its first loop {rs['first_loop_relative']} "
+         f"({rs['first_loop_frames']} frames); stopped in turn after {rs['frames_after']} frames, its "
          f"weights lie {rs['from_checkpoint']} from the first checkpoint's and {rs['from_shipped']} from the shipped "
          f"start: the checkpoint's weights came back"),
         ("total", f"{r['total_s']} s for the whole check"),
