@@ -68,9 +68,12 @@ class StillGate(nn.Module):
         super().__init__()
         self.window = window
         # In hundredths of an intensity: an Adam step moves a parameter by about the learning rate whatever its size,
-        # which for a margin of 0.002 in intensity units would be a leap. It may turn negative (gate less).
-        self.margin = nn.Parameter(torch.tensor(0.2))  # how much better moving must be
-        self.log_softness = nn.Parameter(torch.tensor(0.002).log())  # width of the gate's transition
+        # which for a margin of 0.001 in intensity units would be a leap. It may turn negative (gate less).
+        self.margin = nn.Parameter(torch.tensor(0.1))  # how much better moving must be
+        # Width of the gate's transition: about 8-bit video's quantisation step (1/255) averaged over the window's
+        # 25 pixels. A width of 0.002 let 27 % of the flow through where moving explained the pair no better than
+        # standing still (sigmoid(-margin/width) at no gain), which painted the static background on real clips.
+        self.log_softness = nn.Parameter(torch.tensor(0.0005).log())
 
     def forward(self, x: Tensor) -> Tensor:
         flow, (prev, cur) = x[:, :2], frames_of(x).split(3, 1)

@@ -29,6 +29,15 @@ def test_still_gate_zeroes_a_flow_where_nothing_moved_and_keeps_the_true_one():
     assert (kept[..., 4:-4, 4:-4] - truth[..., 4:-4, 4:-4]).abs().max() < 1e-2
 
 
+def test_still_gate_lets_little_through_where_moving_explains_the_pair_no_better():
+    """A flat picture: any flow warps it onto itself, so moving gains nothing over standing still. A soft gate that
+    let a quarter of such a flow through painted the static background of real clips."""
+    flat = torch.full((1, 3, 32, 32), 0.5)
+    wrong = torch.full((1, 2, 32, 32), 1.0)
+    out = StillGate()(with_flow(wrong, flat, flat))[:, :2]
+    assert out.abs().max() < 0.125
+
+
 def test_confidence_is_high_on_matched_texture_and_low_on_flat_or_mismatched_pixels():
     image = textured()
     flat = torch.full_like(image, 0.5)
