@@ -171,11 +171,13 @@ def init_label(init: str) -> str:
     return init if init in INITS else Path(init).stem
 
 
-def learn(clip: Clip, init: str, stages: int, args: argparse.Namespace, shown: set[int]) -> tuple[PairScores, dict]:
-    """One pass over the clip, each pair scored before the learner learns from it."""
+def learn(
+    clip: Clip, init: str, stages: int, lr: float | None, args: argparse.Namespace, shown: set[int]
+) -> tuple[PairScores, dict]:
+    """One pass over the clip, each pair scored before the learner learns from it; ``lr`` None: by init."""
     pairs = (frame_pair(clip.frames[t], clip.frames[t + 1]) for t in range(len(clip.pseudo_gt)))
     scores = PairScores(clip, shown)
-    lr = args.lr or default_lr(init)
+    lr = lr or default_lr(init)
     with build_learner(init, args.net, frame_pair(clip.frames[0], clip.frames[1]), stages, lr, args.seed) as pipe:
         for r in predict_then_learn(pipe, pairs):
             scores.seconds.append(r.step_seconds)
@@ -291,6 +293,19 @@ def markdown(result: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def parse_rates(text: str | None) -> list[float | None]:
+    """``--lr``: comma-separated positive rates, or none given (each init's default)."""
+    if text is None:
+        return [None]
+    try:
+        rates = [float(r) for r in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--lr must be comma-separated numbers, got {text!r}") from None
+    if not rates or any(not r > 0 for r in rates):
+        raise ValueError(f"--lr rates must be positive, got {text!r}")
+    return rates
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -305,7 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--net", default="fast", choices=sorted(FLOW_NETS), help="default: the service's")
     parser.add_argument(
-        "--lr", type=float, help="Adam lr of the last stage (earlier ones: stage_lrs); default: by init (default_lr)"
+        "--lr",
+        help="Adam lr of the last stage (earlier ones: stage_lrs), comma-separated to compare several in one run; "
+        "default: by init (default_lr)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
@@ -314,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     inits = args.init or list(INITS)
     try:
         stages = parse_stages(args.stages)
+        rates = parse_rates(args.lr)
         size = parse_size(args.size) if args.size else None
         source = probe(args.video)
     except (ValueError, OSError, av.error.FFmpegError) as exc:
@@ -336,9 +354,10 @@ def main(argv: list[str] | None = None) -> int:
     info: dict[str, dict] = {}
     for init in inits:
         for d in stages:
-            name = f"{init_label(init)}/{learner_name(d)}"
-            print(f"{name}: learning online over {pairs} pairs ...", file=sys.stderr, flush=True)
-            all_scores[name], info[name] = learn(clip, init, d, args, shown)
+            for lr in rates:
+                name = f"{init_label(init)}/{learner_name(d)}" + (f" lr {lr:g}" if len(rates) > 1 else "")
+                print(f"{name}: learning online over {pairs} pairs ...", file=sys.stderr, flush=True)
+                all_scores[name], info[name] = learn(clip, init, d, lr, args, shown)
     print("classical references ...", file=sys.stderr, flush=True)
     all_scores.update(run_references(clip, shown))
 

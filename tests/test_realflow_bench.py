@@ -87,3 +87,24 @@ def test_a_saved_state_dict_initialises_the_learner(tmp_path):
         with realflow.build_learner(init, "fast", sample, 1, 1e-3, seed=0) as pipe:
             weights = pipe.module().state_dict()
         assert all(torch.equal(weights[k], v) for k, v in saved.items()) is same, init
+
+
+def test_several_rates_are_compared_in_one_run(clip, tmp_path):
+    argv = ["--video", str(clip), "--size", "64x48", "--stages", "1", "--init", "pretrained", "--lr", "1e-4,1e-5",
+            "--threads", "1", "--out", str(tmp_path)]  # fmt: skip
+    threads = torch.get_num_threads()
+    try:
+        assert realflow.main(argv) == 0
+    finally:
+        torch.set_num_threads(threads)
+    methods = json.loads((tmp_path / "realflow-moving-64x48.json").read_text())["methods"]
+    assert list(methods)[:2] == ["pretrained/sequential lr 0.0001", "pretrained/sequential lr 1e-05"]
+    assert [m["lr"] for m in list(methods.values())[:2]] == [[1e-4], [1e-5]]
+
+
+def test_rates_must_be_positive_numbers():
+    assert realflow.parse_rates(None) == [None]
+    assert realflow.parse_rates("1e-4,3e-5") == [1e-4, 3e-5]
+    for bad in ("fast", "1e-4,0", "-1e-4", ""):
+        with pytest.raises(ValueError):
+            realflow.parse_rates(bad)
