@@ -1,6 +1,6 @@
 """The parts of ``make docker-check`` (bench/docker_check/) that need no Docker engine: what goes into the
-wheelhouse, the index pip reads it through, and what it reads from the Dockerfiles. The check itself builds and
-runs images, so it is not part of the test suite."""
+wheelhouse, the index pip reads it through, what it reads from the Dockerfiles, and how it judges learned weights.
+The check itself builds and runs images, so it is not part of the test suite."""
 
 from __future__ import annotations
 
@@ -10,8 +10,14 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+import pytest
+import torch
+
+from bench.docker_check.checks import CheckFailed, check_not_wrecked
+from bench.docker_check.demo_loss import demo_pairs, relative_loss
 from bench.docker_check.repository import CUDA_DOCKERFILE, DOCKERFILE, ROOT, dockerfile_facts
 from bench.docker_check.wheelhouse import requirements, write_simple_index
+from models.flow_nets import WEIGHTS_DIR
 
 
 def test_dockerfile_facts_resolve_the_base_and_the_torch_version():
@@ -60,3 +66,30 @@ def test_simple_index_is_what_pip_reads_as_an_index(tmp_path: Path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in wheels.glob("*.whl"))
+
+
+def shipped() -> dict[str, torch.Tensor]:
+    return torch.load(WEIGHTS_DIR / "fast.pt", map_location="cpu", weights_only=True)
+
+
+def test_a_loss_relative_to_zero_flow_is_not_comparable_across_learning_sizes():
+    """Why the check runs both sets of weights on the same pairs at one size instead of comparing the WebSocket's
+    first and last loops, between which the service moved the learning size."""
+    large = relative_loss("fast", shipped(), demo_pairs(128, 21))
+    small = relative_loss("fast", shipped(), demo_pairs(64, 21))
+    assert large < 1 and small < 1
+    assert small > 1.2 * large
+
+
+def test_not_wrecked_accepts_gently_adapted_weights_and_rejects_wrecked_ones(monkeypatch):
+    pairs = demo_pairs(64, 11)
+    monkeypatch.setattr("bench.docker_check.checks.demo_pairs", lambda: pairs)
+    weights = shipped()
+    gen = torch.Generator().manual_seed(0)
+    nudged = {k: v + 1e-4 * torch.randn(v.shape, generator=gen) for k, v in weights.items()}
+    result = check_not_wrecked("fast", weights, nudged)
+    assert result["pairs"] == 10 and result["size"] == [64, 64]
+    assert result["learned_relative"] == pytest.approx(result["shipped_relative"], rel=0.05)
+    wrecked = {k: v + 0.3 * torch.randn(v.shape, generator=gen) for k, v in weights.items()}
+    with pytest.raises(CheckFailed, match="learning made the net worse"):
+        check_not_wrecked("fast", weights, wrecked)

@@ -12,6 +12,7 @@ import httpx
 import numpy as np
 import torch
 
+from bench.docker_check.demo_loss import demo_pairs, relative_loss
 from bench.docker_check.repository import PROJECT, WORK
 from bench.docker_check.shell import CheckFailed, docker, log
 from bench.docker_check.stack import Stack, inspect, running, timestamp, wait_demo, wait_ready
@@ -83,18 +84,18 @@ def demo_loop_s(stack: Stack) -> float:
     return DEMO_FRAMES / float(until(fps, 60, "the demo's frame rate in the stream's source_info"))
 
 
-#: How much worse than over its first loop the demo may do over its last one. Online learning adapts the shipped
-#: weights (``models/weights``) at a small rate that must not wreck them; the loss of one loop moves by a few percent
-#: with the frames the service drops.
+#: How much worse than the shipped weights the weights learned in the container may do on the demo clip (its loss
+#: relative to zero flow's, the same pairs at one size: ``demo_loss``). Online learning adapts the shipped weights
+#: (``models/weights``) at a small rate that must not wreck them.
 NOT_WRECKED = 1.10
 
 
 def check_learns(thread: threading.Thread, out: list[ViewerStats], seconds: float, loop_s: float) -> dict:
-    """Frames arrived over the WebSocket from a net that learns what a user is promised: over the last loop of the
-    demo clip its loss is below zero flow's on the same pairs (the baseline every frame carries), and that ratio is not
-    above the first loop's by more than ``NOT_WRECKED``. That it changed its weights is checked on the checkpoint
-    ``docker stop`` writes (``check_stop``): the demo starts from the shipped pretrained weights, which are already
-    good on it, so its loss need not fall much."""
+    """Frames arrived over the WebSocket from a net that does what a user is promised: over the last loop of the
+    demo clip its loss is below zero flow's on the same pairs (the baseline every frame carries). The first loop's is
+    reported beside it, not compared: the service moves the learning size in between (``demo_loss`` says why that
+    matters). That it learned, and did not wreck the shipped weights, is checked on the checkpoint ``docker stop``
+    writes (``check_stop``, ``check_not_wrecked``)."""
     thread.join(seconds + 60)
     if not out:
         raise CheckFailed("the WebSocket viewer did not finish")
@@ -109,9 +110,6 @@ def check_learns(thread: threading.Thread, out: list[ViewerStats], seconds: floa
     if not last < 1:
         raise CheckFailed(f"over the last loop of the demo the net's loss is {last:.3f} of zero flow's on the same "
                           "pairs (median): its flow is no better than none")  # fmt: skip
-    if not last <= NOT_WRECKED * first:
-        raise CheckFailed(f"learning made the net worse: its loss relative to zero flow's, median over the first "
-                          f"loop {first:.3f} ({len(windows['first'])} frames), over the last {last:.3f}")  # fmt: skip
     return {"frames": stats.frames, "seconds": seconds, "loop_s": loop_s,
             "learning_sizes": sorted({tuple(size) for size in stats.sizes}, reverse=True),
             "first_loop_frames": len(windows["first"]), "first_loop_relative": round(first, 3),
@@ -206,6 +204,18 @@ def check_stop(container: str, stream: dict, processed: int,
             "moved_from_shipped": round(moved, 4)}, weights  # fmt: skip
 
 
+def check_not_wrecked(net_name: str, shipped: dict[str, torch.Tensor], learned: dict[str, torch.Tensor]) -> dict:
+    """The weights learned in the container do no worse on the demo clip than the shipped ones, by more than
+    ``NOT_WRECKED``: both run here on the same frame pairs at the demo's own size."""
+    pairs = demo_pairs()
+    before, after = relative_loss(net_name, shipped, pairs), relative_loss(net_name, learned, pairs)
+    if not after <= NOT_WRECKED * before:
+        raise CheckFailed(f"learning made the net worse: on the demo clip its loss relative to zero flow's is "
+                          f"{after:.3f} with the checkpoint's weights, {before:.3f} with the shipped ones")  # fmt: skip
+    return {"pairs": len(pairs), "size": list(pairs[0].shape[:-3:-1]), "shipped_relative": round(before, 4),
+            "learned_relative": round(after, 4)}  # fmt: skip
+
+
 def check_resume(stack: Stack, old: str, checkpoint_frames: int, loop_s: float, stopped: dict[str, torch.Tensor],
                  shipped: dict[str, torch.Tensor]) -> dict:  # fmt: skip
     """A new container on the same volumes resumes the weights: ``resumed_from`` is the checkpoint's frame count,
@@ -269,6 +279,9 @@ def run_stack(stack: Stack, watch_s: float) -> dict:
     out["stop"], weights = check_stop(container, demo, processed, shipped)
     log(f"docker stop: {out['stop']['seconds']} s, checkpoint of {out['stop']['checkpoint_frames']} frames, "
         f"{out['stop']['moved_from_shipped']} from the shipped weights")  # fmt: skip
+    out["not_wrecked"] = check_not_wrecked(demo["model"], shipped, weights)
+    log(f"on the demo clip, loss relative to zero flow's: shipped {out['not_wrecked']['shipped_relative']}, "
+        f"learned {out['not_wrecked']['learned_relative']}")  # fmt: skip
     out["resume"] = check_resume(stack, container, out["stop"]["checkpoint_frames"], loop_s, weights, shipped)
     log(f"a new container resumed from {out['resume']['resumed_from']} frames")
     return out

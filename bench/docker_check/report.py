@@ -32,7 +32,7 @@ def report(result: dict) -> str:
     """The markdown of the results page, from the dict ``main`` collects (also written as docker.json)."""
     r = result
     b, i, h, n, s, lr = r["build"], r["image"], r["health"], r["non_root"], r["scrape"], r["learn"]
-    st, rs, base, wh, eng = r["stop"], r["resume"], r["base"], r["wheelhouse"], r["engine"]
+    st, nw, rs, base, wh, eng = r["stop"], r["not_wrecked"], r["resume"], r["base"], r["wheelhouse"], r["engine"]
     made = f"made now ({base['seconds']} s)" if base["made_now"] else "reused"
     dockerd = "started by the check" if eng["started_by_check"] else "already running"
     rows = [
@@ -49,15 +49,18 @@ def report(result: dict) -> str:
          f"(learning at {', '.join(f'{w}×{h}' for w, h in lr['learning_sizes'])}, as the frame budget moved it); "
          f"median loss relative to zero flow's on the same pairs over the first → last loop of the "
          f"{lr['loop_s']:g} s demo clip ({lr['first_loop_frames']} → {lr['last_loop_frames']} frames): "
-         f"{lr['first_loop_relative']} → {lr['last_loop_relative']}. The demo starts from the shipped pretrained "
-         f"weights, already good on it: what is checked is that it beats zero flow (below 1) and learning does not "
-         f"make it worse by more than {round(100 * (NOT_WRECKED - 1))} %"),
+         f"{lr['first_loop_relative']} → {lr['last_loop_relative']}: it beats zero flow (below 1). The two loops are "
+         f"not compared: the learning size differs between them, and so does the loss (next row)"),
         ("scrape ok", f"**yes**: Debian's Prometheus {s['prometheus']}, repository's scrape config and rules; target "
          f"{s['scrape_url']} up, {s['overtime_series']} overtime_* series, {s['rules']} alert rules evaluated"
          f"{', not ok: ' + ', '.join(s['rules_not_ok']) if s['rules_not_ok'] else ' ok'}"),
         ("docker stop", f"exit {st['exit_code']} after {st['seconds']} s; final checkpoint {st['file']} in volume "
          f"{st['volume']}: {st['checkpoint_frames']} frames, written {st['written_s_into_stop']} s into the stop; "
          f"its weights lie {st['moved_from_shipped']} (Euclidean) from the shipped ones the demo started from"),
+        ("not wrecked", f"**yes**: the demo starts from the shipped pretrained weights; on the demo clip "
+         f"({nw['pairs']} pairs at {nw['size'][0]}×{nw['size'][1]}, run here) the stopped checkpoint's weights score "
+         f"{nw['learned_relative']} of zero flow's loss (median), the shipped ones {nw['shipped_relative']}: "
+         f"at most {round(100 * (NOT_WRECKED - 1))} % worse is allowed"),
         ("resume ok", f"**yes**: a new container on the same volume, resumed_from = {rs['resumed_from']} (the "
          f"checkpoint); median loss relative to zero flow's over its first loop {rs['first_loop_relative']} "
          f"({rs['first_loop_frames']} frames); stopped in turn after {rs['frames_after']} frames, its "
