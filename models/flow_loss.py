@@ -165,9 +165,9 @@ MAX_FLOW_PX = 1e4  # no real motion is this large; such a flow means the weights
 ONLINE_PHOTOMETRIC = "charbonnier"
 
 
-def online_loss(flow: Tensor, frames: Tensor) -> Tensor:
+def online_loss(flow: Tensor, frames: Tensor, levels: int = 3) -> Tensor:
     """``flow_loss`` with the online learners' data term."""
-    return flow_loss(flow, frames, photometric=ONLINE_PHOTOMETRIC)
+    return flow_loss(flow, frames, levels=levels, photometric=ONLINE_PHOTOMETRIC)
 
 
 def guarded_flow_loss(flow: Tensor, frames: Tensor) -> Tensor:

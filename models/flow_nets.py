@@ -23,9 +23,13 @@ motion stays within the cells of the coarser levels; a stale stage holding the f
 features but not their match learns worse than one that ends before them.
 
 Deep supervision (``supervision``): every refinement below full resolution also learns from the
-loss of its own estimate (``models.deep_supervision``), so the coarse levels get a gradient of the
-frame their stage is processing, not only the one the later stages send 2(D-1-h) frames late; it
-keeps a stale stage stable at the sequential rate.
+loss of its own estimate at its own resolution (``models.deep_supervision``), so the coarse levels get
+a gradient of the frame their stage is processing, not only the one the later stages send 2(D-1-h)
+frames late; it keeps a stale stage stable at the sequential rate, also when the frames it sees are
+far apart (a service that drops frames): without it, PARTIME D = 2 from scratch fed every second frame
+of the demo drifted back towards zero flow's loss within three loops while D = 1 kept learning
+(bench/results/skipped-frames.md). The loss is taken at the level's own resolution and scale only,
+not at full resolution, so it costs little.
 """
 
 from __future__ import annotations
@@ -61,9 +65,10 @@ def _upsample_flow(flow: Tensor, factor: int) -> Tensor:
 
 def _refined(flow: Tensor, frames: Tensor, factor: int, supervision: float) -> Tensor:
     """[flow at 1/factor, brought to full resolution, frames]; with ``supervision`` > 0 the flow also
-    learns from its own loss (see ``models.deep_supervision``)."""
+    learns from its own loss on the frames at 1/factor (see ``models.deep_supervision``)."""
     full = _upsample_flow(flow, factor)
-    return torch.cat([supervise(full, lambda: online_loss(full, frames.detach()), supervision), frames], 1)
+    own = supervise(full, lambda: online_loss(flow, _pool(frames.detach(), factor), levels=1), supervision)
+    return torch.cat([own, frames], 1)
 
 
 def _siamese(convs: nn.Module, frames: Tensor) -> tuple[Tensor, Tensor]:
@@ -241,10 +246,11 @@ FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
         lk_steps=1,
         lk_width=8,
         lk_full_resolution=False,
+        supervision=0.3,
         still=True,
         fill=True,
     ),
-    # The research net of the synthetic benchmark (bench.flow): two Lucas-Kanade steps per level, and the
+    # The research net of the synthetic benchmark (bench.flow): two Lucas-Kanade steps per level. Both nets'
     # coarse levels also learn from their own loss (deep supervision), which keeps a stale stage stable.
     "strong": lambda: pyramid_flow_net(lk_steps=2, supervision=0.3),
 }

@@ -24,10 +24,12 @@ BASE_LR = 4e-3
 
 
 #: Adam rate of a sequential learner that starts from the shipped pretrained weights: it adapts a good prior to
-#: the scene and must not wreck it. Compared on both real clips at 1e-4, 3e-5 and 1e-5 (bench/results/adapt-lr/),
-#: every faster rate moved the flow further from the pseudo ground truth over the clip (box: EPE 0.060 / 0.059 /
-#: 0.057, moving-region F1 0.760 / 0.773 / 0.793; tree: EPE 0.527 / 0.519 / 0.515): the unsupervised loss's optimum
-#: is not the true flow, so adapting stays this gentle. bench/results/realflow-*.md hold the runs at this default.
+#: the scene and must not wreck it. Compared on both real clips at 1e-4, 3e-5 and 1e-5 (bench/results/adapt-lr/):
+#: on box (453 pairs) every faster rate moved the flow further from the pseudo ground truth (EPE 0.059 / 0.057 /
+#: 0.057, moving-region F1 0.770 / 0.793 / 0.800); on tree (67 pairs) faster was slightly better (EPE 0.505 / 0.508
+#: / 0.511, F1 0.826 / 0.823 / 0.819). The unsupervised loss's optimum is not the true flow, and over a long clip
+#: the drift costs more than the early gain, so adapting stays this gentle. bench/results/realflow-*.md hold the
+#: runs at this default.
 ADAPT_LR = 1e-5
 
 
