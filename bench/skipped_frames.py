@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -21,7 +22,7 @@ from models.flow_loss import online_loss
 from models.flow_nets import build_flow_net
 from models.online import BASE_LR, frame_pair, online_pipeline, predict_then_learn
 from models.streams import generate
-from testing.report import Run, command_line
+from testing.report import RESULTS, Run, command_line
 
 
 def loop_losses(size: int, stride: int, loops: int, stages: int, supervised: bool, seed: int) -> dict:
@@ -73,17 +74,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stages", default="1,2")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (one: stages get one each)")
+    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the results")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    run = Run(command=command_line("bench.skipped_frames", argv))
+    run = Run(command=command_line("bench.skipped_frames", argv), directory=args.out)
     rows = [
         loop_losses(args.size, stride, args.loops, stages, supervised, args.seed)
         for stride in (int(s) for s in args.strides.split(","))
         for stages in (int(d) for d in args.stages.split(","))
         for supervised in (True, False)
     ]
+    settings = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
     run.write("skipped-frames", "Learning from scratch on skipped frames: PARTIME and deep supervision",
-              markdown(rows, args), {"args": vars(args), "rows": rows})  # fmt: skip
+              markdown(rows, args), {"args": settings, "rows": rows})  # fmt: skip
     return 0
 
 
