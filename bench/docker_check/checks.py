@@ -66,8 +66,9 @@ def loop_windows(stats: ViewerStats, loop_s: float) -> dict[str, np.ndarray]:
     seconds the viewer saw. The demo loops a clip of ``loop_s`` seconds, so each window holds every part of it once:
     the two see the same motion and differ in the weights only (the first 10 frames against the last 10 would compare
     two parts of the clip, whose loss differs more than learning changes it; as ``loss_falls`` in
-    tests/server_support.py explains). Relative, because the service moves the learning size while it settles its
-    frame budget, and a loss at one size is not comparable with a loss at another; its ratio to zero flow's is."""
+    tests/server_support.py explains). Relative to zero flow's, the baseline every frame carries: below 1, the flow
+    is better than none. Not comparable across learning sizes, which the service moves while it settles its frame
+    budget (``demo_loss`` says why, and how learning is judged instead)."""
     captured = np.array(stats.captured)
     relative = np.array(stats.losses) / np.array(stats.losses_zero)
     return {"first": relative[captured < captured[0] + loop_s], "last": relative[captured > captured[-1] - loop_s]}
