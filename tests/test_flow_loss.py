@@ -1,7 +1,16 @@
 import pytest
 import torch
 
-from models.flow_loss import census, census_distance, census_loss, flow_loss, photometric_loss, smoothness_loss, warp
+from models.flow_loss import (
+    census,
+    census_distance,
+    census_loss,
+    flow_loss,
+    photometric_loss,
+    pixel_grid,
+    smoothness_loss,
+    warp,
+)
 
 
 def test_integer_translation_warps_exactly():
@@ -109,3 +118,14 @@ def test_census_loss_prefers_the_true_flow():
     assert flow_loss(truth, frames, photometric="census") < flow_loss(
         torch.zeros_like(truth), frames, photometric="census"
     )
+
+
+def test_warp_gradients_match_finite_differences_inside_and_beyond_the_frame():
+    """The clamp before grid_sample passes its gradient straight through; a position it moved lies outside the frame,
+    where border sampling has no gradient, so the whole warp's gradient must still be the true one."""
+    gen = torch.Generator().manual_seed(3)
+    image = torch.rand(1, 3, 6, 7, generator=gen, dtype=torch.float64)
+    flow = (torch.rand(1, 2, 6, 7, generator=gen, dtype=torch.float64) - 0.5) * 24  # reaches far outside the frame
+    moved = (pixel_grid(6, 7, flow.device, flow.dtype) + flow).detach()
+    assert ((moved[:, 0] < -1) | (moved[:, 0] > 7)).any() and ((moved[:, 0] > 0) & (moved[:, 0] < 6)).any()
+    assert torch.autograd.gradcheck(warp, (image.requires_grad_(), flow.requires_grad_()))
