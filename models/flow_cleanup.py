@@ -23,9 +23,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch.autograd.function import FunctionCtx, once_differentiable
 
 from .flow_loss import warp
+from .window_products import window_mix
 
 
 def frames_of(x: Tensor) -> Tensor:
@@ -37,10 +37,10 @@ def frames_of(x: Tensor) -> Tensor:
     return x[:, 2:8].detach()
 
 
-def _offsets(dilation: int) -> list[tuple[int, int]]:
+def _offsets(dilation: int) -> tuple[tuple[int, int], ...]:
     """Where each pixel's 3x3 neighbours at ``dilation`` sit in the image padded by ``dilation``: (row, column)
     offsets of the nine windows, row by row."""
-    return [(dy, dx) for dy in (0, dilation, 2 * dilation) for dx in (0, dilation, 2 * dilation)]
+    return tuple((dy, dx) for dy in (0, dilation, 2 * dilation) for dx in (0, dilation, 2 * dilation))
 
 
 def _neighbours(t: Tensor, dilation: int) -> Tensor:
@@ -51,42 +51,10 @@ def _neighbours(t: Tensor, dilation: int) -> Tensor:
     return torch.cat([padded[..., dy : dy + h, dx : dx + w] for dy, dx in _offsets(dilation)], 1)
 
 
-class _NeighbourSum(torch.autograd.Function):
-    """Per pixel, its 3x3 neighbours at ``dilation`` (read from ``padded``) weighted by ``kernel`` (B, 9, H, W) and
-    summed. A hand-written backward: autograd's own, for nine shifted slices and their products, allocates and
-    zero-fills a padded-size tensor per neighbour (the fill's backward took more than its forward); this one
-    accumulates every neighbour's share in place into one."""
-
-    @staticmethod
-    def forward(ctx: FunctionCtx, padded: Tensor, kernel: Tensor, dilation: int) -> Tensor:
-        h, w = kernel.shape[-2:]
-        windows = [padded[..., dy : dy + h, dx : dx + w] for dy, dx in _offsets(dilation)]
-        out = windows[0] * kernel[:, :1]
-        for k in range(1, 9):
-            out.addcmul_(windows[k], kernel[:, k : k + 1])
-        ctx.save_for_backward(padded, kernel)
-        ctx.dilation = dilation
-        return out
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx: FunctionCtx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None]:
-        padded, kernel = ctx.saved_tensors
-        h, w = kernel.shape[-2:]
-        grad_padded = torch.zeros_like(padded) if ctx.needs_input_grad[0] else None
-        grad_kernel = torch.empty_like(kernel) if ctx.needs_input_grad[1] else None
-        for k, (dy, dx) in enumerate(_offsets(ctx.dilation)):
-            if grad_padded is not None:
-                grad_padded[..., dy : dy + h, dx : dx + w].addcmul_(grad, kernel[:, k : k + 1])
-            if grad_kernel is not None:
-                grad_kernel[:, k] = (grad * padded[..., dy : dy + h, dx : dx + w]).sum(1)
-        return grad_padded, grad_kernel, None
-
-
 def neighbour_sum(t: Tensor, kernel: Tensor, dilation: int) -> Tensor:
     """Each pixel of ``t`` (B, C, H, W) replaced by the sum of its 3x3 neighbours at ``dilation`` (edges replicated)
     weighted by ``kernel`` (B, 9, H, W, in ``_neighbours``' order)."""
-    return _NeighbourSum.apply(F.pad(t, [dilation] * 4, mode="replicate"), kernel, dilation)
+    return window_mix(kernel, F.pad(t, [dilation] * 4, mode="replicate"), _offsets(dilation))
 
 
 def confidence(flow: Tensor, prev: Tensor, cur: Tensor, texture: Tensor, residual: Tensor) -> Tensor:
