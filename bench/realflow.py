@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     for init in inits:
         if init not in INITS and not Path(init).is_file():
-            parser.error(f"--init must be 'scratch' or a state_dict file, got {init!r}")
+            parser.error(f"--init must be one of {', '.join(INITS)} or a state_dict file, got {init!r}")
     width, height = size or working_size(source["width"], source["height"])
     fps = args.fps or min(source["fps"] or MAX_FPS, MAX_FPS)
     if args.threads:
