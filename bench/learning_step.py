@@ -11,6 +11,8 @@ and once more with the cache it filled (warm).
 * ``eager-1t`` (the service: one intra-op thread), ``eager-2t``, ``eager-2t-passive`` (OpenMP threads that sleep
   instead of spinning while they wait: ``OMP_WAIT_POLICY=PASSIVE``);
 * ``eager-D2``: PARTIME with 2 stages as threads, one intra-op thread each (the service's default);
+* ``adam-loop-1t``: as ``eager-1t`` with torch's default Adam on CPU (a loop over the parameters) instead of the
+  service's fused one;
 * ``channels-last-1t`` / ``-D2``: the net and its input in channels-last memory format;
 * ``compile-1t`` / ``-D2``: ``module.compile()`` per stage (inductor's CPU backend), cold and warm;
   ``compile-nosizeassert-1t``: the same with inductor's size asserts off (see the result: the default fails);
@@ -33,7 +35,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PLAIN = ["eager-1t", "eager-2t", "eager-2t-passive", "eager-D2", "channels-last-1t", "channels-last-D2"]
+PLAIN = ["eager-1t", "eager-2t", "eager-2t-passive", "eager-D2", "adam-loop-1t", "channels-last-1t", "channels-last-D2"]
 PROFILES = ["profile-1t", "profile-2t"]
 COMPILED = ["compile-1t", "compile-D2", "compile-nosizeassert-1t"]
 #: way -> (intra-op threads, stages, extra environment)
@@ -42,6 +44,7 @@ WAYS = {
     "eager-2t": (2, 1, {}),
     "eager-2t-passive": (2, 1, {"OMP_WAIT_POLICY": "PASSIVE"}),
     "eager-D2": (2, 2, {}),  # the local runtime gives each of the 2 stages 2 // 2 = 1 thread
+    "adam-loop-1t": (1, 1, {}),
     "channels-last-1t": (1, 1, {}),
     "channels-last-D2": (2, 2, {}),
     "compile-1t": (1, 1, {}),
@@ -67,7 +70,7 @@ def child(way: str, size: tuple[int, int], steps: int, warmup: int) -> dict:
     import torch
 
     from models.flow_nets import build_flow_net
-    from models.online import default_lr, frame_pair, online_pipeline
+    from models.online import default_lr, flow_optimizer, frame_pair, online_pipeline
     from models.streams import generate
 
     threads, stages, _ = WAYS[way]
@@ -79,8 +82,10 @@ def child(way: str, size: tuple[int, int], steps: int, warmup: int) -> dict:
     frames = generate(max(w, h), steps + 1, seed=5).frames[:, :h, :w]
     start = time.perf_counter()
     net = build_flow_net("fast", init="pretrained")
-    pipe = online_pipeline(net, torch.zeros(1, 6, h, w), stages, default_lr("pretrained"),
-                           layers=coarse_then_full(net) if stages == 2 else None)  # fmt: skip
+    lr = default_lr("pretrained")
+    layers = coarse_then_full(net) if stages == 2 else None
+    optimizer = flow_optimizer(lr, fused=not way.startswith("adam-loop"))
+    pipe = online_pipeline(net, torch.zeros(1, 6, h, w), stages, lr, layers=layers, optimizer=optimizer)
     channels_last = way.startswith("channels-last")
     if channels_last:
         for stage in pipe.stages:

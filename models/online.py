@@ -38,15 +38,15 @@ def default_lr(init: str) -> float:
     return BASE_LR if init == "scratch" else ADAPT_LR
 
 
-def flow_optimizer(lr: float = BASE_LR) -> OptimizerFactory:
+def flow_optimizer(lr: float = BASE_LR, fused: bool = True) -> OptimizerFactory:
     """Adam factory (one optimiser per pipeline stage). beta2 = 0.99: on a non-stationary stream the
     second-moment estimate must forget within ~100 frames, or a burst of large gradients (a fast
-    patch entering) keeps the step size wrong for a long time. Fused (one kernel for every parameter): the
-    flow nets have ~40 small tensors, and torch's default on CPU, a loop over them, took 1.5 ms a step
-    against 0.27 ms fused (the same update)."""
+    patch entering) keeps the step size wrong for a long time. ``fused``: one kernel updates every parameter (the
+    same update); torch's default on CPU loops over the flow nets' ~40 small tensors one op at a time
+    (bench/results/learning-step-cpu.md compares both: eager-1t and adam-loop-1t)."""
 
     def make(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
-        return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.99), fused=True)
+        return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.99), fused=fused or None)
 
     return make
 
