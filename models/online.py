@@ -43,7 +43,7 @@ def flow_optimizer(lr: float = BASE_LR, fused: bool = True) -> OptimizerFactory:
     second-moment estimate must forget within ~100 frames, or a burst of large gradients (a fast
     patch entering) keeps the step size wrong for a long time. ``fused``: one kernel updates every parameter (the
     same update); torch's default on CPU loops over the flow nets' ~40 small tensors one op at a time
-    (bench/results/learning-step-cpu.md compares both: eager-1t and adam-loop-1t)."""
+    (``python -m bench.learning_step`` times both: ways eager-1t and adam-loop-1t)."""
 
     def make(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
         return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.99), fused=fused or None)
