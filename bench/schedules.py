@@ -131,7 +131,7 @@ def digits_task(args: argparse.Namespace) -> Task:
 def flow_task(args: argparse.Namespace) -> Task:
     from models.flow_loss import flow_loss
     from models.flow_metrics import epe
-    from models.flow_nets import build_flow_net
+    from models.flow_nets import pyramid_flow_net
     from models.online import BASE_LR, flow_optimizer, frame_pair
     from models.streams import generate
 
@@ -150,10 +150,10 @@ def flow_task(args: argparse.Namespace) -> Task:
         return epe(newest, stream.flow[frame])
 
     def model() -> nn.Sequential:
-        # The research net: the service's net gates sub-pixel motion on tiny frames to zero flow, and every
+        # The coarse-to-fine net without the still gate: the gate zeroes sub-pixel motion on tiny frames, and every
         # schedule would score as zero flow does.
         torch.manual_seed(0)
-        return build_flow_net("strong", init="scratch")
+        return pyramid_flow_net(lk_steps=2, supervision=0.3)
 
     return Task(
         "flow",
