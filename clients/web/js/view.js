@@ -50,7 +50,7 @@ export class FlowView {
     const caps = this.capabilities(im);
     const mode = caps[this.mode] === false ? "overlay" : this.mode;
     ctx.imageSmoothingEnabled = true;
-    ctx.imageSmoothingQuality = "high";
+    ctx.imageSmoothingQuality = "low";
     if (mode === "split") {
       const half = { w: canvas.width / 2, h: canvas.height };
       this.drawFit(im.frame, 0, 0, half.w, half.h);
