@@ -39,7 +39,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="overtime watch", description=__doc__.splitlines()[0])
     p.add_argument("target", metavar="STREAM_ID_OR_SOURCE", help="a stream id, or a source to create a stream from")
     p.add_argument("--save", type=Path, metavar="OUT.mp4", help="record a picture as H.264 MP4, at capture times")
-    p.add_argument("--picture", choices=PICTURES, default="overlay", help="what --save records (default: overlay)")
+    p.add_argument(
+        "--picture",
+        choices=PICTURES,
+        default="overlay",
+        help="what --save records (default: overlay); flow is recorded at the learning size",
+    )
     p.add_argument("--save-flow", type=Path, metavar="DIR", help="write the flow of each frame as DIR/<frame>.flo")
     p.add_argument("--csv", type=Path, metavar="LOSSES.csv", help="write per-frame metrics as CSV")
     p.add_argument("--url", default=os.environ.get("OVERTIME_URL", "http://127.0.0.1:8000"), help="server base URL")

@@ -1,11 +1,16 @@
-"""The pictures a viewer can get per frame, at the picture's size (the source's, up to ``display_side``):
-``frame`` (the raw frame), ``flow`` (the colour coding of the learned flow: ``models.flow_viz``, hue = direction,
-saturation = speed, white = still) and ``overlay`` (the frame tinted by the flow's colours). The flow itself, as
-numbers, goes out in standard formats (``flow_formats``), made from the raw field by the API process.
+"""The pictures a viewer can get per frame: ``frame`` (the raw frame, at the picture's size: the source's, up to
+``display_side``), ``flow`` (the colour coding of the learned flow at the learning size: ``models.flow_viz``, hue =
+direction, saturation = speed, white = still) and ``overlay`` (the frame tinted by the flow's colours, at the
+picture's size). The flow itself, as numbers, goes out in standard formats (``flow_formats``), made from the raw
+field by the API process.
 
 Choices, measured on a 640x480 picture of a 160x120 field:
-- The flow is coloured at the learning size and the colours are scaled up to the picture (0.6 ms), not the field
-  scaled up and coloured (3.8 ms): the same picture except along motion boundaries.
+- The flow is coloured at the learning size; for the overlay the colours are scaled up to the picture (0.6 ms), not
+  the field scaled up and coloured (3.8 ms): the same picture except along motion boundaries.
+- ``flow`` goes out at the learning size, where the field has its detail: a viewer that blends it with the frame
+  scales it up itself (the browser does, as it draws), and the worker neither scales nor encodes a picture-sized
+  JPEG the viewer would only decode again. With the browser on the server's own two cores every share of a core
+  counts (``bench/results/service-clip-cpu.md``).
 - One colour scale per stream (``FlowScale``, in pixels of the picture per frame), not each frame's own maximum:
   speeds stay comparable from frame to frame and the picture does not flicker.
 - The overlay multiplies the frame by a mix of white and the flow's colour (``OPACITY``): still parts (white) keep
@@ -20,7 +25,6 @@ import numpy as np
 from models.flow_viz import ColorTable
 
 from .flow_formats import flo_bytes, kitti_png
-from .sizing import Size
 
 JPEG_KINDS = ("overlay", "frame", "flow")  # rendered by the worker, when some viewer wants them
 FIELD_KINDS = ("flow16", "flo")  # the raw field, encoded by the API process (``flow_formats``)
@@ -71,22 +75,19 @@ class Painter:
         self.quality = quality
         self.table = ColorTable()
 
-    def colors(self, flow: np.ndarray, display: Size, scale: float, factor: float) -> np.ndarray:
-        """The flow's colours at the picture's size; ``scale`` in pixels of the picture per frame."""
-        return cv2.resize(self.table(flow, scale / factor), display, interpolation=cv2.INTER_LINEAR)
-
     def render(self, frame: np.ndarray, flow: np.ndarray, scale: float, kinds: list[str]) -> dict[str, bytes]:
-        """``frame`` uint8 [H, W, 3] RGB (the picture), ``flow`` [h, w, 2] in pixels of the learning size ->
-        {kind: JPEG bytes} for each of ``kinds`` (JPEG kinds only)."""
+        """``frame`` uint8 [H, W, 3] RGB (the picture), ``flow`` [h, w, 2] in pixels of the learning size, ``scale``
+        in pixels of the picture per frame -> {kind: JPEG bytes} for each of ``kinds`` (JPEG kinds only)."""
         display = (frame.shape[1], frame.shape[0])
         out: dict[str, bytes] = {}
         if "frame" in kinds:
             out["frame"] = _jpeg(frame, self.quality)
         if "flow" in kinds or "overlay" in kinds:
-            colors = self.colors(flow, display, scale, display[0] / flow.shape[1])
+            colors = self.table(flow, scale * flow.shape[1] / display[0])  # the scale in pixels of the learning size
             if "flow" in kinds:
                 out["flow"] = _jpeg(colors, self.quality)
             if "overlay" in kinds:
+                colors = cv2.resize(colors, display, interpolation=cv2.INTER_LINEAR)
                 tint = cv2.addWeighted(colors, OPACITY, np.full_like(colors, 255), 1 - OPACITY, 0.0)
                 out["overlay"] = _jpeg(cv2.multiply(frame, tint, scale=1 / 255), self.quality)
         return out

@@ -14,19 +14,21 @@ def decode(jpeg: bytes) -> np.ndarray:
     return cv2.cvtColor(cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB).astype(float)
 
 
-def test_pictures_are_the_pictures_size_and_the_overlay_tints_only_motion():
+def test_frame_and_overlay_are_the_pictures_size_the_flow_the_learning_size_and_the_overlay_tints_only_motion():
     rng = np.random.default_rng(0)
     frame = cv2.GaussianBlur(rng.integers(0, 255, (120, 160, 3), np.uint8), (0, 0), 2)
     flow = np.zeros((30, 40, 2), np.float32)  # a quarter of the picture's size
     flow[:, 20:, 0] = 2.0  # the right half moves right, 2 px of the learning size = 8 px of the picture
     images = Painter(95).render(frame, flow, scale=8.0, kinds=list(JPEG_KINDS))
     shown, colours, overlay = (decode(images[k]) for k in ("frame", "flow", "overlay"))
-    assert shown.shape == colours.shape == overlay.shape == (120, 160, 3)
+    assert shown.shape == overlay.shape == (120, 160, 3) and colours.shape == (30, 40, 3)
     still, moving = (slice(None), slice(0, 70)), (slice(None), slice(90, 160))
     assert np.abs(overlay[still] - shown[still]).mean() < 3, "still parts must keep the frame as it is"
     red = flow_to_color(np.array([[[1.0, 0.0]]]), 1.0)[0, 0].astype(float)  # full speed to the right
+    white = np.full(3, 255.0)
     expected = frame[moving] * (1 - OPACITY + OPACITY * red / 255)
-    assert np.abs(colours[moving] - red).mean() < 6 and np.abs(overlay[moving] - expected).mean() < 4
+    assert np.abs(colours[:, 23:] - red).mean() < 6 and np.abs(colours[:, :17] - white).mean() < 6
+    assert np.abs(overlay[moving] - expected).mean() < 4
 
 
 def test_only_the_wanted_kinds_are_rendered():
