@@ -62,9 +62,11 @@ export class FlowView {
     const box = this.drawFit(base, 0, 0, canvas.width, canvas.height);
     if (mode === "overlay" && im.frame && im.flow) {
       // The frame tinted by the flow's colours, as the server's overlay: white (no motion) leaves the frame as it is.
+      // The flow comes at the learning size, whose aspect the rounding to multiples of 4 may change a little: it is
+      // stretched onto the frame's own box, so both cover the same pixels.
       ctx.globalCompositeOperation = "multiply";
       ctx.globalAlpha = this.opacity;
-      this.drawFit(im.flow, 0, 0, canvas.width, canvas.height);
+      ctx.drawImage(im.flow, box.x, box.y, box.w, box.h);
       ctx.globalAlpha = 1;
       ctx.globalCompositeOperation = "source-over";
     }
@@ -100,7 +102,7 @@ export class FlowView {
         const [dx, dy] = vectorFromRgb(px[i], px[i + 1], px[i + 2]);
         if (Math.hypot(dx, dy) < 0.15) continue;
         const x0 = box.x + sx * scale;
-        const y0 = box.y + sy * scale;
+        const y0 = box.y + (sy * box.h) / flow.height;
         const x1 = x0 + dx * len;
         const y1 = y0 + dy * len;
         const a = Math.atan2(y1 - y0, x1 - x0);
