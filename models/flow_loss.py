@@ -30,6 +30,22 @@ def pixel_grid(height: int, width: int, device: torch.device, dtype: torch.dtype
     return grid
 
 
+_BOUNDS: dict[tuple, tuple[Tensor, Tensor]] = {}
+
+
+def _warp_bounds(height: int, width: int, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """(1, 2, 1, 1) the last position ``_InsideReach`` keeps, (w, h), and the scale of pixel positions to
+    ``grid_sample``'s [-1, 1], cached per size/device/dtype: a warp runs about fifteen times a step, and making two
+    small tensors each time cost more ops than the rest of the warp."""
+    key = (height, width, device, dtype)
+    bounds = _BOUNDS.get(key)
+    if bounds is None:
+        high = torch.tensor([float(width), float(height)], device=device, dtype=dtype).view(1, 2, 1, 1)
+        scale = torch.tensor([2.0 / max(width - 1, 1), 2.0 / max(height - 1, 1)], device=device, dtype=dtype)
+        bounds = _BOUNDS[key] = (high, scale.view(1, 2, 1, 1))
+    return bounds
+
+
 class _InsideReach(torch.autograd.Function):
     """Positions (B, 2, H, W) with NaN made -1 and every coordinate clamped to [-1, size]: grid_sample's CPU backward
     crashes the process on NaN or huge coordinates, and border padding makes every position beyond one pixel
@@ -39,8 +55,7 @@ class _InsideReach(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx: FunctionCtx, pos: Tensor) -> Tensor:
-        _, _, h, w = pos.shape
-        high = torch.tensor([float(w), float(h)], device=pos.device, dtype=pos.dtype).view(1, 2, 1, 1)
+        high, _ = _warp_bounds(*pos.shape[-2:], pos.device, pos.dtype)
         return torch.minimum(pos.nan_to_num(-1.0).clamp_min_(-1.0), high)
 
     @staticmethod
@@ -61,8 +76,8 @@ def warp(image: Tensor, flow: Tensor) -> Tensor:
     # A diverged (NaN/inf) flow must not crash grid_sample's backward: the worker's non-finite-loss guard then
     # restores the last good weights.
     pos = _InsideReach.apply(pos)
-    scale = torch.tensor([2.0 / max(w - 1, 1), 2.0 / max(h - 1, 1)], device=flow.device, dtype=flow.dtype)
-    grid = (pos * scale.view(1, 2, 1, 1) - 1.0).permute(0, 2, 3, 1)
+    _, scale = _warp_bounds(h, w, flow.device, flow.dtype)
+    grid = (pos * scale - 1.0).permute(0, 2, 3, 1)
     return F.grid_sample(image, grid, mode="bilinear", padding_mode="border", align_corners=True)
 
 
