@@ -1,5 +1,6 @@
 """The service benchmarks' own logic: the real-clip scenario skips cleanly without its clip (a fresh clone has none),
-writing nothing; sizes parse as docs/operations.md writes them (`--size 128x96`)."""
+writing nothing; sizes parse as docs/operations.md writes them (`--size 128x96`); the clip verdict holds the issue's
+targets, the smallest learning size among them."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ def test_the_clip_scenario_skips_without_its_clip(tmp_path, capsys):
 
 def test_sizes():
     assert service.parse_size("128x96") == (128, 96) and service.parse_size("128") == (128, 128)
-    row = {"dropped": 0, "frames": 600, "expected_frames": 600, "latency_p95_s": 0.3, "latency_target_s": 0.35}
+    row = {"dropped": 0, "frames": 600, "expected_frames": 600, "latency_p95_s": 0.3, "latency_target_s": 0.35,
+           "learning_sizes": [[160, 120], [128, 96]]}  # fmt: skip
     assert service_clip.verdict(row) and not service_clip.verdict({**row, "dropped": 1})
     assert not service_clip.verdict({**row, "latency_p95_s": 0.36}) and not service_clip.verdict({**row, "frames": 500})
+    assert not service_clip.verdict({**row, "learning_sizes": [[128, 96], [112, 84]]})  # a thumbnail does not count
 
 
 def test_results_index_lists_every_results_file_and_how_it_was_made(tmp_path):
