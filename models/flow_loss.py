@@ -8,6 +8,8 @@ same (B, 6, H, W) frame pair the network saw.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -182,15 +184,22 @@ def flow_loss(
         raise ValueError(f"flow must be (B, 2, H, W) matching frames {tuple(frames.shape)}, got {tuple(flow.shape)}")
     data_term = PHOTOMETRIC[photometric]
     total = flow.new_zeros(())
+    for level, level_frames in enumerate(_pyramid(frames, levels)):
+        if level:
+            flow = F.avg_pool2d(flow, 2) / 2
+        photo = data_term(flow, level_frames)
+        total = total + photo + smooth_weight * smoothness_loss(flow, level_frames[:, :3], edge_weight)
+    return total / levels
+
+
+def _pyramid(frames: Tensor, levels: int) -> Iterator[Tensor]:
+    """The frame pair at up to ``levels`` scales, halved each time while the smaller side is still 8 or more."""
     for level in range(levels):
         if level:
-            if min(flow.shape[-2:]) < 8:
-                break
+            if min(frames.shape[-2:]) < 8:
+                return
             frames = F.avg_pool2d(frames, 2)
-            flow = F.avg_pool2d(flow, 2) / 2
-        photo = data_term(flow, frames)
-        total = total + photo + smooth_weight * smoothness_loss(flow, frames[:, :3], edge_weight)
-    return total / levels
+        yield frames
 
 
 MAX_FLOW_PX = 1e4  # no real motion is this large; such a flow means the weights have blown up
@@ -201,6 +210,17 @@ ONLINE_PHOTOMETRIC = "charbonnier"
 def online_loss(flow: Tensor, frames: Tensor, levels: int = 3) -> Tensor:
     """``flow_loss`` with the online learners' data term."""
     return flow_loss(flow, frames, levels=levels, photometric=ONLINE_PHOTOMETRIC)
+
+
+def online_zero_flow_loss(frames: Tensor, levels: int = 3) -> Tensor:
+    """``online_loss`` of zero flow, without its trivial parts: a zero flow warps nothing (every match lies in the
+    frame) and costs no smoothness, so only the Charbonnier of the frames' differences remains. The service scores
+    this baseline on every frame, where the full loss's warps and smoothness took most of its time
+    (``tests/test_flow_loss.py`` holds the two equal)."""
+    total = frames.new_zeros(())
+    for level_frames in _pyramid(frames, levels):
+        total = total + charbonnier(level_frames[:, 3:6] - level_frames[:, :3]).mean()
+    return total / levels
 
 
 def guarded_flow_loss(flow: Tensor, frames: Tensor) -> Tensor:

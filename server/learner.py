@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from models.flow_loss import online_zero_flow_loss
 from models.flow_nets import build_flow_net
 from models.online import default_lr, online_pipeline, stage_lrs
 from pipeline_core import StepResult
@@ -142,10 +143,8 @@ class Learner:
 
     def zero_flow_loss(self, x: torch.Tensor) -> float:
         """The learner's own loss of zero flow on the pair ``x``: the baseline a learned flow must beat."""
-        device = self.pipe.stages[-1].device
-        x = x.to(device)
         with torch.no_grad():
-            return float(self.pipe.loss_fn(x.new_zeros(x.shape[0], 2, *x.shape[2:]), x))
+            return float(online_zero_flow_loss(x.to(self.pipe.stages[-1].device)))
 
     def recover(self) -> None:
         """After a non-finite loss: back to the last good weights, half the step size."""

@@ -6,6 +6,8 @@ from models.flow_loss import (
     census_distance,
     census_loss,
     flow_loss,
+    online_loss,
+    online_zero_flow_loss,
     photometric_loss,
     pixel_grid,
     smoothness_loss,
@@ -36,6 +38,13 @@ def test_identical_frames_zero_flow_have_zero_photometric_loss():
     zero = torch.zeros(2, 2, 16, 16)
     assert photometric_loss(zero, frames, eps=0.0).item() < 1e-6  # float rounding of the sampling grid
     assert smoothness_loss(zero).item() == 0.0
+
+
+@pytest.mark.parametrize("size", [(96, 128), (45, 61), (12, 10)])  # 12x10: the pyramid stops after one halving
+def test_zero_flow_loss_without_warps_is_the_online_loss_of_zero_flow(size):
+    frames = torch.rand(2, 6, *size)
+    expected = online_loss(torch.zeros(2, 2, *size), frames)
+    assert online_zero_flow_loss(frames).item() == pytest.approx(expected.item(), rel=1e-5)
 
 
 def test_true_flow_beats_zero_flow_on_a_translated_pair():
