@@ -10,12 +10,12 @@ for ``RETRY_S``, so the size does not flap. With a fixed size nothing moves, but
 
 Cost model: a frame's work is a part that grows with the learning size (the pipeline step) and a part that does not
 (scaling the picture down, the pictures at the picture's size): both measured. A step is not proportional to the
-pixels: a small net's step is largely per-op overhead (``bench/results/service-clip-cpu.md``: 47 ms at 64×48 where
-128×96 takes about 65), so a model proportional to pixels sends a stream that was slow at a large size far too low,
-and then never finds room to grow. The step's cost is modelled as affine in the pixels, fitted to the last window of
-every size measured so far; its level follows the current size's latest window (a changed machine load scales every
-size alike). With one size measured, it is scaled by pixels. It only picks the next size to try; the next window
-measures it, and a larger size never measured in the stream is tried when the current one leaves room.
+pixels: a small net's step is largely per-op overhead, and a net runs the same ops at every size, so a model
+proportional to pixels sends a stream that was slow at a large size far too low, and then never finds room to grow.
+The step's cost is modelled as affine in the pixels, fitted to the last window of every size measured so far; its
+level follows the current size's latest window (a changed machine load scales every size alike). With one size
+measured, it is scaled by pixels. It only picks the next size to try; the next window measures it, and a larger size
+never measured in the stream is tried when the current one leaves room.
 """
 
 from __future__ import annotations
