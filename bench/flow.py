@@ -24,7 +24,7 @@ from models.classical import classical_methods
 from models.flow_loss import flow_loss
 from models.flow_metrics import epe, moving_mask, photometric_error, reconstruction_accuracy
 from models.flow_nets import FLOW_NETS, INITS, build_flow_net
-from models.online import BASE_LR, frame_pair, online_pipeline, predict_then_learn, stage_lrs
+from models.online import BASE_LR, frame_pair, online_pipeline, predict_then_learn
 from models.streams import Stream, load_npz
 from testing.report import RESULTS, Run
 
@@ -89,8 +89,7 @@ def learn_online(stream: Stream, stages: int, net: str, init: str, base_lr: floa
             scores.seconds.append(r.step_seconds)
             if r.frame is not None:
                 scores.add(stream, r.frame, r.output[0].permute(1, 2, 0).numpy(), r.loss)
-    lrs = stage_lrs(base_lr, pipe.gradient_delays)
-    return scores, {"stages": stages, "lr": lrs, "balance": pipe.balance, "net": net, "init": init}
+    return scores, {"stages": stages, "lr": base_lr, "balance": pipe.balance, "net": net, "init": init}
 
 
 def run_classical(stream: Stream) -> dict[str, Scores]:
@@ -155,10 +154,9 @@ def markdown(results: dict[str, dict]) -> str:
         lines.append("")
         for name, r in results.items():
             if name.startswith("partime"):
-                lrs = ", ".join(f"{lr:.2g}" for lr in r["lr"])
                 lines.append(
                     f"- {name} / sequential EPE last 100: {r['epe_last100'] / seq['epe_last100']:.3f}"
-                    f" (balance {r['balance']}, stage lrs {lrs})"
+                    f" (balance {r['balance']}, lr {r['lr']:.2g} for every stage)"
                 )
         if "farneback" in results:
             ratio = seq["epe_last100"] / results["farneback"]["epe_last100"]
@@ -178,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         choices=INITS,
         help="scratch: PARTIME's research setting (learning from nothing online)",
     )
-    parser.add_argument("--lr", type=float, default=BASE_LR, help="Adam lr of the last stage (earlier ones: stage_lrs)")
+    parser.add_argument("--lr", type=float, default=BASE_LR, help="Adam lr of every stage")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     args = parser.parse_args(argv)

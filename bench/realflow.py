@@ -30,7 +30,7 @@ from models.classical import REFINEMENT, classical_methods, dis_refined, resize_
 from models.flow_metrics import end_point_errors, f1_score, mask_counts, motion_mask, photometric_error
 from models.flow_nets import FLOW_NETS, INITS, build_flow_net
 from models.flow_viz import color_wheel_legend, flow_to_color
-from models.online import default_lr, frame_pair, online_pipeline, predict_then_learn, stage_lrs
+from models.online import default_lr, frame_pair, online_pipeline, predict_then_learn
 from pipeline_core import Pipeline
 from server.resample import FrameClock, Resampler, to_rgb
 from testing.report import Run, command_line
@@ -183,8 +183,7 @@ def learn(
             scores.seconds.append(r.step_seconds)
             if r.frame is not None:
                 scores.add(r.frame, r.output[0].detach().permute(1, 2, 0).cpu().numpy(), r.loss)
-    lrs = stage_lrs(lr, pipe.gradient_delays)
-    return scores, {"init": init, "stages": stages, "balance": pipe.balance, "lr": lrs, "net": args.net}
+    return scores, {"init": init, "stages": stages, "balance": pipe.balance, "lr": lr, "net": args.net}
 
 
 def run_references(clip: Clip, shown: set[int]) -> dict[str, PairScores]:
@@ -288,8 +287,7 @@ def markdown(result: dict) -> str:
     if learned:
         lines.append("")
         for name, m in learned:
-            lrs = ", ".join(f"{lr:.2g}" for lr in m["lr"])
-            lines.append(f"- {name}: net {m['net']}, balance {m['balance']}, stage lrs {lrs}")
+            lines.append(f"- {name}: net {m['net']}, balance {m['balance']}, lr {m['lr']:.2g} for every stage")
     return "\n".join(lines) + "\n"
 
 
@@ -321,8 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--net", default="fast", choices=sorted(FLOW_NETS), help="default: the service's")
     parser.add_argument(
         "--lr",
-        help="Adam lr of the last stage (earlier ones: stage_lrs), comma-separated to compare several in one run; "
-        "default: by init (default_lr)",
+        help="Adam lr of every stage, comma-separated to compare several in one run; default: by init (default_lr)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")

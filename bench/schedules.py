@@ -11,9 +11,8 @@ Two continual streams, both offline:
   end-point error (EPE) of the newest pair's flow, per frame.
 
 Every schedule gets the same inputs, network, initial weights and optimizer; schedules differ
-only in their update rule. Each stage's rate follows the delay rule the service and bench.flow use
-(``models.online.stage_lrs``: base/(1 + delay)), so stages with stale gradients (PARTIME, stash)
-learn slower, as delayed gradient descent needs. sequential / partime / stash / hybrid /
+only in their update rule. Every stage learns at the same rate, as in the service and bench.flow
+(``models.online.online_pipeline``). sequential / partime / stash / hybrid /
 cdp-v1 / cdp-v2 at D = 2 and 4; frames/s is measured within the same run (evaluation time excluded). Writes
 ``bench/results/schedules.{json,md,png}``.
 
@@ -74,7 +73,7 @@ class Task:
     frames: int
     model: Callable[[], nn.Sequential]
     optimizer: Callable
-    lr: float  # of a sequential learner; pipelined stages get ``stage_lrs`` of their gradient delay
+    lr: float  # of every stage (``online_pipeline``)
     loss: Callable[[Tensor, Tensor | None], Tensor]
     inputs: Callable[[], Iterator[tuple[Tensor, Tensor]]]  # (window, target window) per frame
     score: Callable[[Pipeline, int, Tensor | None], float | None]  # after the step of a frame
@@ -173,7 +172,7 @@ def run_one(task: Task, name: str, split: list[int]) -> dict:
     """Stream the task through one schedule; score every frame that comes out."""
     first, first_target = next(task.inputs())
     depth = len(split)
-    # the service's learner (per-stage lrs by gradient delay: the rule the service and bench.flow use)
+    # the service's learner (one rate for every stage: the rule the service and bench.flow use)
     pipe = online_pipeline(
         task.model(),
         first.clone(),

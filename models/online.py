@@ -6,7 +6,7 @@ must be identical wherever flow is learned, or bench numbers would not describe 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -51,20 +51,6 @@ def flow_optimizer(lr: float = BASE_LR, fused: bool = True) -> OptimizerFactory:
     return make
 
 
-def stage_lrs(base_lr: float, delays: Sequence[int]) -> list[float]:
-    """Learning rate of each pipeline stage: ``base_lr / (1 + delay)``, with ``delay`` how many
-    frames stale the stage's gradients are (``Pipeline.gradient_delays``: 2(D-1-h) for PARTIME).
-
-    Why per stage: the last stage backpropagates its own loss exactly and learns best at the
-    sequential rate; an earlier stage pushes a gradient computed on an older frame through the graph
-    of a newer one, and delayed gradient descent needs a step that shrinks with the delay (PARTIME
-    lowers the rate for deeper pipelines; PipeMare scales it per stage by 1/delay).
-    """
-    if base_lr <= 0 or any(d < 0 for d in delays):
-        raise ValueError(f"need a positive base_lr and delays >= 0, got {base_lr} and {list(delays)}")
-    return [base_lr / (1 + d) for d in delays]
-
-
 def frame_pair(prev: np.ndarray, cur: np.ndarray, device: str | torch.device = "cpu") -> torch.Tensor:
     """Two uint8 RGB frames [H, W, 3] -> (1, 6, H, W) float tensor in [0, 1] (previous, current)."""
     prev, cur = np.asarray(prev), np.asarray(cur)
@@ -87,8 +73,13 @@ def online_pipeline(
     optimizer: OptimizerFactory | None = None,
 ) -> Pipeline:
     """The service's learner around ``model``: ``stages`` stages split by measured layer costs (unless ``layers``
-    gives the split; ``Pipeline`` profiles it otherwise), one Adam per stage (``flow_optimizer``; or ``optimizer``)
-    at ``stage_lrs(lr, ...)``, the frame pair as target.
+    gives the split; ``Pipeline`` profiles it otherwise), one Adam per stage (``flow_optimizer``; or ``optimizer``),
+    every stage at ``lr``, the frame pair as target.
+
+    Why one rate for every stage, stale or not: Adam already normalises each step, and a PARTIME stage's gradients are
+    only 2(D-1-h) frames old; scaling a stale stage's rate down by its delay (base / (1 + delay), PipeMare's rule,
+    used here before) slowed its learning more than the staleness hurt it (``bench.flow``'s PARTIME lanes, D = 2 and
+    4: ``bench/results/flow-*.md``).
 
     Why one function: the service's worker and the benchmarks build their learners here, so a benchmark
     measures what the service runs."""
@@ -102,7 +93,6 @@ def online_pipeline(
         optimizer=optimizer or flow_optimizer(lr),
         schedule=schedule,
     )
-    pipe.set_lr(stage_lrs(lr, pipe.gradient_delays))
     return pipe
 
 

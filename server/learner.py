@@ -20,7 +20,7 @@ import torch
 
 from models.flow_loss import online_zero_flow_loss
 from models.flow_nets import build_flow_net
-from models.online import default_lr, online_pipeline, stage_lrs
+from models.online import default_lr, online_pipeline
 from pipeline_core import StepResult
 from pipeline_core.partition import resolve_devices
 
@@ -62,8 +62,8 @@ class Learner:
         if saved is not None:
             self._check_compatible(saved)
         torch.manual_seed(zlib.crc32(cfg.name.encode()))  # a new stream's initial weights depend on its name only
-        # The base lr (the last stage's; earlier stages scale it down by their gradient delay, ``stage_lrs``). An
-        # explicit one wins (a restart after a crash passes a halved one); else the checkpoint's; else the default.
+        # The lr of every stage (``online_pipeline``). An explicit one wins (a restart after a crash passes a halved
+        # one); else the checkpoint's; else the default.
         self.lr = cfg.lr or (float(saved["lr"]) if saved else default_lr(cfg.init))
         devices = list(cfg.devices) if cfg.devices else None
         split_key = key(cfg.model, size, cfg.stages, resolve_devices(devices)[0])
@@ -157,5 +157,5 @@ class Learner:
         self.nonfinite += 1
 
     def _apply_lr(self) -> None:
-        """Every stage's rate from the base ``lr``, scaled down by the stage's gradient delay."""
-        self.pipe.set_lr(stage_lrs(self.lr, self.pipe.gradient_delays))
+        """Every stage at ``lr`` (a loaded optimizer state brings the rate it was saved with)."""
+        self.pipe.set_lr(self.lr)

@@ -30,7 +30,7 @@ class StreamCreate(BaseModel):
     devices: list[str] | None = Field(
         None, max_length=16, description='stage devices, e.g. ["cuda:0", "cuda:1"] (default: every GPU, else CPU)'
     )
-    lr: float | None = Field(None, gt=0, le=1e9, description="the last stage's lr; earlier stages: lr / (1 + delay)")
+    lr: float | None = Field(None, gt=0, le=1e9, description="Adam lr of every stage")
     schedule: str | None = Field(None, description="a pipeline schedule by name (default: partime)")
     loop: bool | None = Field(None, description="loop a file source (default: only the demo loops)")
 

@@ -52,9 +52,7 @@ class Settings(BaseSettings):
     model: str = Field("fast", description="default flow network")
     init: Literal["pretrained", "scratch"] = Field("pretrained", description="default initial weights of a new net")
     stages: int = Field(2, ge=1, le=16, description="default number of pipeline stages D")
-    lr: float | None = Field(
-        None, gt=0, description="default lr of the last stage; earlier ones: lr / (1 + gradient delay) (none: by init)"
-    )
+    lr: float | None = Field(None, gt=0, description="default Adam lr of every stage (none: by init)")
     # Supervision.
     checkpoint_interval_s: float = Field(30.0, gt=0, description="seconds between periodic checkpoints")
     open_timeout_s: float = Field(10.0, gt=0, description="timeout for opening a source")

@@ -5,7 +5,7 @@ import torch
 
 from models.flow_loss import flow_loss
 from models.flow_nets import FLOW_NETS, build_flow_net
-from models.online import flow_optimizer, frame_pair, stage_lrs
+from models.online import flow_optimizer, frame_pair
 from pipeline_core import Pipeline, balance
 from pipeline_core.partition import equal_balance, keeps_with_next
 
@@ -71,9 +71,6 @@ def test_online_learning_reduces_the_loss_on_a_moving_pair():
 def test_unknown_net_and_helpers():
     with pytest.raises(ValueError, match="unknown flow net"):
         build_flow_net("nope")
-    assert stage_lrs(4.5e-3, [4, 2, 0]) == pytest.approx([9e-4, 1.5e-3, 4.5e-3])
-    with pytest.raises(ValueError):
-        stage_lrs(1e-3, [-1, 0])
     import numpy as np
 
     a = np.zeros((4, 5, 3), np.uint8)
