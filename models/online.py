@@ -93,6 +93,7 @@ def online_pipeline(
         optimizer=optimizer or flow_optimizer(lr),
         schedule=schedule,
     )
+    pipe.set_lr(lr)  # also when ``optimizer`` is given: ``lr`` is every stage's rate whatever the factory's default
     return pipe
 
 
