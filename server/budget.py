@@ -3,10 +3,14 @@
 Every frame the worker reports how long its whole work on that frame took (the pipeline step, scaling, the zero-flow
 baseline, the pictures for viewers). After a short warm-up the controller looks at a window of these times; with
 automatic sizing it then moves along the ladder of learning sizes (largest first) to the largest one whose work
-stays within ``TARGET`` of ΔS: down when a window is over it (straight to the size the measured cost predicts), up
+stays within ``TARGET`` of ΔS: down when the work is over it (straight to the size the measured cost predicts), up
 one size when a window leaves room for the next one. Each window is judged afresh, so a change in the machine's load
-(another process, a viewer asking for more pictures) moves the size again. A size that was too slow is not retried
-for ``RETRY_S``, so the size does not flap. With a fixed size nothing moves, but the note still says whether it holds.
+(another process, a viewer asking for more pictures) moves the size again. Down at once when a window is over ΔS
+itself (frames are about to be dropped); over ``TARGET`` but within ΔS (headroom spent, no frame lost), only when the
+next window is over it too: on a shared machine single 2 s windows of slowness come and go, and each move costs a
+rebuild. A size that was too slow is not retried for ``RETRY_S``, doubled each time it is found too slow again (up to
+``RETRY_MAX_S``): a passing burst (a browser opening the page) costs seconds at a smaller size, not minutes, and a
+size that keeps failing is left alone. With a fixed size nothing moves, but the note still says whether it holds.
 
 Cost model: a frame's work is a part that grows with the learning size (the pipeline step) and a part that does not
 (scaling the picture down, the pictures at the picture's size): both measured. A step is not proportional to the
@@ -32,7 +36,8 @@ GROW_MARGIN = 0.8  # grow only when the next size is predicted to need at most t
 WARMUP_FRAMES = 3  # after a (re)build: first steps allocate, the pipeline fills
 WINDOW_S = 2.0  # seconds of frames per decision
 MIN_WINDOW = 6  # frames per decision at least (slow rates)
-RETRY_S = 60.0  # a size found too slow is not tried again for this long
+RETRY_S = 15.0  # a size found too slow is not tried again for this long (doubled each time it is again)
+RETRY_MAX_S = 240.0  # the longest wait before a size that keeps failing is tried again
 
 
 def pixels(size: Size) -> int:
@@ -58,7 +63,8 @@ class BudgetController:
         self.estimate: float | None = None  # a frame's work at the current size, from the last full window
         self.fixed = 0.0  # the part of it that does not depend on the learning size
         self.settled = False  # a window held the budget at this size
-        self._too_slow: dict[int, float] = {}  # ladder index -> when a window there was over the target
+        self._too_slow: dict[int, tuple[float, float]] = {}  # ladder index -> (when found too slow, wait to retry)
+        self._over = False  # the last window at this size was over the target (within ΔS)
         self._steps: dict[int, float] = {}  # ladder index -> a step's cost in the last window at that size
 
     @property
@@ -104,14 +110,16 @@ class BudgetController:
 
     def _choose(self, estimate: float) -> int:
         limit = TARGET * self.ds
-        if estimate > limit:
-            self._too_slow[self.index] = self.clock()
+        over = estimate > limit
+        sustained, self._over = over and self._over, over
+        if estimate > self.ds or sustained:
+            self._mark_too_slow(self.index)
             for j in range(self.index + 1, len(self.ladder)):
                 if self.predict(j) <= limit:
                     return j
             return len(self.ladder) - 1
         up = self.index - 1
-        if up < 0 or self.clock() - self._too_slow.get(up, -RETRY_S) < RETRY_S:
+        if over or up < 0 or self._waiting(up):
             return self.index
         if up in self._steps:
             return up if self.predict(up) <= GROW_MARGIN * limit else self.index
@@ -121,8 +129,20 @@ class BudgetController:
         worst = self.fixed + self._steps[self.index] * pixels(self.ladder[up]) / pixels(self.size)
         return up if worst <= self.ds else self.index
 
+    def _mark_too_slow(self, index: int) -> None:
+        _, wait = self._too_slow.get(index, (0.0, RETRY_S / 2))
+        self._too_slow[index] = (self.clock(), min(RETRY_MAX_S, 2 * wait))
+
+    def _waiting(self, index: int) -> bool:
+        """``ladder[index]`` was too slow and its wait to be tried again is not over."""
+        if index not in self._too_slow:
+            return False
+        when, wait = self._too_slow[index]
+        return self.clock() - when < wait
+
     def _move(self, index: int) -> None:
         self.index = index
+        self._over = False
         self.estimate = None  # measured at another size
         self.seen = 0
         self.samples.clear()
@@ -142,6 +162,6 @@ class BudgetController:
             return (f"cannot keep {fps:g} fps: even at {w}×{h} {cost}, so about {dropped} % of frames are dropped; "
                     f"ask for at most {holdable:g} fps")  # fmt: skip
         if self.auto:
-            return f"learning at {w}×{h}: {cost}; trying a smaller size"
+            return f"learning at {w}×{h}: {cost}; a smaller size if that goes on"
         return (f"{w}×{h} as asked cannot keep {fps:g} fps: {cost}, so about {dropped} % of frames are dropped; "
                 f"use automatic sizing or at most {holdable:g} fps")  # fmt: skip

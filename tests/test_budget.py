@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.budget import MIN_WINDOW, RETRY_S, TARGET, WARMUP_FRAMES, BudgetController, pixels
+from server.budget import MIN_WINDOW, RETRY_MAX_S, RETRY_S, TARGET, WARMUP_FRAMES, BudgetController, pixels
 from server.sizing import learning_ladder
 
 LADDER = learning_ladder((160, 120), 160)  # 160x120 down to 64x48
@@ -57,6 +57,34 @@ def test_a_size_that_was_too_slow_is_not_retried_at_once():
     clock.now += RETRY_S + 1  # ... and stayed away
     run(controller, 0.01 / pixels(LADDER[0]), 2 * window)
     assert controller.index == 0
+
+
+def test_one_window_over_the_target_but_within_the_budget_is_not_a_move_two_in_a_row_are():
+    controller = BudgetController(LADDER, 0, fps=10, auto=True)
+    window = max(MIN_WINDOW, 20)
+    held, over = 0.07, 0.09  # a frame's work within 0.85 ΔS, and over it but within ΔS
+    assert run(controller, held / pixels(LADDER[0]), WARMUP_FRAMES + window) == []
+    assert run(controller, over / pixels(LADDER[0]), window) == [], "moved on one slow window that dropped nothing"
+    assert run(controller, held / pixels(LADDER[0]), window) == []
+    assert run(controller, over / pixels(LADDER[0]), window) == []
+    assert run(controller, over / pixels(LADDER[0]), window) != [], "stayed over the target for two windows"
+    assert controller.index > 0
+
+
+def test_a_size_that_fails_again_waits_twice_as_long_before_the_next_try():
+    clock = Clock()
+    controller = BudgetController(LADDER, 0, fps=10, auto=True, clock=clock)
+    window = WARMUP_FRAMES + max(MIN_WINDOW, 20)
+    tries = []
+    for _ in range(4):
+        assert run(controller, 0.12 / pixels(LADDER[0]), 2 * window)  # over ΔS at the largest size: down at once
+        start = clock.now
+        while controller.index != 0:  # room at the smaller sizes: back up when the wait is over
+            clock.now += 1.0
+            run(controller, 0.01 / pixels(LADDER[0]), window)
+        tries.append(clock.now - start)
+    assert tries[0] >= RETRY_S and all(b >= min(2 * a, RETRY_MAX_S) - 1 for a, b in zip(tries, tries[1:]))
+    assert tries[-1] < RETRY_MAX_S + 60
 
 
 def test_when_even_the_smallest_size_is_too_slow_it_says_so():

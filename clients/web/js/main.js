@@ -231,7 +231,7 @@ function showStreamInfo(s) {
     const note = $("budget-note");
     note.hidden = !s.budget_note;
     note.textContent = s.budget_note || "";
-    note.classList.toggle("over", /cannot keep|trying a smaller/.test(s.budget_note || "")); // frames are dropped
+    note.classList.toggle("over", /cannot keep|a smaller size/.test(s.budget_note || "")); // over the budget
   }
   const waiting = {
     starting: `${s.phase || "starting"}…`,
