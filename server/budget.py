@@ -7,8 +7,8 @@ stays within ``TARGET`` of ΔS: down when the work is over it (straight to the s
 one size when a window leaves room for the next one. Each window is judged afresh, so a change in the machine's load
 (another process, a viewer asking for more pictures) moves the size again. Down at once when a window is over ΔS
 itself (frames are about to be dropped); over ``TARGET`` but within ΔS (headroom spent, no frame lost), only when the
-next window is over it too: on a shared machine single 2 s windows of slowness come and go, and each move costs a
-rebuild. A size that was too slow is not retried for ``RETRY_S``, doubled each time it is found too slow again (up to
+window before was over it too, or none at this size has held yet: on a shared machine single 2 s windows of slowness
+come and go, and each move costs a rebuild, but a size on trial gets no such credit. A size that was too slow is not retried for ``RETRY_S``, doubled each time it is found too slow again (up to
 ``RETRY_MAX_S``): a passing burst (a browser opening the page) costs seconds at a smaller size, not minutes, and a
 size that keeps failing is left alone. With a fixed size nothing moves, but the note still says whether it holds.
 
@@ -64,7 +64,7 @@ class BudgetController:
         self.fixed = 0.0  # the part of it that does not depend on the learning size
         self.settled = False  # a window held the budget at this size
         self._too_slow: dict[int, tuple[float, float]] = {}  # ladder index -> (when found too slow, wait to retry)
-        self._over = False  # the last window at this size was over the target (within ΔS)
+        self._over = True  # the last window at this size was over the target, or none held it yet (see _move)
         self._steps: dict[int, float] = {}  # ladder index -> a step's cost in the last window at that size
 
     @property
@@ -142,7 +142,7 @@ class BudgetController:
 
     def _move(self, index: int) -> None:
         self.index = index
-        self._over = False
+        self._over = True  # a size is given the benefit of one slow window only once it has held one
         self.estimate = None  # measured at another size
         self.seen = 0
         self.samples.clear()

@@ -71,6 +71,11 @@ def test_one_window_over_the_target_but_within_the_budget_is_not_a_move_two_in_a
     assert controller.index > 0
 
 
+def test_a_size_that_has_not_held_a_window_yet_gets_no_credit():
+    controller = BudgetController(LADDER, 0, fps=10, auto=True)
+    assert run(controller, 0.09 / pixels(LADDER[0]), WARMUP_FRAMES + max(MIN_WINDOW, 20)) != []
+
+
 def test_a_size_that_fails_again_waits_twice_as_long_before_the_next_try():
     clock = Clock()
     controller = BudgetController(LADDER, 0, fps=10, auto=True, clock=clock)
