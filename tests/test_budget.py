@@ -88,7 +88,7 @@ def test_a_size_that_fails_again_waits_twice_as_long_before_the_next_try():
             clock.now += 1.0
             run(controller, 0.01 / pixels(LADDER[0]), window)
         tries.append(clock.now - start)
-    assert tries[0] >= RETRY_S and all(b >= min(2 * a, RETRY_MAX_S) - 1 for a, b in zip(tries, tries[1:]))
+    assert tries[0] >= RETRY_S and all(b >= min(2 * a, RETRY_MAX_S) - 1 for a, b in zip(tries, tries[1:], strict=False))
     assert tries[-1] < RETRY_MAX_S + 60
 
 
