@@ -10,7 +10,8 @@ itself (frames are about to be dropped); over ``TARGET`` but within ΔS (headroo
 window before was over it too, or none at this size has held yet: on a shared machine single 2 s windows of slowness
 come and go, and each move costs a rebuild, but a size on trial gets no such credit. A size that was too slow is not
 retried for ``RETRY_S``, doubled each time it is found too slow again (up to ``RETRY_MAX_S``): a passing burst (a
-browser opening the page) costs seconds at a smaller size, not minutes, and a size that keeps failing is left alone. With a fixed size nothing moves, but the note still says whether it holds.
+browser opening the page) costs seconds at a smaller size, not minutes, and a size that keeps failing is left alone.
+With a fixed size nothing moves, but the note still says whether it holds.
 
 Cost model: a frame's work is a part that grows with the learning size (the pipeline step) and a part that does not
 (scaling the picture down, the pictures at the picture's size): both measured. A step is not proportional to the
