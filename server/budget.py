@@ -112,7 +112,8 @@ class BudgetController:
     def _choose(self, estimate: float) -> int:
         limit = TARGET * self.ds
         over = estimate > limit
-        sustained, self._over = over and self._over, over
+        sustained = over and self._over  # this window and the one before it (or a size on trial) are over
+        self._over = over
         if estimate > self.ds or sustained:
             self._mark_too_slow(self.index)
             for j in range(self.index + 1, len(self.ladder)):
