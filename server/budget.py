@@ -132,8 +132,9 @@ class BudgetController:
         return up if worst <= self.ds else self.index
 
     def _mark_too_slow(self, index: int) -> None:
-        _, wait = self._too_slow.get(index, (0.0, RETRY_S / 2))
-        self._too_slow[index] = (self.clock(), min(RETRY_MAX_S, 2 * wait))
+        before = self._too_slow.get(index)
+        wait = RETRY_S if before is None else min(RETRY_MAX_S, 2 * before[1])
+        self._too_slow[index] = (self.clock(), wait)
 
     def _waiting(self, index: int) -> bool:
         """``ladder[index]`` was too slow and its wait to be tried again is not over."""
