@@ -14,12 +14,15 @@ and once more with the cache it filled (warm).
 * ``adam-loop-1t``: as ``eager-1t`` with torch's default Adam on CPU (a loop over the parameters) instead of the
   service's fused one;
 * ``channels-last-1t`` / ``-D2``: the net and its input in channels-last memory format;
+* ``plain-convs-1t`` / ``-D2``: every conv in the default memory format, also the narrow ones that the net runs in
+  channels-last (``models.flow_nets.ChannelsLastConv2d``): what that choice saves;
 * ``compile-1t`` / ``-D2``: ``module.compile()`` per stage (inductor's CPU backend), cold and warm;
   ``compile-nosizeassert-1t``: the same with inductor's size asserts off (see the result: the default fails);
 * ``profile-1t`` / ``profile-2t``: not a step but what a new stream's worker does first, profiling the layers for
   the split between 2 stages (``pipeline_core.balance``), with 1 or 2 intra-op threads (its time is "build s").
 
     python -m bench.learning_step                    # 160x120, writes bench/results/learning-step-cpu.{md,json}
+    python -m bench.learning_step --size 128x96 --no-compile --out learning-step-cpu-128x96
     python -m bench.learning_step --quick            # a smoke run (*-quick.*, not committed)
 """
 
@@ -35,7 +38,17 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PLAIN = ["eager-1t", "eager-2t", "eager-2t-passive", "eager-D2", "adam-loop-1t", "channels-last-1t", "channels-last-D2"]
+PLAIN = [
+    "eager-1t",
+    "eager-2t",
+    "eager-2t-passive",
+    "eager-D2",
+    "adam-loop-1t",
+    "channels-last-1t",
+    "channels-last-D2",
+    "plain-convs-1t",
+    "plain-convs-D2",
+]
 PROFILES = ["profile-1t", "profile-2t"]
 COMPILED = ["compile-1t", "compile-D2", "compile-nosizeassert-1t"]
 #: way -> (intra-op threads, stages, extra environment)
@@ -47,6 +60,8 @@ WAYS = {
     "adam-loop-1t": (1, 1, {}),
     "channels-last-1t": (1, 1, {}),
     "channels-last-D2": (2, 2, {}),
+    "plain-convs-1t": (1, 1, {}),
+    "plain-convs-D2": (2, 2, {}),
     "compile-1t": (1, 1, {}),
     "compile-D2": (2, 2, {}),
     "compile-nosizeassert-1t": (1, 1, {}),
@@ -62,6 +77,20 @@ def coarse_then_full(net) -> list[int]:
 
     first_full = next(i for i, layer in enumerate(net) if keeps_with_next(layer))
     return [first_full, len(net) - first_full]
+
+
+def plain_convs(net) -> None:
+    """Every ``ChannelsLastConv2d`` of ``net`` replaced by a plain ``nn.Conv2d`` with the same weights."""
+    from torch import nn
+
+    from models.flow_nets import ChannelsLastConv2d
+
+    for module in list(net.modules()):
+        for name, conv in module.named_children():
+            if isinstance(conv, ChannelsLastConv2d):
+                plain = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size, padding=conv.padding)
+                plain.load_state_dict(conv.state_dict())
+                setattr(module, name, plain)
 
 
 def child(way: str, size: tuple[int, int], steps: int, warmup: int) -> dict:
@@ -82,6 +111,8 @@ def child(way: str, size: tuple[int, int], steps: int, warmup: int) -> dict:
     frames = generate(max(w, h), steps + 1, seed=5).frames[:, :h, :w]
     start = time.perf_counter()
     net = build_flow_net("fast", init="pretrained")
+    if way.startswith("plain-convs"):
+        plain_convs(net)
     lr = default_lr("pretrained")
     layers = coarse_then_full(net) if stages == 2 else None
     optimizer = flow_optimizer(lr, fused=not way.startswith("adam-loop"))
@@ -136,6 +167,8 @@ def profile(way: str, size: tuple[int, int]) -> dict:
 
     w, h = size
     net = build_flow_net("fast", init="pretrained")
+    if way.startswith("plain-convs"):
+        plain_convs(net)
     start = time.perf_counter()
     split = balance(net, torch.zeros(1, 6, h, w), 2, ["cpu"], guarded_flow_loss)
     seconds = time.perf_counter() - start
@@ -198,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="interleaved rounds of the plain ways")
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile ways (minutes each, cold)")
     p.add_argument("--quick", action="store_true", help="a smoke run: few steps, one round, no compile")
+    p.add_argument("--out", help="results file stem under bench/results/ (default: learning-step-cpu)")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     size = tuple(int(v) for v in args.size.lower().split("x"))
@@ -226,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
             with tempfile.TemporaryDirectory(prefix="inductor-") as cache:
                 for state in ("cold", "warm"):
                     rows.append({**run_way(way, args, Path(cache)), "cache": state})
-    stem = "learning-step-cpu" + ("-quick" if args.quick else "")
+    stem = (args.out or "learning-step-cpu") + ("-quick" if args.quick else "")
     title = f"Learning step of the fast net at {args.size}: ways to make it cheaper (CPU)"
     report.write(stem, title, markdown(rows, args), {"size": args.size, "rows": rows, "rounds": rounds})
     return 0

@@ -79,8 +79,29 @@ def _siamese(convs: nn.Module, frames: Tensor) -> tuple[Tensor, Tensor]:
     return feats[:, 0], feats[:, 1]
 
 
+class ChannelsLastConv2d(nn.Conv2d):
+    """A conv that runs in channels-last memory format on CPU (input and output stay in the default layout).
+
+    Why: oneDNN's backward of a 3x3 conv with four channels or fewer on a side is several times its forward in
+    the default layout, and about half that in channels-last, layout copies included. The fast net's learning step
+    at 128x96 took 41.7 ms so and 44.8 ms with every conv in the default layout; whole nets in channels-last were
+    slower, 47.5 ms: the wider convs and every other op lose (``bench/results/learning-step-cpu-128x96.md``, ways
+    eager-1t, plain-convs-1t and channels-last-1t)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if x.device.type != "cpu":
+            return super().forward(x)
+        return super().forward(x.contiguous(memory_format=torch.channels_last)).contiguous()
+
+
+def _conv3x3(cin: int, cout: int) -> nn.Conv2d:
+    """A 3x3 conv, channels-last where a side has four channels or fewer (``ChannelsLastConv2d``)."""
+    conv = ChannelsLastConv2d if min(cin, cout) <= 4 else nn.Conv2d
+    return conv(cin, cout, 3, padding=1)
+
+
 def _feature_convs(width: int) -> nn.Sequential:
-    return nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.LeakyReLU(0.1), nn.Conv2d(width, width, 3, padding=1))
+    return nn.Sequential(_conv3x3(3, width), nn.LeakyReLU(0.1), _conv3x3(width, width))
 
 
 class StartFlow(nn.Module):
@@ -123,9 +144,7 @@ class CostVolumeMatch(nn.Module):
         k = 2 * radius + 1
         dy, dx = torch.meshgrid(torch.arange(k) - radius, torch.arange(k) - radius, indexing="ij")
         self.register_buffer("offsets", torch.stack([dx.flatten(), dy.flatten()]).float(), persistent=False)
-        self.head = nn.Sequential(
-            nn.Conv2d(k * k + width + 2, head, 3, padding=1), nn.LeakyReLU(0.1), nn.Conv2d(head, 2, 3, padding=1)
-        )
+        self.head = nn.Sequential(_conv3x3(k * k + width + 2, head), nn.LeakyReLU(0.1), _conv3x3(head, 2))
         nn.init.zeros_(self.head[-1].weight)
         nn.init.zeros_(self.head[-1].bias)
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from models.flow_loss import flow_loss
-from models.flow_nets import FLOW_NETS, build_flow_net
+from models.flow_nets import FLOW_NETS, ChannelsLastConv2d, build_flow_net
 from models.online import flow_optimizer, frame_pair
 from pipeline_core import Pipeline, balance
 from pipeline_core.partition import equal_balance, keeps_with_next
@@ -78,6 +78,26 @@ def test_unknown_net_and_helpers():
     assert pair.shape == (1, 6, 4, 5) and pair[0, :3].max() == 0 and pair[0, 3:].min() == 1
     with pytest.raises(ValueError):
         frame_pair(a, np.zeros((4, 4, 3), np.uint8))
+
+
+@pytest.mark.parametrize(("cin", "cout"), [(4, 4), (8, 2), (3, 16)])
+def test_channels_last_conv_matches_the_plain_conv(cin, cout):
+    """Same output, input gradient and weight gradients as ``nn.Conv2d`` with the same weights; the output keeps the
+    default layout (the next op never sees channels-last)."""
+    torch.manual_seed(0)
+    plain = torch.nn.Conv2d(cin, cout, 3, padding=1)
+    fast = ChannelsLastConv2d(cin, cout, 3, padding=1)
+    fast.load_state_dict(plain.state_dict())
+    x = torch.randn(2, cin, 24, 32)
+    grad = torch.randn(2, cout, 24, 32)
+    results = []
+    for conv in (plain, fast):
+        xi = x.clone().requires_grad_()
+        out = conv(xi)
+        out.backward(grad)
+        results.append((out.detach(), xi.grad, conv.weight.grad, conv.bias.grad, out.is_contiguous()))
+    for expected, got in zip(*results, strict=True):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
 
 
 def test_local_correlation_peaks_at_the_true_integer_shift():
