@@ -80,6 +80,7 @@ bench-service: $(VENV)/.installed
 	$(PY) -m bench.service
 	$(PY) -m bench.service_clip --clip $(CLIPS)/box.mp4
 	$(PY) -m bench.learning_step
+	$(PY) -m bench.learning_step --size 128x96 --no-compile --out learning-step-cpu-128x96
 
 bench-load: $(VENV)/.installed
 	$(PY) -m bench.load
