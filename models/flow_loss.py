@@ -56,13 +56,12 @@ class _InsideReach(torch.autograd.Function):
     the two ops (a mask each, in every warp of every step) would only multiply by one."""
 
     @staticmethod
-    def forward(ctx: FunctionCtx, pos: Tensor) -> Tensor:
-        high, _ = _warp_bounds(*pos.shape[-2:], pos.device, pos.dtype)
+    def forward(ctx: FunctionCtx, pos: Tensor, high: Tensor) -> Tensor:
         return torch.minimum(pos.nan_to_num(-1.0).clamp_min_(-1.0), high)
 
     @staticmethod
-    def backward(ctx: FunctionCtx, grad: Tensor) -> Tensor:
-        return grad
+    def backward(ctx: FunctionCtx, grad: Tensor) -> tuple[Tensor, None]:
+        return grad, None
 
 
 def warp(image: Tensor, flow: Tensor) -> Tensor:
@@ -75,10 +74,11 @@ def warp(image: Tensor, flow: Tensor) -> Tensor:
         raise ValueError(f"image {tuple(image.shape)} and flow {tuple(flow.shape)} do not match (flow is B,2,H,W)")
     _, _, h, w = flow.shape
     pos = pixel_grid(h, w, flow.device, flow.dtype) + flow
+    high, scale = _warp_bounds(h, w, flow.device, flow.dtype)
     # A diverged (NaN/inf) flow must not crash grid_sample's backward: the worker's non-finite-loss guard then
-    # restores the last good weights.
-    pos = _InsideReach.apply(pos)
-    _, scale = _warp_bounds(h, w, flow.device, flow.dtype)
+    # restores the last good weights. The bounds come in as an argument: looked up inside, a first lookup under
+    # ``torch.compile`` made the cached tensors inside the function's traced graph, which inductor refused.
+    pos = _InsideReach.apply(pos, high)
     grid = (pos * scale - 1.0).permute(0, 2, 3, 1)
     return F.grid_sample(image, grid, mode="bilinear", padding_mode="border", align_corners=True)
 

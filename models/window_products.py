@@ -58,8 +58,10 @@ def _spread(weights: Tensor, a: Tensor, padded_shape: torch.Size, offsets: Offse
     lies, in one padded-size tensor."""
     h, w = a.shape[-2:]
     out = a.new_zeros(padded_shape)
-    for window, weight in zip(_windows(out, h, w, offsets), weights.unsqueeze(2).unbind(1), strict=True):
-        window.addcmul_(weight, a)
+    for (dy, dx), weight in zip(offsets, weights.unsqueeze(2).unbind(1), strict=True):
+        # One slice per window, not ``_windows``' views: those all live in one view whose elements overlap, and
+        # ``torch.compile`` refuses to write through such a view.
+        out[..., dy : dy + h, dx : dx + w].addcmul_(weight, a)
     return out
 
 
