@@ -84,9 +84,10 @@ class ChannelsLastConv2d(nn.Conv2d):
 
     Why: oneDNN's backward of a 3x3 conv with four channels or fewer on a side is several times its forward in
     the default layout, and about half that in channels-last, layout copies included. The fast net's learning step
-    at 128x96 took 41.7 ms so and 44.8 ms with every conv in the default layout; whole nets in channels-last were
-    slower, 47.5 ms: the wider convs and every other op lose (``bench/results/learning-step-cpu-128x96.md``, ways
-    eager-1t, plain-convs-1t and channels-last-1t)."""
+    on one thread at 128x96 took 41.7 ms so and 44.8 ms with every conv in the default layout; whole nets in
+    channels-last were slower, 47.5 ms: the wider convs and every other op lose (``bench/results/
+    learning-step-cpu-128x96.md``, ways eager-1t, plain-convs-1t and channels-last-1t; at 160x120, 60.9 ms and
+    63.8 ms in ``learning-step-cpu.md``, where two stages' steps differed within the machine's noise)."""
 
     def forward(self, x: Tensor) -> Tensor:
         if x.device.type != "cpu":
