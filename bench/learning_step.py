@@ -167,8 +167,6 @@ def profile(way: str, size: tuple[int, int]) -> dict:
 
     w, h = size
     net = build_flow_net("fast", init="pretrained")
-    if way.startswith("plain-convs"):
-        plain_convs(net)
     start = time.perf_counter()
     split = balance(net, torch.zeros(1, 6, h, w), 2, ["cpu"], guarded_flow_loss)
     seconds = time.perf_counter() - start
