@@ -25,10 +25,14 @@ from models.flow_loss import flow_loss
 from models.flow_metrics import epe, moving_mask, photometric_error, reconstruction_accuracy
 from models.flow_nets import FLOW_NETS, INITS, build_flow_net
 from models.online import BASE_LR, frame_pair, online_pipeline, predict_then_learn
+from models.stale_gradient import motion_aligned
 from models.streams import Stream, load_npz
 from testing.report import RESULTS, Run
 
 LAST = 100  # the "after learning" window
+#: How a PARTIME stage treats the gradient of an older frame: moved with the flow (what the service does), or as it
+#: was sent (PARTIME as published), to measure what moving it is worth.
+STALE_GRADIENT = {"moved": motion_aligned, "as-sent": None}
 
 
 class Scores:
@@ -73,7 +77,9 @@ def learner_name(stages: int) -> str:
     return "sequential" if stages == 1 else f"partime_d{stages}"
 
 
-def learn_online(stream: Stream, stages: int, net: str, init: str, base_lr: float, seed: int) -> tuple[Scores, dict]:
+def learn_online(
+    stream: Stream, stages: int, net: str, init: str, base_lr: float, seed: int, stale_gradient: str = "moved"
+) -> tuple[Scores, dict]:
     """One pass over the stream with a fresh net split into ``stages`` (1 = plain sequential)."""
     torch.manual_seed(seed)
     pairs = len(stream.flow)
@@ -81,7 +87,14 @@ def learn_online(stream: Stream, stages: int, net: str, init: str, base_lr: floa
     scores = Scores(pairs)
     schedule = "partime" if stages > 1 else "sequential"
     pipe = online_pipeline(
-        build_flow_net(net, init=init), x0, stages, base_lr, loss_fn=flow_loss, devices=["cpu"], schedule=schedule
+        build_flow_net(net, init=init),
+        x0,
+        stages,
+        base_lr,
+        loss_fn=flow_loss,
+        devices=["cpu"],
+        schedule=schedule,
+        align_stale_grad=STALE_GRADIENT[stale_gradient],
     )
     inputs = (frame_pair(stream.frames[t], stream.frames[t + 1]) for t in range(pairs))
     with pipe:
@@ -89,7 +102,8 @@ def learn_online(stream: Stream, stages: int, net: str, init: str, base_lr: floa
             scores.seconds.append(r.step_seconds)
             if r.frame is not None:
                 scores.add(stream, r.frame, r.output[0].permute(1, 2, 0).numpy(), r.loss)
-    return scores, {"stages": stages, "lr": base_lr, "balance": pipe.balance, "net": net, "init": init}
+    info = {"stages": stages, "lr": base_lr, "balance": pipe.balance, "net": net, "init": init}
+    return scores, {**info, "stale_gradient": stale_gradient} if stages > 1 else info
 
 
 def run_classical(stream: Stream) -> dict[str, Scores]:
@@ -156,7 +170,8 @@ def markdown(results: dict[str, dict]) -> str:
             if name.startswith("partime"):
                 lines.append(
                     f"- {name} / sequential EPE last 100: {r['epe_last100'] / seq['epe_last100']:.3f}"
-                    f" (balance {r['balance']}, lr {r['lr']:.2g} for every stage)"
+                    f" (balance {r['balance']}, lr {r['lr']:.2g} for every stage, stale gradient"
+                    f" {r['stale_gradient']})"
                 )
         if "farneback" in results:
             ratio = seq["epe_last100"] / results["farneback"]["epe_last100"]
@@ -178,6 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--lr", type=float, default=BASE_LR, help="Adam lr of every stage")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--stale-gradient",
+        default="moved",
+        choices=sorted(STALE_GRADIENT),
+        help="PARTIME stages: move an older frame's gradient with the flow (the service's way) or use it as sent",
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     args = parser.parse_args(argv)
     try:
@@ -200,7 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     for d in stages:
         name = learner_name(d)
         print(f"{name}: learning online over {len(stream.flow)} pairs ...", file=sys.stderr, flush=True)
-        all_scores[name], info[name] = learn_online(stream, d, args.net, args.init, args.lr, args.seed)
+        all_scores[name], info[name] = learn_online(
+            stream, d, args.net, args.init, args.lr, args.seed, args.stale_gradient
+        )
     print("classical references ...", file=sys.stderr, flush=True)
     all_scores.update(run_classical(stream))
 

@@ -13,8 +13,10 @@ import torch
 from torch import nn
 
 from pipeline_core import Pipeline, Schedule, StepResult
+from pipeline_core.stage import GradAlign
 
 from .flow_loss import guarded_flow_loss
+from .stale_gradient import motion_aligned
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
@@ -71,10 +73,12 @@ def online_pipeline(
     devices: list[str | torch.device] | None = None,
     schedule: str | Schedule = "partime",
     optimizer: OptimizerFactory | None = None,
+    align_stale_grad: GradAlign | None = motion_aligned,
 ) -> Pipeline:
     """The service's learner around ``model``: ``stages`` stages split by measured layer costs (unless ``layers``
     gives the split; ``Pipeline`` profiles it otherwise), one Adam per stage (``flow_optimizer``; or ``optimizer``),
-    every stage at ``lr``, the frame pair as target.
+    every stage at ``lr``, the frame pair as target, and a stale stage's gradient moved with the flow
+    (``models.stale_gradient``; None: as it was sent, PARTIME as published, for comparison).
 
     Why one rate for every stage, stale or not: Adam already normalises each step, and a PARTIME stage's gradients are
     only 2(D-1-h) frames old; scaling a stale stage's rate down by its delay (base / (1 + delay), PipeMare's rule,
@@ -92,6 +96,7 @@ def online_pipeline(
         loss_fn=loss_fn,
         optimizer=optimizer or flow_optimizer(lr),
         schedule=schedule,
+        align_stale_grad=align_stale_grad,
     )
     pipe.set_lr(lr)  # also when ``optimizer`` is given: ``lr`` is every stage's rate whatever the factory's default
     return pipe

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 from .balance import balance as auto_balance
 from .partition import TensorMeta, check_balance, equal_balance, split, stage_devices, trace
 from .schedules import Schedule, make_schedule, validate
-from .stage import LossFn, Stage
+from .stage import GradAlign, LossFn, Stage
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
@@ -58,13 +58,15 @@ def build(
     optimizer: OptimizerFactory | None,
     schedule: str | Schedule,
     learn: bool,
+    align_stale_grad: GradAlign | None = None,
 ) -> Built:
     """Split ``model`` by ``balance`` into stages placed on ``devices``, and the schedule they run,
-    refused here if it cannot run on this input (``check_input``) or at all (``validate``)."""
+    refused here if it cannot run on this input (``check_input``) or at all (``validate``).
+    ``align_stale_grad``: see ``Stage.backward``."""
     placed = stage_devices(devices, len(balance))
     parts = split(model, balance)
     stages = [
-        Stage(i, part, dev, optimizer or default_optimizer)
+        Stage(i, part, dev, optimizer or default_optimizer, align_stale_grad)
         for i, (part, dev) in enumerate(zip(parts, placed, strict=True))
     ]
     plan = make_schedule(schedule, len(stages))

@@ -62,6 +62,7 @@ class LaunchConfig:
     input_shape: list[int]
     model_kwargs: dict[str, Any] = field(default_factory=dict)
     loss: str | None = None
+    align_stale_grad: str | None = None  # "module:function", see pipeline_core.stage.GradAlign
     optimizer: str = "torch.optim:SGD"
     optimizer_kwargs: dict[str, Any] = field(default_factory=lambda: {"lr": 1e-3})
     source: str = "pipeline_core.launch:synthetic_frames"
@@ -146,7 +147,8 @@ class Launch:
         optimizer = functools.partial(resolve(config.optimizer), **config.optimizer_kwargs)
         cpu = [torch.device("cpu")]
         learn = self.loss_fn is not None
-        built = build(model, sample, self._balance(model, sample), cpu, optimizer, config.schedule, learn)
+        align = resolve(config.align_stale_grad) if config.align_stale_grad else None
+        built = build(model, sample, self._balance(model, sample), cpu, optimizer, config.schedule, learn, align)
         self.stage, self.schedule = built.stages[rank], built.schedule
         check_whole_frames(self.schedule)
         self.transport = DistTransport(dist.group.WORLD, rank, config.timeout)

@@ -18,7 +18,7 @@ from .partition import TensorMeta, check_sequential, join, resolve_devices
 from .processes import ProcessRuntime
 from .runtime import LocalRuntime
 from .schedules import Op, Schedule, StepActions
-from .stage import LossFn
+from .stage import GradAlign, LossFn
 from .worker import check_whole_frames
 
 
@@ -52,13 +52,17 @@ class Pipeline:
         cuda_graph: bool | None = None,
         timeout: float = 120.0,
         runtime: str = "local",
+        align_stale_grad: GradAlign | None = None,
     ) -> None:
+        """``align_stale_grad``: how a stage brings a gradient of an earlier frame into line with the frame whose
+        graph it is pushed through (PARTIME's stale gradients; see ``Stage.backward``); None: as it came."""
         model = check_sequential(model)
         resolved = resolve_devices(devices)
         self.balance = choose_balance(model, sample_input, stages, balance, resolved, loss_fn)
         self.sample_input = sample_input.detach()
         self.loss_fn = loss_fn
-        built = build(model, sample_input, self.balance, resolved, optimizer, schedule, learn=loss_fn is not None)
+        learn = loss_fn is not None
+        built = build(model, sample_input, self.balance, resolved, optimizer, schedule, learn, align_stale_grad)
         self.stages, self.schedule = built.stages, built.schedule
         self.runtime: Runtime = self._make_runtime(runtime, built.metas, timeout)
         self._graphs = self._make_graphs(cuda_graph)

@@ -18,6 +18,9 @@ from torch.func import functional_call
 from .microbatch import Gather, concat, total
 
 LossFn = Callable[[Tensor, Tensor | None], Tensor]
+#: ``(output, grad, frames_apart) -> grad``: a stale output gradient (computed ``frames_apart`` frames before the
+#: output it is pushed through) brought into line with that output. See ``Stage.backward``.
+GradAlign = Callable[[Tensor, Tensor, int], Tensor]
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
 
@@ -37,8 +40,10 @@ class Stage:
         module: nn.Sequential,
         device: torch.device,
         optimizer: OptimizerFactory | None,
+        align_stale_grad: GradAlign | None = None,
     ) -> None:
         self.index = index
+        self.align_stale_grad = align_stale_grad
         self.device = device
         self.module = module.to(device)
         params = [p for p in self.module.parameters() if p.requires_grad]
@@ -94,8 +99,17 @@ class Stage:
 
     def backward(self, frame: int, grad_frame: int, grad: Tensor | None) -> None:
         """Backprop through the graph of ``frame``: the loss of ``grad_frame`` (last stage) or the
-        received output gradient ``grad``. The graph is released afterwards."""
+        received output gradient ``grad``. The graph is released afterwards.
+
+        A gradient of another frame (PARTIME: ``grad_frame`` < ``frame``) first goes through
+        ``align_stale_grad`` when the stage has one. Why: PARTIME assumes consecutive inputs are alike, but
+        in video the content moves: a gradient about where an object *was* pushed through the graph of where
+        it *is* teaches the wrong pixels. The engine knows nothing of video; the model's owner says how to
+        align (``models.stale_gradient``)."""
         fwd = self.forwarded.pop(frame)
+        if grad is not None and grad_frame != frame and self.align_stale_grad is not None:
+            with torch.no_grad():
+                grad = self.align_stale_grad(fwd.output.detach(), grad, frame - grad_frame)
         if not fwd.output.requires_grad:  # stage 0 without parameters: nothing to learn or send
             self.losses.pop(grad_frame, None)
         elif grad is None:

@@ -20,9 +20,10 @@ def slices(model: nn.Sequential, balance: list[int]) -> list[nn.Sequential]:
     return out
 
 
-def partime(model, balance, make_opt, loss_fn, xs, targets, lrs=None):
+def partime(model, balance, make_opt, loss_fn, xs, targets, lrs=None, align=None):
     """Rules 1-4: stage h at step t forwards frame t-h with current weights, backprops the gradient
-    its successor sent at step t-1 through that *current* graph, then updates (with ``lrs[h]``)."""
+    its successor sent at step t-1 through that *current* graph, then updates (with ``lrs[h]``).
+    ``align(output, grad, 2)``, if given, first adjusts that gradient: it was computed on frame t-h-2."""
     parts = slices(model, balance)
     opts = [make_opt(p.parameters()) for p in parts]
     for opt, lr in zip(opts, lrs or [], strict=False):
@@ -51,7 +52,7 @@ def partime(model, balance, make_opt, loss_fn, xs, targets, lrs=None):
                 losses[frame] = loss.item()
                 loss.backward()
             elif grad_in[h] is not None:
-                out.backward(grad_in[h])
+                out.backward(grad_in[h] if align is None else align(out.detach(), grad_in[h], 2))
             else:
                 continue  # no real gradient yet: forward only
             if h > 0:

@@ -29,6 +29,11 @@ def loss_fn(out: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
     return (out - target).pow(2).mean()
 
 
+def halve_where_negative(out: torch.Tensor, grad: torch.Tensor, frames_apart: int) -> torch.Tensor:
+    """A stale-gradient alignment (any that depends on the output will do): the ranks must apply it too."""
+    return torch.where(out < 0, grad / frames_apart, grad)
+
+
 def small_net(width: int = 6) -> torch.nn.Sequential:
     from torch import nn
 
@@ -56,6 +61,7 @@ def test_two_nodes_compute_what_one_process_computes(tmp_path):
         "model": "test_launch:small_net",
         "input_shape": shape,
         "loss": "test_launch:loss_fn",
+        "align_stale_grad": "test_launch:halve_where_negative",
         "optimizer": "torch.optim:Adam",
         "optimizer_kwargs": {"lr": 0.01},
         "source_kwargs": {"frames": FRAMES, "shape": shape, "seed": 3, "targets": True},
@@ -95,7 +101,8 @@ def test_two_nodes_compute_what_one_process_computes(tmp_path):
     model = small_net()
     frames = list(synthetic_frames(FRAMES, tuple(shape), seed=3, targets=True))
     optimizer = functools.partial(torch.optim.Adam, lr=0.01)
-    with one_thread(), Pipeline(model, frames[0][0], balance=[2, 1], loss_fn=loss_fn, optimizer=optimizer) as pipe:
+    kw = {"balance": [2, 1], "loss_fn": loss_fn, "optimizer": optimizer, "align_stale_grad": halve_where_negative}
+    with one_thread(), Pipeline(model, frames[0][0], **kw) as pipe:
         results = [pipe.step(x, y) for x, y in frames] + pipe.flush()
         want_weights = pipe.module().state_dict()
     want = [r for r in results if r.frame is not None]

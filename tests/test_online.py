@@ -5,6 +5,7 @@ import torch
 
 from models.flow_nets import build_flow_net
 from models.online import frame_pair, online_pipeline, predict_then_learn
+from models.stale_gradient import motion_aligned
 from models.streams import generate
 
 SPLITS = {1: None, 2: [7, 5], 3: [4, 3, 5]}  # the fast net: coarse levels, then the full-resolution level
@@ -45,3 +46,13 @@ def test_predict_then_learn_yields_every_pair_once_in_order():
     assert len(results) == len(pairs) + 1  # D - 1 = 1 filling step without output, then one flush step
     assert [r.frame for r in results if r.frame is not None] == list(range(len(pairs)))
     assert all(r.output.shape == (1, 2, 32, 32) and r.loss is not None for r in results if r.frame is not None)
+
+
+def test_the_learner_moves_stale_gradients_with_the_flow_unless_told_not_to():
+    sample = torch.zeros(1, 6, 16, 16)
+    with online_pipeline(build_flow_net("fast", init="scratch"), sample, 2, layers=SPLITS[2]) as pipe:
+        assert all(s.align_stale_grad is motion_aligned for s in pipe.stages)
+    with online_pipeline(
+        build_flow_net("fast", init="scratch"), sample, 2, layers=SPLITS[2], align_stale_grad=None
+    ) as pipe:
+        assert all(s.align_stale_grad is None for s in pipe.stages)

@@ -104,6 +104,28 @@ def test_per_stage_learning_rates_match_the_reference():
             pipe.set_lr([1e-3, 1e-3])
 
 
+def shrink_where_active(out, grad, frames_apart):
+    """A stale-gradient alignment that depends on the output and the gap (any would do)."""
+    return grad * torch.sigmoid(out) / frames_apart
+
+
+@pytest.mark.parametrize("runtime", ["local", "processes"])
+def test_an_aligned_stale_gradient_matches_the_reference(runtime):
+    model, (xs, ys) = make_model(), stream()
+    opt = OPTIMIZERS["sgd"]
+    kw = {"balance": [2, 2, 1], "loss_fn": mse, "optimizer": opt, "runtime": runtime}
+    with Pipeline(model, xs[0], align_stale_grad=shrink_where_active, **kw) as pipe:
+        outputs, losses = run(pipe, xs, ys)
+        want_out, want_loss, parts = ref.partime(model, [2, 2, 1], opt, mse, xs, ys, align=shrink_where_active)
+        assert_close_dicts(losses, want_loss)
+        assert_close_dicts(outputs, want_out)
+        for got, want in zip(ref.weights([pipe.module()]), ref.weights(parts), strict=True):  # gathered from workers
+            torch.testing.assert_close(got, want, atol=TOL, rtol=0)
+    with Pipeline(model, xs[0], **kw) as plain:
+        plain_out, _ = run(plain, xs, ys)
+    assert not torch.allclose(plain_out[STEPS - 1], outputs[STEPS - 1])  # the alignment changed what was learned
+
+
 def test_stages_without_balance_profiles_a_balance_and_still_matches_the_reference():
     model, (xs, ys) = make_model(), stream()
     with Pipeline(model, xs[0], stages=3, loss_fn=mse, optimizer=OPTIMIZERS["sgd"]) as pipe:
