@@ -136,7 +136,14 @@ class CostVolumeMatch(nn.Module):
     At 1/factor: warp the current features by the flow so far, correlate (features normalised per
     channel over the image, which removes the DC part that makes every offset look alike, then to
     unit length), soft-argmax the cost into a residual (learned temperature), and add a learned
-    correction from the cost, the previous frame's features and the flow."""
+    correction from the cost, the previous frame's features and the flow, bounded to the search radius
+    (``radius`` · tanh(head / ``radius``)).
+
+    Why bounded: beyond the cells it searched the match has no evidence, and the head sees the absolute flow,
+    so online it can learn to cancel a motion the recent frames did not have. Unbounded, the full-resolution
+    match of a PARTIME D = 2 learner from scratch once took 4.8 px off a patch that the coarse levels had
+    right (generated chelsea stream, seed 2, frames ~236-254), for twenty frames; bounded, D = 2 follows the
+    sequential learner there. Measured by ``bench.flow`` (``bench/results/flow-*.md``)."""
 
     def __init__(self, factor: int, width: int, radius: int, head: int, supervision: float = 0.0) -> None:
         super().__init__()
@@ -165,7 +172,7 @@ class CostVolumeMatch(nn.Module):
         cost = local_correlation(self._normalise(f0), self._normalise(warp(f1, flow)), self.radius)
         prob = torch.softmax(cost * self.log_temperature.exp(), dim=1)
         flow = flow + torch.einsum("bkhw,dk->bdhw", prob, self.offsets)
-        flow = flow + self.head(torch.cat([cost, f0, flow], 1))
+        flow = flow + self.radius * torch.tanh(self.head(torch.cat([cost, f0, flow], 1)) / self.radius)
         return _refined(flow, frames_of(x), self.factor, self.supervision)
 
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from models.flow_loss import flow_loss
-from models.flow_nets import FLOW_NETS, ChannelsLastConv2d, build_flow_net
+from models.flow_nets import FLOW_NETS, ChannelsLastConv2d, CostVolumeMatch, build_flow_net
 from models.online import flow_optimizer, frame_pair
 from pipeline_core import Pipeline, balance
 from pipeline_core.partition import equal_balance, keeps_with_next
@@ -146,3 +146,18 @@ def test_lucas_kanade_step_recovers_a_subpixel_translation():
         step.log_damping.fill_(-20.0)  # the mechanism alone (damping is learned)
         flow = step(torch.cat([torch.zeros(1, 2, 64, 64), prev, cur], 1))[:, :2, 12:-12, 12:-12]
     assert (flow - true).abs().mean() < 0.05
+
+
+@pytest.mark.parametrize("radius", [1, 3])
+def test_a_match_corrects_the_flow_by_at_most_its_search_radius(radius):
+    torch.manual_seed(0)
+    match = CostVolumeMatch(factor=1, width=4, radius=radius, head=8)
+    x = torch.cat([torch.full((1, 2, 16, 16), 3.0), torch.rand(1, 6 + 8, 16, 16)], 1)  # flow 3 px, frames, features
+    with torch.no_grad():
+        match.log_temperature.fill_(-20.0)  # a flat softmax: the soft-argmax adds nothing
+        calm = match(x)[:, :2]
+        match.head[-1].bias.fill_(1e3)  # a head gone wild
+        wild = match(x)[:, :2]
+    torch.testing.assert_close(calm, torch.full_like(calm, 3.0))
+    assert (wild - 3.0).abs().max() <= radius + 1e-5
+    assert (wild - 3.0).min() > radius - 1e-3  # and it reaches the bound
