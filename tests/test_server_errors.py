@@ -144,9 +144,11 @@ def test_max_streams_is_429(server):
 
 
 def test_nonfinite_loss_halves_lr_and_keeps_going(server):
-    sid = create(server, source="file:clip.mp4", name="blowup", fps=15, loop=True, lr=10.0)["id"]
+    # lr 1000 blows the fast net up within a few frames. 10 did once; since the matches' corrections are bounded
+    # (models.flow_nets.CostVolumeMatch) this stream ran 880 frames at lr 10 without a non-finite loss.
+    sid = create(server, source="file:clip.mp4", name="blowup", fps=15, loop=True, lr=1000.0)["id"]
     info = server.wait_for(sid, lambda i: i["counters"]["nonfinite_losses"] >= 3, what="non-finite losses")
-    assert info["lr"] <= 10.0 / 8 and info["state"] in ("starting", "running")
+    assert info["lr"] <= 1000.0 / 8 and info["state"] in ("starting", "running")
     assert server.metrics().require("overtime_nonfinite_losses_total", stream=sid) >= 3
     server.wait_for(sid, lambda i: i["counters"]["processed"] > 0, what="frames processed after the blow-ups")
     delete(server, sid)
