@@ -74,13 +74,19 @@ def warp(image: Tensor, flow: Tensor) -> Tensor:
         raise ValueError(f"image {tuple(image.shape)} and flow {tuple(flow.shape)} do not match (flow is B,2,H,W)")
     _, _, h, w = flow.shape
     pos = pixel_grid(h, w, flow.device, flow.dtype) + flow
-    high, scale = _warp_bounds(h, w, flow.device, flow.dtype)
+    high, _ = _warp_bounds(h, w, flow.device, flow.dtype)
     # A diverged (NaN/inf) flow must not crash grid_sample's backward: the worker's non-finite-loss guard then
     # restores the last good weights. The bounds come in as an argument: looked up inside, a first lookup under
     # ``torch.compile`` made the cached tensors inside the function's traced graph, which inductor refused.
-    pos = _InsideReach.apply(pos, high)
+    return sample_at(image, _InsideReach.apply(pos, high))
+
+
+def sample_at(image: Tensor, pos: Tensor, padding_mode: str = "border") -> Tensor:
+    """``image`` (B, C, H, W) read at pixel positions ``pos`` (B, 2, H, W; x, y), bilinear: the one place pixel
+    positions become ``grid_sample``'s [-1, 1] grid."""
+    _, scale = _warp_bounds(*pos.shape[-2:], pos.device, pos.dtype)
     grid = (pos * scale - 1.0).permute(0, 2, 3, 1)
-    return F.grid_sample(image, grid, mode="bilinear", padding_mode="border", align_corners=True)
+    return F.grid_sample(image, grid, mode="bilinear", padding_mode=padding_mode, align_corners=True)
 
 
 def charbonnier(diff: Tensor, eps: float = 1e-3, alpha: float = 0.5) -> Tensor:

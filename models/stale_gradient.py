@@ -14,10 +14,9 @@ sequential learner, ``bench/results/flow-*.md``).
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from .flow_loss import pixel_grid
+from .flow_loss import pixel_grid, sample_at
 
 
 def motion_aligned(output: Tensor, grad: Tensor, frames_apart: int) -> Tensor:
@@ -31,8 +30,7 @@ def motion_aligned(output: Tensor, grad: Tensor, frames_apart: int) -> Tensor:
         raise ValueError(
             f"need a (B, >=2, H, W) output and a gradient of its size, got {tuple(output.shape)}, {tuple(grad.shape)}"
         )
-    flow = torch.nan_to_num(output[:, :2], nan=0.0, posinf=0.0, neginf=0.0)
+    flow = torch.nan_to_num(output[:, :2], nan=0.0, posinf=0.0, neginf=0.0).to(grad.dtype)
     _, _, h, w = flow.shape
     pos = pixel_grid(h, w, flow.device, flow.dtype) - frames_apart * flow
-    grid = torch.stack([pos[:, 0] * (2.0 / max(w - 1, 1)), pos[:, 1] * (2.0 / max(h - 1, 1))], -1) - 1.0
-    return F.grid_sample(grad, grid.to(grad.dtype), mode="bilinear", padding_mode="zeros", align_corners=True)
+    return sample_at(grad, pos, padding_mode="zeros")
