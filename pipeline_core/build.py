@@ -59,14 +59,15 @@ def build(
     schedule: str | Schedule,
     learn: bool,
     align_stale_grad: GradAlign | None = None,
+    compile_backend: str | None = None,
 ) -> Built:
     """Split ``model`` by ``balance`` into stages placed on ``devices``, and the schedule they run,
     refused here if it cannot run on this input (``check_input``) or at all (``validate``).
-    ``align_stale_grad``: see ``Stage.backward``."""
+    ``align_stale_grad``: see ``Stage.backward``; ``compile_backend``: see ``Stage``."""
     placed = stage_devices(devices, len(balance))
     parts = split(model, balance)
     stages = [
-        Stage(i, part, dev, optimizer or default_optimizer, align_stale_grad)
+        Stage(i, part, dev, optimizer or default_optimizer, align_stale_grad, compile_backend)
         for i, (part, dev) in enumerate(zip(parts, placed, strict=True))
     ]
     plan = make_schedule(schedule, len(stages))

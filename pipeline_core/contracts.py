@@ -10,6 +10,7 @@ from typing import Protocol
 from torch import Tensor, nn
 
 from .schedules import StepActions
+from .step_result import StageEvents
 
 
 @dataclass
@@ -19,6 +20,8 @@ class StepRecord:
     outputs: dict[int, Tensor] = field(default_factory=dict)
     losses: dict[int, Tensor] = field(default_factory=dict)
     stage_seconds: list[float | None] = field(default_factory=list)
+    #: Where stages run asynchronously on CUDA streams, the events that time them (the host's clock cannot).
+    stage_events: list[StageEvents] | None = None
 
 
 class Transport(Protocol):
@@ -34,7 +37,7 @@ class Transport(Protocol):
 class Runtime(Protocol):
     """Executes a schedule's steps on the stages it was given (``LocalRuntime``, ``ProcessRuntime``)."""
 
-    #: Every stage is on a CUDA device: ``Pipeline`` synchronizes and may capture CUDA graphs.
+    #: Every stage is on a CUDA device: ``Pipeline`` times steps with events and may capture CUDA graphs.
     cuda: bool
 
     def feed(self, kind: str, stage: int, frame: int, tensor: Tensor) -> None:
@@ -44,11 +47,6 @@ class Runtime(Protocol):
 
     def run_step(self, step: int, plan: StepActions) -> StepRecord:
         """Run every stage's actions of one step; raise ``PipelineError`` rather than hang."""
-        ...
-
-    def device_seconds(self) -> list[float | None]:
-        """Per-stage device time of the last step, for runtimes whose stages run asynchronously on
-        a device (the host's clock does not see it); empty where ``StepRecord`` timings are exact."""
         ...
 
     def new_epoch(self) -> None:

@@ -19,6 +19,11 @@ from .contracts import StepRecord
 from .runtime import LocalRuntime
 from .schedules import SENDS, Op, StepActions
 
+
+class GraphCaptureError(RuntimeError):
+    """A step's work could not be captured (an op that reads the device from the host, or one CUDA graphs forbid)."""
+
+
 _RECEIVES = {Op.INPUT: "input", Op.LOSS: "target", Op.RECV_ACT: "act", Op.RECV_GRAD: "grad"}
 
 
@@ -50,8 +55,12 @@ class StepGraphs:
         """Record the step's work; host bookkeeping happens now, the GPU work at the replay."""
         graph = torch.cuda.CUDAGraph()
         self._stream.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.graph(graph, pool=self._pool, stream=self._stream):
-            record = self.runtime.run_step(step, plan)
+        try:
+            # thread_local: another thread of the process may allocate meanwhile (a stage compiling in the background).
+            with torch.cuda.graph(graph, pool=self._pool, stream=self._stream, capture_error_mode="thread_local"):
+                record = self.runtime.run_step(step, plan)
+        except Exception as exc:
+            raise GraphCaptureError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
         self._pool = graph.pool()
         self._graphs[key] = (graph, list(record.outputs.values()), list(record.losses.values()))
 

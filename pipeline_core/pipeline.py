@@ -2,39 +2,26 @@
 
 from __future__ import annotations
 
-import time
+import logging
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 
 from .build import OptimizerFactory, build, choose_balance
 from .contracts import Runtime, StepRecord
-from .cuda_graph import StepGraphs
+from .cuda_graph import GraphCaptureError, StepGraphs
 from .epoch import Epoch
 from .partition import TensorMeta, check_sequential, join, resolve_devices
 from .processes import ProcessRuntime
 from .runtime import LocalRuntime
 from .schedules import Op, Schedule, StepActions
 from .stage import GradAlign, LossFn
+from .step_result import StepClock, StepResult
 from .worker import check_whole_frames
 
-
-@dataclass
-class StepResult:
-    """What came out of the pipeline at one step.
-
-    ``frame`` is the true index of the frame whose ``output`` and ``loss`` these are (PARTIME
-    delays outputs by D-1 steps); all three are None while the pipeline fills.
-    """
-
-    output: Tensor | None
-    loss: float | None
-    frame: int | None
-    step_seconds: float = 0.0
-    stage_seconds: list[float | None] = field(default_factory=list)
+log = logging.getLogger(__name__)
 
 
 class Pipeline:
@@ -53,21 +40,28 @@ class Pipeline:
         timeout: float = 120.0,
         runtime: str = "local",
         align_stale_grad: GradAlign | None = None,
+        compile_backend: str | None = None,
     ) -> None:
         """``align_stale_grad``: how a stage brings a gradient of an earlier frame into line with the frame whose
-        graph it is pushed through (PARTIME's stale gradients; see ``Stage.backward``); None: as it came."""
+        graph it is pushed through (PARTIME's stale gradients; see ``Stage.backward``); None: as it came.
+        ``compile_backend``: ``torch.compile`` every stage with it (see ``Stage``; it compiles at the first step)."""
         model = check_sequential(model)
         resolved = resolve_devices(devices)
         self.balance = choose_balance(model, sample_input, stages, balance, resolved, loss_fn)
         self.sample_input = sample_input.detach()
         self.loss_fn = loss_fn
         learn = loss_fn is not None
-        built = build(model, sample_input, self.balance, resolved, optimizer, schedule, learn, align_stale_grad)
+        built = build(
+            model, sample_input, self.balance, resolved, optimizer, schedule, learn, align_stale_grad, compile_backend
+        )
         self.stages, self.schedule = built.stages, built.schedule
         self.runtime: Runtime = self._make_runtime(runtime, built.metas, timeout)
         self._graphs = self._make_graphs(cuda_graph)
         self._epoch = Epoch(self.schedule, learn=loss_fn is not None)
         self._targets: dict[int, Tensor] = {}  # fed targets whose frame's loss is still to come
+        #: Counts fresh starts (a flush, a weight load, a failed graph capture): each drops the frames in flight,
+        #: so a caller keeping per-frame state can tell that the frames it fed before will not come out.
+        self.epochs = 0
         self._frame_base = 0  # global index of the current epoch's frame 0
 
     # -- construction helpers ------------------------------------------------------------------
@@ -82,24 +76,32 @@ class Pipeline:
         raise ValueError(f"unknown runtime {name!r}; choose 'local' or 'processes'")
 
     def _make_graphs(self, cuda_graph: bool | None) -> StepGraphs | None:
+        """Whole-step CUDA graphs: by default wherever every stage is on one CUDA device. Where they cannot be
+        used the reason is said: a warning when they were asked for, a log line when they were the default."""
         wanted = self.runtime.cuda if cuda_graph is None else cuda_graph
         if not wanted:
             return None
+        reason = self._why_not_capturable()
+        if reason is None:
+            assert isinstance(self.runtime, LocalRuntime)
+            return StepGraphs(self.runtime)
+        message = f"CUDA graphs off: {reason}; running eagerly on streams"
+        if cuda_graph:
+            warnings.warn(message, stacklevel=3)
+        else:
+            log.warning(message)
+        return None
+
+    def _why_not_capturable(self) -> str | None:
+        if not self.runtime.cuda:
+            return "devices are not all CUDA"
         if not isinstance(self.runtime, LocalRuntime) or not StepGraphs.supported(self.runtime):
-            reason = "devices are not all CUDA" if not self.runtime.cuda else "stages span several CUDA devices"
-            if cuda_graph:
-                warnings.warn(f"cuda_graph disabled: {reason}; running eagerly on streams", stacklevel=3)
-            return None
+            return "stages span several CUDA devices"
         for stage in self.stages:
             opt = stage.optimizer
             if opt is not None and any(g.get("capturable") is False for g in opt.param_groups):
-                if cuda_graph:
-                    warnings.warn(
-                        f"cuda_graph disabled: {type(opt).__name__} is not capturable; pass capturable=True",
-                        stacklevel=3,
-                    )
-                return None
-        return StepGraphs(self.runtime)
+                return f"{type(opt).__name__} is not capturable (pass capturable=True)"
+        return None
 
     # -- running -------------------------------------------------------------------------------
     @property
@@ -129,31 +131,39 @@ class Pipeline:
         return [r for r in results if r.frame is not None]
 
     def _run(self, last_frame: int | None) -> StepResult:
-        start = time.perf_counter()
+        """One step. On CUDA nothing here waits for the device (``StepResult``)."""
+        clock = StepClock(self.stages[-1].device)
         step = self._epoch.next_step(last_frame)
         self._deliver_targets(step.plan)
-        if self._graphs is not None:
-            record = self._graphs.run_step(step.index, step.plan, step.key)
-        else:
-            record = self.runtime.run_step(step.index, step.plan)
-        result = self._result(record, step.output_frame)
-        if self.runtime.cuda:
-            torch.cuda.synchronize(self.stages[-1].device)
-            if any(s is None for s in result.stage_seconds):
-                result.stage_seconds = self.runtime.device_seconds() if self._graphs is None else []
-        result.step_seconds = time.perf_counter() - start
-        return result
+        record = self._run_plan(step.index, step.plan, step.key)
+        clock.stop()
+        return self._result(record, step.output_frame, clock)
 
-    def _result(self, record: StepRecord, frame: int) -> StepResult:
+    def _run_plan(self, index: int, plan: StepActions, key: int | None) -> StepRecord:
+        if self._graphs is None:
+            return self.runtime.run_step(index, plan)
+        try:
+            return self._graphs.run_step(index, plan, key)
+        except GraphCaptureError as exc:
+            # The captured work never ran, but the step's bookkeeping did: the frames in flight are lost.
+            log.warning("CUDA graphs off: a step could not be captured (%s); running eagerly from now on", exc)
+            self._graphs = None
+            self._new_epoch()
+            return StepRecord()
+
+    def _result(self, record: StepRecord, frame: int, clock: StepClock) -> StepResult:
         output = record.outputs.get(frame)
         loss = record.losses.get(frame)
-        if output is not None and self._graphs is not None:
-            output = output.clone()  # graph outputs live in static memory the next replay reuses
+        if self._graphs is not None:  # graph outputs live in static memory the next replay reuses
+            output = None if output is None else output.clone()
+            loss = None if loss is None else loss.clone()
         return StepResult(
             output=output,
-            loss=None if loss is None else float(loss),
+            loss_tensor=loss,
             frame=None if output is None and loss is None else self._frame_base + frame,
+            clock=clock,
             stage_seconds=record.stage_seconds,
+            stage_events=record.stage_events,
         )
 
     def _deliver_targets(self, plan: StepActions) -> None:
@@ -166,6 +176,7 @@ class Pipeline:
                 self.runtime.feed("target", self.depth - 1, frame, target)
 
     def _new_epoch(self) -> None:
+        self.epochs += 1
         self._targets.clear()
         self._frame_base += self._epoch.fed
         self._epoch = Epoch(self.schedule, learn=self.loss_fn is not None)

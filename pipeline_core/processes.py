@@ -172,9 +172,6 @@ class ProcessRuntime:
         """Frames and targets go to their worker with the next step's command."""
         self._deliveries.add(kind, stage, frame, tensor)
 
-    def device_seconds(self) -> list[float | None]:
-        return []  # CPU workers: their reported host timings are exact
-
     def run_step(self, step: int, plan: StepActions) -> StepRecord:
         """Send every worker its step; return once the last stage has done it.
 

@@ -125,8 +125,8 @@ class LocalRuntime:
         """Fork every stage stream from the current one, and join them back at the end.
 
         Steps are thus totally ordered (what a step sends is safe to read in the next one), and a
-        graph capture of the step sees one connected piece of work. Outside a capture, events
-        time each stage's compute stream."""
+        graph capture of the step sees one connected piece of work. Outside a capture, events on
+        each stage's compute stream time it (``StepRecord.stage_events``; read when asked)."""
         assert self.streams is not None
         main = torch.cuda.current_stream(self.stages[0].device)
         timed = not torch.cuda.is_current_stream_capturing()
@@ -134,30 +134,19 @@ class LocalRuntime:
         for s in self.streams:
             for stream in s.all():
                 stream.wait_stream(main)
-            starts.append(torch.cuda.Event(enable_timing=True) if timed else None)
             if timed:
+                starts.append(torch.cuda.Event(enable_timing=True))
                 starts[-1].record(s.compute)
         yield
         ends = []
         for s in self.streams:
-            ends.append(torch.cuda.Event(enable_timing=True) if timed else None)
             if timed:
+                ends.append(torch.cuda.Event(enable_timing=True))
                 ends[-1].record(s.compute)
             for stream in s.all():
                 main.wait_stream(stream)
-        self._timers = list(zip(starts, ends, strict=True))
-
-    def device_seconds(self) -> list[float | None]:
-        """Per-stage GPU time (stream busy span) of the last eager CUDA step; None inside graphs;
-        empty on CPU (the threads' host timings are exact)."""
-        out: list[float | None] = []
-        for start, end in getattr(self, "_timers", []):
-            if start is None:
-                out.append(None)
-            else:
-                end.synchronize()
-                out.append(start.elapsed_time(end) / 1000.0)
-        return out
+        if timed:
+            self.interpreter.record.stage_events = list(zip(starts, ends, strict=True))
 
     # -- the stages' state ------------------------------------------------------------------------
     def new_epoch(self) -> None:

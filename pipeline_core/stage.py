@@ -41,11 +41,16 @@ class Stage:
         device: torch.device,
         optimizer: OptimizerFactory | None,
         align_stale_grad: GradAlign | None = None,
+        compile_backend: str | None = None,
     ) -> None:
+        """``compile_backend``: run the module through ``torch.compile`` with this backend (``inductor`` fuses the
+        stage's forward and backward into a few kernels: on a GPU a small net's step is launches, not arithmetic).
+        ``module`` stays the plain module: its state dict and the stale forwards use it."""
         self.index = index
         self.align_stale_grad = align_stale_grad
         self.device = device
         self.module = module.to(device)
+        self.run = self.module if compile_backend is None else torch.compile(self.module, backend=compile_backend)
         params = [p for p in self.module.parameters() if p.requires_grad]
         self.optimizer = optimizer(params) if (optimizer is not None and params) else None
         # Per-frame state in flight, filled and drained by the runtime's actions.
@@ -65,7 +70,7 @@ class Stage:
         """Forward ``frame``; with ``grad`` the graph is kept for a later :meth:`backward`. With
         ``stale`` it runs on the weights from before the last update (when the stage keeps them)."""
         weights = self.previous if stale else None
-        run = self.module if weights is None else (lambda inp: functional_call(self.module, weights, (inp,)))
+        run = self.run if weights is None else (lambda inp: functional_call(self.module, weights, (inp,)))
         if grad:
             leaf = x.detach().requires_grad_(self.index > 0)
             out = run(leaf)

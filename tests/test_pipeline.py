@@ -258,22 +258,41 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 
 @cuda
 @pytest.mark.cuda
-@pytest.mark.parametrize("graph", [False, True])
 @pytest.mark.parametrize("balance", [[3, 2], [2, 1, 1, 1]])
-def test_cuda_partime_matches_the_reference(graph, balance):
+def test_cuda_partime_matches_the_reference(balance):
+    """On CUDA streams, against the CPU reference (Adam's CUDA and CPU arithmetic agree to 1e-5)."""
     model, (xs, ys) = make_model(), stream()
-    make_opt = lambda p: torch.optim.Adam(p, lr=1e-2, capturable=graph)  # noqa: E731
-    ref_opt = lambda p: torch.optim.Adam(p, lr=1e-2)  # noqa: E731
+    make_opt = lambda p: torch.optim.Adam(p, lr=1e-2)  # noqa: E731
     xs_c, ys_c = [x.cuda() for x in xs], [y.cuda() for y in ys]
     with Pipeline(
-        model, xs_c[0], balance=balance, devices=["cuda:0"], loss_fn=mse, optimizer=make_opt, cuda_graph=graph
+        model, xs_c[0], balance=balance, devices=["cuda:0"], loss_fn=mse, optimizer=make_opt, cuda_graph=False
     ) as pipe:
-        assert (pipe._graphs is not None) == graph
         outputs, losses = run(pipe, xs_c, ys_c)
-        want_out, want_loss, parts = ref.partime(model, balance, ref_opt, mse, xs, ys)
+        want_out, want_loss, parts = ref.partime(model, balance, make_opt, mse, xs, ys)
         assert_close_dicts(losses, want_loss, tol=1e-5)
         assert_close_dicts({k: v.cpu() for k, v in outputs.items()}, want_out, tol=1e-5)
         assert_same_weights(pipe, parts, tol=1e-5)
+
+
+@cuda
+@pytest.mark.cuda
+@pytest.mark.parametrize("balance", [[3, 2], [2, 1, 1, 1]])
+def test_cuda_graph_partime_matches_the_reference_with_the_same_arithmetic(balance):
+    """Whole-step graphs need a capturable Adam, whose arithmetic (step counts and bias corrections on the device) is
+    not the CPU's: a loss drifted 1.33e-5 from the CPU reference over 24 steps. With the same optimizer, the reference
+    run on the same GPU, the graphs match it to 1e-6: the drift was the optimizer's arithmetic, not the graphs."""
+    model, (xs, ys) = make_model(), stream()
+    make_opt = lambda p: torch.optim.Adam(p, lr=1e-2, capturable=True, fused=True)  # noqa: E731
+    xs_c, ys_c = [x.cuda() for x in xs], [y.cuda() for y in ys]
+    with Pipeline(
+        model, xs_c[0], balance=balance, devices=["cuda:0"], loss_fn=mse, optimizer=make_opt, cuda_graph=True
+    ) as pipe:
+        assert pipe._graphs is not None
+        outputs, losses = run(pipe, xs_c, ys_c)
+        want_out, want_loss, parts = ref.partime(model.cuda(), balance, make_opt, mse, xs_c, ys_c)
+        assert_close_dicts(losses, want_loss, tol=1e-6)
+        assert_close_dicts(outputs, want_out, tol=1e-6)
+        assert_same_weights(pipe, parts, tol=1e-6)
 
 
 @cuda
