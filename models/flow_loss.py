@@ -230,9 +230,13 @@ def online_zero_flow_loss(frames: Tensor, levels: int = 3) -> Tensor:
 
 
 def guarded_flow_loss(flow: Tensor, frames: Tensor) -> Tensor:
-    """``flow_loss``, but a blown-up flow gives a NaN loss instead of reaching ``grid_sample``, whose CPU backward
-    crashes the process on NaN or huge coordinates (the NaN loss then triggers the service's recovery)."""
-    magnitude = flow.detach().abs().max()
-    if not bool(torch.isfinite(magnitude)) or float(magnitude) > MAX_FLOW_PX:
-        return flow.sum() * float("nan")
-    return online_loss(flow, frames)
+    """``online_loss``, but a blown-up flow (non-finite, or beyond ``MAX_FLOW_PX``) gives a NaN loss, which the
+    service's learner answers by restoring its last good weights.
+
+    Tensor arithmetic only, no decision on the host: a CUDA graph captures the step, and the host reads the loss
+    later, from its copy. The loss is computed on the flow with the blown-up case zeroed, so ``grid_sample``,
+    whose CPU backward crashes the process on NaN or huge coordinates, never sees such a flow."""
+    magnitude = flow.detach().abs().amax()
+    blown_up = ~(magnitude <= MAX_FLOW_PX)  # NaN compares false
+    loss = online_loss(torch.where(blown_up, torch.zeros_like(flow), flow), frames)
+    return torch.where(blown_up, torch.full_like(loss, float("nan")), loss)

@@ -45,10 +45,13 @@ def flow_optimizer(lr: float = BASE_LR, fused: bool = True) -> OptimizerFactory:
     second-moment estimate must forget within ~100 frames, or a burst of large gradients (a fast
     patch entering) keeps the step size wrong for a long time. ``fused``: one kernel updates every parameter (the
     same update); torch's default on CPU loops over the flow nets' ~40 small tensors one op at a time
-    (``python -m bench.learning_step`` times both: ways eager-1t and adam-loop-1t)."""
+    (``python -m bench.learning_step`` times both: ways eager-1t and adam-loop-1t). On CUDA it is also capturable
+    (its step counts live on the device), so a CUDA graph can hold the whole learning step."""
 
     def make(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
-        return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.99), fused=fused or None)
+        params = list(params)
+        on_cuda = any(p.device.type == "cuda" for p in params)
+        return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.99), fused=fused or None, capturable=on_cuda)
 
     return make
 
@@ -74,11 +77,14 @@ def online_pipeline(
     schedule: str | Schedule = "partime",
     optimizer: OptimizerFactory | None = None,
     align_stale_grad: GradAlign | None = motion_aligned,
+    compile_backend: str | None = None,
+    cuda_graph: bool | None = None,
 ) -> Pipeline:
     """The service's learner around ``model``: ``stages`` stages split by measured layer costs (unless ``layers``
     gives the split; ``Pipeline`` profiles it otherwise), one Adam per stage (``flow_optimizer``; or ``optimizer``),
     every stage at ``lr``, the frame pair as target, and a stale stage's gradient moved with the flow
-    (``models.stale_gradient``; None: as it was sent, PARTIME as published, for comparison).
+    (``models.stale_gradient``; None: as it was sent, PARTIME as published, for comparison). ``compile_backend`` and
+    ``cuda_graph`` go to ``Pipeline`` (on CUDA whole-step graphs are on by default).
 
     Why one rate for every stage, stale or not: Adam already normalises each step, and a PARTIME stage's gradients are
     only 2(D-1-h) frames old; scaling a stale stage's rate down by its delay (base / (1 + delay), PipeMare's rule,
@@ -97,6 +103,8 @@ def online_pipeline(
         optimizer=optimizer or flow_optimizer(lr),
         schedule=schedule,
         align_stale_grad=align_stale_grad,
+        compile_backend=compile_backend,
+        cuda_graph=cuda_graph,
     )
     pipe.set_lr(lr)  # also when ``optimizer`` is given: ``lr`` is every stage's rate whatever the factory's default
     return pipe
