@@ -10,21 +10,22 @@ initialisation must match.
 from __future__ import annotations
 
 import copy
-import math
 import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from models.flow_loss import online_zero_flow_loss
 from models.flow_nets import build_flow_net
 from models.online import default_lr, online_pipeline
-from pipeline_core import StepResult
+from pipeline_core import Pipeline, StepResult
 from pipeline_core.partition import resolve_devices
 
 from . import checkpoints
+from .compiled_twin import CompiledTwin
 from .profile_cache import JsonCache, key
 from .sizing import Size
 
@@ -42,6 +43,8 @@ class LearnerConfig:
     schedule: str
     devices: tuple[str, ...] | None
     checkpoint_path: Path
+    #: ``torch.compile`` the stages with this backend, in the background (``compiled_twin``); None: eager only.
+    compile_backend: str | None = None
 
 
 class CheckpointMismatch(Exception):
@@ -70,15 +73,7 @@ class Learner:
         # A resumed stream keeps its checkpoint's split (the weights and optimizer states are stored per stage); a
         # new one takes the cached split or measures one.
         layers = saved["pipeline"]["balance"] if saved else (splits.get(split_key) if splits else None)
-        self.pipe = online_pipeline(
-            build_flow_net(cfg.model, init=cfg.init),
-            sample(size),
-            cfg.stages,
-            self.lr,
-            layers=layers,
-            devices=devices,
-            schedule=cfg.schedule,
-        )
+        self.pipe = self._pipeline(build_flow_net(cfg.model, init=cfg.init), size, layers)
         if splits is not None and not saved and layers is None and cfg.stages > 1:
             splits.put(split_key, self.pipe.balance)
         self.size = size
@@ -90,6 +85,52 @@ class Learner:
         self._initial = None if saved else copy.deepcopy(self.pipe.state_dict())
         self.nonfinite = 0
         self.poison_next = False  # fault-injection hook: the next frame is all NaN, so its loss is NaN
+        self.compiled = False  # the pipeline's stages are compiled
+        self._twin: CompiledTwin | None = None
+        self._compile_in_background()
+
+    def _pipeline(self, module: nn.Sequential, size: Size, layers: list[int] | None,
+                  compile_backend: str | None = None) -> Pipeline:  # fmt: skip
+        cfg = self.cfg
+        return online_pipeline(
+            module,
+            sample(size),
+            cfg.stages,
+            self.lr,
+            layers=layers,
+            devices=list(cfg.devices) if cfg.devices else None,
+            schedule=cfg.schedule,
+            compile_backend=compile_backend,
+        )
+
+    def _compile_in_background(self) -> None:
+        """Start compiling a twin of the pipeline at the current size (``compiled_twin``), when so configured."""
+        if self._twin is not None:
+            self._twin.close()
+            self._twin = None
+        backend = self.cfg.compile_backend
+        if backend is None:
+            return
+        module, layers, size = self.pipe.module(), self.pipe.balance, self.size
+        self._twin = CompiledTwin(lambda: self._pipeline(module, size, layers, backend), sample(size).to(self.device))
+
+    @property
+    def compiled_ready(self) -> bool:
+        """A compiled pipeline waits to take over (``adopt_compiled``)."""
+        return self._twin is not None and self._twin.ready
+
+    def adopt_compiled(self) -> None:
+        """Go on with the compiled pipeline: the same weights, optimizer states and split; frames in flight go (flush
+        them first)."""
+        assert self._twin is not None
+        pipe = self._twin.take()
+        self._twin = None
+        assert pipe is not None
+        pipe.load_state_dict(self.pipe.state_dict())
+        self.pipe.close()
+        self.pipe = pipe
+        self._apply_lr()
+        self.compiled = True
 
     def _check_compatible(self, saved: dict) -> None:
         mine = {"model": self.cfg.model, "stages": self.cfg.stages, "init": self.cfg.init}
@@ -104,19 +145,17 @@ class Learner:
         """Learn at ``size`` from now on, with the same weights, optimizer states and split; frames in flight go."""
         state, module = self.pipe.state_dict(), self.pipe.module()
         self.pipe.close()
-        cfg = self.cfg
-        self.pipe = online_pipeline(
-            module,
-            sample(size),
-            cfg.stages,
-            self.lr,
-            layers=state["balance"],
-            devices=list(cfg.devices) if cfg.devices else None,
-            schedule=cfg.schedule,
-        )
+        self.pipe = self._pipeline(module, size, state["balance"])  # eager until compiled at this size too
         self.pipe.load_state_dict(state)
         self._apply_lr()
         self.size = size
+        self.compiled = False
+        self._compile_in_background()
+
+    def close(self) -> None:
+        if self._twin is not None:
+            self._twin.close()
+        self.pipe.close()
 
     def save(self) -> int:
         """Checkpoint now (unless the weights are already non-finite); return the frame count saved."""
@@ -131,20 +170,24 @@ class Learner:
         )  # fmt: skip
         return int(state["frames"])
 
+    @property
+    def device(self) -> torch.device:
+        """Where frame pairs go in (the first stage's device)."""
+        return self.pipe.stages[0].device
+
     def step(self, x: torch.Tensor) -> StepResult | None:
-        """One frame pair in; what left the pipeline out — None while filling and after a non-finite loss."""
+        """One frame pair (on ``device``) in; what left the pipeline out, None while it fills. Nothing is read on the
+        host here: the caller checks the loss once it has it (``recover`` after a non-finite one)."""
         if self.poison_next:
             x, self.poison_next = torch.full_like(x, float("nan")), False
         r = self.pipe.step(x, target=x)
-        if r.loss is not None and not math.isfinite(r.loss):
-            self.recover()
-            return None
         return r if r.frame is not None else None
 
-    def zero_flow_loss(self, x: torch.Tensor) -> float:
-        """The learner's own loss of zero flow on the pair ``x``: the baseline a learned flow must beat."""
+    def zero_flow_loss(self, x: torch.Tensor) -> torch.Tensor:
+        """The learner's own loss of zero flow on the pair ``x`` (0-d, on its device): the baseline a learned flow
+        must beat."""
         with torch.no_grad():
-            return float(online_zero_flow_loss(x.to(self.pipe.stages[-1].device)))
+            return online_zero_flow_loss(x)
 
     def recover(self) -> None:
         """After a non-finite loss: back to the last good weights, half the step size."""

@@ -16,11 +16,13 @@ shared 2-core machine under load: two threads per op made the layer profiling at
 from __future__ import annotations
 
 import logging
+import math
 import os
 import queue
 import signal
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,13 +31,13 @@ import cv2
 import numpy as np
 import torch
 
-from models.online import frame_pair
 from pipeline_core import StepResult
 from pipeline_core.partition import resolve_devices
 from pipeline_core.worker import settle_process
 
 from . import errors
 from .budget import BudgetController
+from .device_io import FrameUpload, HostCopy
 from .errors import in_words
 from .learner import CheckpointMismatch, Learner, LearnerConfig
 from .pictures import JPEG_KINDS, FlowScale, Painter, mask_kinds
@@ -82,6 +84,8 @@ def run_learner_process(cfg: LearnerProcessConfig, ring_spec: RingSpec, slots: A
     settle_process()
     torch.set_num_threads(1)  # see the module's docstring
     cv2.setNumThreads(1)
+    if cfg.cache_dir is not None:  # compiled kernels outlive the process: a restart or another stream reuses them
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", str(Path(cfg.cache_dir).resolve() / "inductor"))
     parent = os.getppid()
     try:
         ring = FrameRing.attach(ring_spec)
@@ -113,7 +117,7 @@ def run_learner_process(cfg: LearnerProcessConfig, ring_spec: RingSpec, slots: A
         _learn(cfg, loop, ring, slots, out, control, parent)
     finally:
         _checkpoint(learner, out)
-        learner.pipe.close()
+        learner.close()
         ring.close()
 
 
@@ -126,9 +130,12 @@ class FrameLoop:
         self.remember_size = remember_size
         self.painter = Painter(cfg.jpeg_quality)
         self.scale = FlowScale()
-        self.previous: np.ndarray | None = None  # the previous frame at the learning size
+        self.upload = FrameUpload(learner.device)
+        self.host = HostCopy()
+        self.previous: torch.Tensor | None = None  # the previous frame at the learning size, on the learner's device
         self.previous_picture: np.ndarray | None = None
-        self.pending: deque[tuple[np.ndarray, float, torch.Tensor]] = deque()  # frames inside the pipeline
+        # Frames inside the pipeline: the picture, its capture time and its pair's zero-flow loss (on the device).
+        self.pending: deque[tuple[np.ndarray, float, torch.Tensor]] = deque()
         self.note = controller.note(cfg.fps)
         self.reserve = self._measure_pictures()  # what every picture of a frame costs, wanted or not
 
@@ -143,11 +150,12 @@ class FrameLoop:
             seconds.append(time.perf_counter() - t0)
         return min(seconds)
 
-    def scaled(self, picture: np.ndarray) -> np.ndarray:
+    def scaled(self, picture: np.ndarray) -> torch.Tensor:
+        """The picture at the learning size, on the learner's device."""
         w, h = self.learner.size
-        if picture.shape[:2] == (h, w):
-            return picture
-        return cv2.resize(picture, (w, h), interpolation=cv2.INTER_AREA)
+        if picture.shape[:2] != (h, w):
+            picture = cv2.resize(picture, (w, h), interpolation=cv2.INTER_AREA)
+        return self.upload(picture)
 
     def on_frame(self, picture: np.ndarray, capture_time: float) -> None:
         start = time.perf_counter()
@@ -155,23 +163,31 @@ class FrameLoop:
         previous, self.previous, self.previous_picture = self.previous, frame, picture
         if previous is None:
             return
-        x = frame_pair(previous, frame)
-        self.pending.append((picture, capture_time, x))
+        x = torch.cat([previous, frame])[None]
         learner = self.learner
-        nonfinite = learner.nonfinite
+        self.pending.append((picture, capture_time, learner.zero_flow_loss(x)))
+        epochs = learner.pipe.epochs
         r = learner.step(x)
-        if learner.nonfinite != nonfinite:
-            self.pending.clear()  # the pipeline restarted empty
-            self.out.put(NonFiniteLoss(learner.lr, learner.nonfinite, learner.resumed_from))
-        if r is not None:
-            work_s, pictures_s = self._publish(r, start)
+        if learner.pipe.epochs != epochs:
+            self.pending.clear()  # the pipeline started afresh (a step its CUDA graph could not capture)
+        if r is not None and (costs := self._publish(r, start)) is not None:
+            work_s, pictures_s = costs
             self._keep_budget(work_s - pictures_s + self.reserve, r.step_seconds)
 
-    def _publish(self, r: StepResult, start: float) -> tuple[float, float]:
-        """Send what left the pipeline for the oldest frame inside it; the frame's work and its pictures' share."""
-        shown, shown_capture, shown_x = self.pending.popleft()
-        flow = np.ascontiguousarray(r.output[0].detach().permute(1, 2, 0).numpy())
-        loss_zero = self.learner.zero_flow_loss(shown_x)
+    def _publish(self, r: StepResult, start: float) -> tuple[float, float] | None:
+        """Send what left the pipeline for the oldest frame inside it; the frame's work and its pictures' share. A
+        non-finite loss publishes nothing: the learner goes back to its last good weights (None)."""
+        shown, shown_capture, loss_zero = self.pending.popleft()
+        assert r.output is not None and r.loss_tensor is not None
+        got = self.host.fetch(
+            flow=r.output[0].permute(1, 2, 0).contiguous(),
+            losses=torch.stack([r.loss_tensor.float(), loss_zero.to(r.loss_tensor.device, torch.float32)]),
+        )
+        loss, loss_zero = (float(v) for v in got["losses"])
+        if not math.isfinite(loss):
+            self._recover()
+            return None
+        flow = got["flow"]
         scale = self.scale.update(flow, shown.shape[1] / flow.shape[1])
         kinds = mask_kinds(self.ring.wanted)
         painted = time.perf_counter()
@@ -181,26 +197,41 @@ class FrameLoop:
             self.reserve += RESERVE_WEIGHT * (pictures_s - self.reserve)
         work_s = time.perf_counter() - start
         self.out.put(FrameLearned(
-            frame=r.frame, loss=r.loss, loss_zero=loss_zero, dp_s=r.step_seconds, stage_dp_s=list(r.stage_seconds),
+            frame=r.frame, loss=loss, loss_zero=loss_zero, dp_s=r.step_seconds, stage_dp_s=list(r.stage_seconds),
             work_s=work_s, capture_time=shown_capture, learning_size=(flow.shape[1], flow.shape[0]), flow_scale=scale,
             flow=flow, images=images,
         ))  # fmt: skip
         return work_s, pictures_s
 
+    def _recover(self) -> None:
+        """After a non-finite loss: the last good weights, half the rate; the frames in flight are gone."""
+        learner = self.learner
+        learner.recover()
+        self.pending.clear()
+        self.out.put(NonFiniteLoss(learner.lr, learner.nonfinite, learner.resumed_from))
+
     def _keep_budget(self, work_s: float, step_s: float) -> None:
         controller = self.controller
         choice = controller.observe(work_s, step_s)
         if choice is not None:
-            for r in self.learner.pipe.flush():  # the frames inside the pipeline come out at the old size, not lost
-                self._publish(r, time.perf_counter())
-            self.learner.resize(controller.size)
+            self._rebuild(lambda: self.learner.resize(controller.size))
             self.previous = None if self.previous_picture is None else self.scaled(self.previous_picture)
+        elif self.learner.compiled_ready:
+            self._rebuild(self.learner.adopt_compiled)
+            log.info("the learner's stages are compiled: it goes on with them at %dx%d", *self.learner.size)
         elif controller.settled and self.cfg.auto:
             self.remember_size(controller.size)
         note = controller.note(self.cfg.fps)
         if note != self.note or choice is not None:
             self.note = note
             self.out.put(BudgetChanged(controller.size, note))
+
+    def _rebuild(self, rebuild: Callable[[], None]) -> None:
+        """A new pipeline for the learner (another size, compiled stages): the frames inside the old one come out
+        first, not lost."""
+        for r in self.learner.pipe.flush():
+            self._publish(r, time.perf_counter())
+        rebuild()
 
 
 def _learn(cfg: LearnerProcessConfig, loop: FrameLoop, ring: FrameRing, slots: Any, out: Any, control: Any,

@@ -14,7 +14,7 @@ from server import budget
 from server.learner import Learner, LearnerConfig
 from server.learner_process import FrameLoop, LearnerProcessConfig
 from server.profile_cache import JsonCache, key
-from server.protocol import BudgetChanged, FrameLearned, FramesDropped
+from server.protocol import BudgetChanged, FrameLearned, FramesDropped, NonFiniteLoss
 from server.sizing import learning_ladder
 
 DISPLAY = (128, 96)
@@ -78,3 +78,21 @@ def test_slow_steps_shrink_the_learning_size_and_say_so(loop):
     assert tuple(last.learning_size) == (w, h) and last.flow.shape == (h, w, 2)  # the rebuilt pipeline's flow
     assert set(last.images) == {"overlay", "frame", "flow"} and np.isfinite(last.loss_zero)
     assert last.work_s >= last.dp_s > 0
+
+
+def test_a_non_finite_loss_restores_the_last_good_weights_says_so_and_learns_on(loop):
+    """The loss is read on the host only once the frame's results are copied there; a NaN one (a poisoned frame)
+    sends the learner back to its checkpoint at half the rate, and the frames in flight are not published."""
+    loop.learner.save()
+    rng = np.random.default_rng(1)
+    pictures = rng.integers(0, 255, (10, DISPLAY[1], DISPLAY[0], 3), np.uint8)
+    for i, picture in enumerate(pictures):
+        if i == 4:
+            loop.learner.poison_next = True
+        loop.on_frame(picture, float(i))
+    (failure,) = [m for m in loop.out if isinstance(m, NonFiniteLoss)]
+    assert failure.count == 1 and loop.learner.nonfinite == 1
+    frames = [m for m in loop.out if isinstance(m, FrameLearned)]
+    assert all(np.isfinite(m.loss) for m in frames)
+    after = loop.out.index(failure)
+    assert any(isinstance(m, FrameLearned) for m in loop.out[after:])  # it learns on
