@@ -21,6 +21,11 @@ The step's cost is modelled as affine in the pixels, fitted to the last window o
 level follows the current size's latest window (a changed machine load scales every size alike). With one size
 measured, it is scaled by pixels. It only picks the next size to try; the next window measures it, and a larger size
 never measured in the stream is tried when the current one leaves room.
+
+Where no size is expected to hold, the stream learns at the cheapest one, and of sizes that cost about the same
+(within ``SAME_COST``) at the largest: on a GPU a small net's step costs nearly the same at every size (launches,
+not pixels), and a fit without a positive slope is taken as such a flat cost. A stream there once fell to the
+smallest size, as slow as the largest, and stayed.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ WINDOW_S = 2.0  # seconds of frames per decision
 MIN_WINDOW = 6  # frames per decision at least (slow rates)
 RETRY_S = 15.0  # a size found too slow is not tried again for this long (doubled each time it is again)
 RETRY_MAX_S = 240.0  # the longest wait before a size that keeps failing is tried again
+SAME_COST = 1.05  # predicted costs within this factor of the cheapest count as the same (measurements are noisy)
 
 
 def pixels(size: Size) -> int:
@@ -67,6 +73,7 @@ class BudgetController:
         self._too_slow: dict[int, tuple[float, float]] = {}  # ladder index -> (when found too slow, wait to retry)
         self._over = True  # the last window at this size was over the target, or none held it yet (see _move)
         self._steps: dict[int, float] = {}  # ladder index -> a step's cost in the last window at that size
+        self.hopeless = False  # no size was expected to hold the budget at the last decision
 
     @property
     def size(self) -> Size:
@@ -99,27 +106,30 @@ class BudgetController:
         return self.fixed + self._steps[self.index] * self._step_ratio(index)
 
     def _step_ratio(self, index: int) -> float:
-        """A step at ``ladder[index]`` over one at the current size: by the affine fit to the sizes measured, or by
-        pixels when there is one, or when the fit has no positive slope (noise)."""
+        """A step at ``ladder[index]`` over one at the current size: by the affine fit to the sizes measured (flat
+        when it has no positive slope), or by pixels while only one size is measured."""
         here, there = pixels(self.size), pixels(self.ladder[index])
-        if len(self._steps) >= 2:
-            slope, intercept = np.polyfit([pixels(self.ladder[i]) for i in self._steps], list(self._steps.values()), 1)
-            if slope > 0:  # a negative intercept is noise: none
-                intercept = max(float(intercept), 0.0)
-                return float((intercept + slope * there) / (intercept + slope * here))
-        return there / here
+        if len(self._steps) < 2:
+            return there / here
+        slope, intercept = np.polyfit([pixels(self.ladder[i]) for i in self._steps], list(self._steps.values()), 1)
+        if slope <= 0:
+            return 1.0
+        intercept = max(float(intercept), 0.0)  # a negative intercept is noise: none
+        return float((intercept + slope * there) / (intercept + slope * here))
 
     def _choose(self, estimate: float) -> int:
         limit = TARGET * self.ds
         over = estimate > limit
         sustained = over and self._over  # this window and the one before it (or a size on trial) are over
         self._over = over
+        self.hopeless = False
         if estimate > self.ds or sustained:
             self._mark_too_slow(self.index)
             for j in range(self.index + 1, len(self.ladder)):
                 if self.predict(j) <= limit:
                     return j
-            return len(self.ladder) - 1
+            self.hopeless = True
+            return self._cheapest()
         up = self.index - 1
         if over or up < 0 or self._waiting(up):
             return self.index
@@ -130,6 +140,13 @@ class BudgetController:
         # first window slowed by the start, would keep the stream low for good.
         worst = self.fixed + self._steps[self.index] * pixels(self.ladder[up]) / pixels(self.size)
         return up if worst <= self.ds else self.index
+
+    def _cheapest(self) -> int:
+        """Where no size holds: the largest size predicted to cost about as little as the cheapest (every size is too
+        slow alike, so none is waited for)."""
+        predicted = [self.predict(j) for j in range(len(self.ladder))]
+        least = min(predicted)
+        return next(j for j, cost in enumerate(predicted) if cost <= SAME_COST * least)
 
     def _mark_too_slow(self, index: int) -> None:
         before = self._too_slow.get(index)
@@ -161,7 +178,7 @@ class BudgetController:
             return f"learning at {w}×{h} {'to keep' if self.auto else 'as asked, keeping'} {fps:g} fps ({cost})"
         holdable = max(0.1, int(10 * TARGET / self.estimate) / 10)
         dropped = round(100 * (1 - self.ds / self.estimate)) if self.estimate > self.ds else 0
-        if self.auto and self.index == len(self.ladder) - 1:
+        if self.auto and (self.hopeless or self.index == len(self.ladder) - 1):
             return (f"cannot keep {fps:g} fps: even at {w}×{h} {cost}, so about {dropped} % of frames are dropped; "
                     f"ask for at most {holdable:g} fps")  # fmt: skip
         if self.auto:

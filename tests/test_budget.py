@@ -148,3 +148,24 @@ def test_a_step_with_a_fixed_overhead_settles_at_the_largest_size_that_holds(sta
     assert controller.size == holds[0] and controller.settled
     chosen = visited[next(i for i, size in enumerate(visited) if size != LADDER[start]) :]
     assert all(fixed + overhead + per_pixel * pixels(size) < 0.1 for size in chosen)
+
+
+@pytest.mark.parametrize("work_s", [0.077, 0.020], ids=["too-slow-everywhere", "holds-everywhere"])
+def test_a_flat_cost_learns_at_the_largest_size(work_s):
+    """On a GPU a small net's step costs about the same at every size: a smaller size is no cheaper, so the stream
+    learns at the largest (at the picture's own size), and says plainly when no size holds."""
+    clock = Clock()
+    ladder = learning_ladder((640, 480), 640)
+    controller = BudgetController(ladder, 0, fps=30, auto=True, clock=clock)
+    visited = set()
+    for frame in range(30 * 60):
+        clock.now = frame / 30
+        controller.observe(work_s * (1 + 0.02 * (frame % 3 - 1)))  # noisy, never growing with the size
+        visited.add(controller.index)
+    assert controller.size == (640, 480)
+    if work_s > 1 / 30:
+        assert len(visited) <= 3, "wandered down the ladder looking for a cheaper size"
+        note = controller.note(30)
+        assert note.startswith("cannot keep 30 fps: even at 640×480") and "at most 10.8 fps" in note
+    else:
+        assert visited == {0} and controller.settled
