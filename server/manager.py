@@ -12,6 +12,7 @@ from pipeline_core.schedules import make_schedule
 from . import errors
 from .errors import SourceError
 from .metrics import Metrics
+from .placement import available_gpus, place
 from .schemas import StreamCreate
 from .session import StreamSession
 from .settings import Settings
@@ -34,6 +35,7 @@ class StreamManager:
         self.loop = loop
         self.sessions: dict[str, StreamSession] = {}
         self._lock = threading.Lock()
+        self.gpus = available_gpus()
 
     def resolve(self, body: StreamCreate) -> StreamConfig:
         """Merge the request with the defaults and validate it; RequestError (400) when it cannot run."""
@@ -86,6 +88,7 @@ class StreamManager:
                 raise RequestError(429, errors.TOO_MANY_STREAMS, f"at most {limit} streams run at once")
             sid = uuid.uuid4().hex[:12]
             cfg.name = cfg.name or sid
+            cfg.devices = place(cfg.devices, (x.cfg.devices for x in active), self.gpus)
             if any(x.cfg.name == cfg.name for x in active):
                 raise RequestError(409, errors.NAME_IN_USE, f"a running stream is already named {cfg.name!r}")
             session = StreamSession(sid, cfg, self.settings, self.metrics, self.loop, self._count_states)

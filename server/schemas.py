@@ -28,7 +28,9 @@ class StreamCreate(BaseModel):
     init: Literal["pretrained", "scratch"] | None = Field(None, description="a new net's initial weights")
     stages: int | None = Field(None, ge=1, le=16, description="pipeline stages D (default: the server's)")
     devices: list[str] | None = Field(
-        None, max_length=16, description='stage devices, e.g. ["cuda:0", "cuda:1"] (default: every GPU, else CPU)'
+        None,
+        max_length=16,
+        description='stage devices, e.g. ["cuda:0", "cuda:1"] (default: the GPU with the fewest streams, else CPU)',
     )
     lr: float | None = Field(None, gt=0, le=1e9, description="Adam lr of every stage")
     schedule: str | None = Field(None, description="a pipeline schedule by name (default: partime)")
@@ -74,6 +76,7 @@ class StreamInfo(BaseModel):
     stages: int
     lr: float | None
     schedule: str
+    devices: list[str] | None = Field(description="where the stages learn (null: the CPU)")
     loop: bool
     counters: Counters
     loss: float | None

@@ -40,8 +40,13 @@ class Settings(BaseSettings):
     display_side: int = Field(
         640, ge=64, le=1920, description="long side of the picture viewers get, at most (the source's when smaller)"
     )
-    learning_side: int = Field(
-        160, ge=16, le=1920, multiple_of=4, description="long side of the largest learning size chosen automatically"
+    learning_side: int | None = Field(
+        None,
+        ge=16,
+        le=1920,
+        multiple_of=4,
+        description="long side of the largest learning size chosen automatically (none: 160 on CPU, the picture's own "
+        "on a GPU)",
     )
     width: int | None = Field(
         None, ge=16, le=1920, multiple_of=4, description="default learning width (none: sized by the frame budget)"
@@ -53,6 +58,11 @@ class Settings(BaseSettings):
     init: Literal["pretrained", "scratch"] = Field("pretrained", description="default initial weights of a new net")
     stages: int = Field(2, ge=1, le=16, description="default number of pipeline stages D")
     lr: float | None = Field(None, gt=0, description="default Adam lr of every stage (none: by init)")
+    gpu_compile: bool = Field(
+        True,
+        description="on a GPU, torch.compile each stage (inductor) in the background; the stream learns eagerly "
+        "meanwhile, and the compiled kernels are cached under cache_dir",
+    )
     # Supervision.
     checkpoint_interval_s: float = Field(30.0, gt=0, description="seconds between periodic checkpoints")
     open_timeout_s: float = Field(10.0, gt=0, description="timeout for opening a source")

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 #: The flow nets work on sides that divide by 4 (their coarsest level is 1/4 of the frame).
 NET_MULTIPLE = 4
+#: The largest learning size's long side on CPU where none is set: what two cores hold in real time with the fast
+#: net (bench/results/service-clip-cpu.md). On a GPU the picture's own: a step there costs about the same at every size.
+CPU_LEARNING_SIDE = 160
 #: Candidate learning sizes step down by this much on the long side, down to ``MIN_LEARNING_SIDE``.
 LADDER_STEP = 16
 MIN_LEARNING_SIDE = 64

@@ -13,8 +13,9 @@ from .checkpoints import checkpoint_path
 from .decoder import DecoderConfig
 from .learner import LearnerConfig
 from .learner_process import LearnerProcessConfig
+from .placement import on_gpu
 from .settings import Settings
-from .sizing import Size, learning_ladder, learning_size
+from .sizing import CPU_LEARNING_SIDE, Size, learning_ladder, learning_size
 from .sources import SourceSpec
 
 # Settings whose value in force may differ from the one asked for: the API shows the stream's own (``StreamStatus``).
@@ -72,7 +73,9 @@ def learner_process_config(
     """The learner process's settings once the picture's size and the rate are known (the decoder's
     ``SourceOpened``); ``lr`` is the rate in force (halved after a crash)."""
     s = settings
-    largest = learning_size(display, cfg.width, cfg.height, s.learning_side)
+    gpu = on_gpu(cfg.devices)
+    side = s.learning_side or (max(display) if gpu else CPU_LEARNING_SIDE)
+    largest = learning_size(display, cfg.width, cfg.height, side)
     ladder = tuple(learning_ladder(largest, max(largest))) if cfg.auto else (largest,)
     learner = LearnerConfig(
         name=cfg.name,
@@ -83,6 +86,7 @@ def learner_process_config(
         schedule=cfg.schedule,
         devices=cfg.devices,
         checkpoint_path=checkpoint_file(cfg, s),
+        compile_backend="inductor" if gpu and s.gpu_compile else None,
     )
     return LearnerProcessConfig(
         learner=learner,

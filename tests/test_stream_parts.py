@@ -237,4 +237,4 @@ def test_process_configurations_derive_from_the_stream_settings(tmp_path: Path):
 def test_the_api_shows_every_setting_it_does_not_track_itself():
     shown = shown_settings(stream_config(), StreamInfo.model_fields)
     assert shown == {"name": "cam", "source": "demo", "auto": False, "model": "fast", "init": "scratch",
-                     "stages": 2, "schedule": "partime", "loop": True}  # fmt: skip
+                     "stages": 2, "schedule": "partime", "devices": None, "loop": True}  # fmt: skip
