@@ -13,7 +13,7 @@ CLIPS ?= ../shared/clips
 
 .PHONY: run test lint docs clean screenshots up up-gpu down \
 	bench bench-engine bench-flow bench-realflow bench-schedules bench-memory bench-processes \
-	bench-service bench-load bench-soak bench-outage docker-check pretrain
+	bench-service bench-load bench-soak bench-outage bench-gpu gpu-wheels docker-check pretrain
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -81,6 +81,24 @@ bench-service: $(VENV)/.installed
 	$(PY) -m bench.service_clip --clip $(CLIPS)/box.mp4
 	$(PY) -m bench.learning_step
 	$(PY) -m bench.learning_step --size 128x96 --no-compile --out learning-step-cpu-128x96
+
+## The service on a GPU (python -m bench.gpu, under 8 minutes): gpu-<card>.md. A GPU machine without .venv runs it
+## with its own python3, the service's packages carried as wheels (make gpu-wheels) and the clip copied into .clips/.
+bench-gpu:
+	$(if $(wildcard $(PY)),$(PY),python3) -m bench.gpu
+
+# Wheels (CPython 3.12, manylinux) of the packages the service needs beyond torch, OpenCV, numpy and httpx, at this
+# venv's versions, into .whl/ (git-ignored), to carry to a GPU machine that cannot install them (bench/gpu.py).
+GPU_WHEELS ?= fastapi starlette pydantic pydantic-core pydantic-settings uvicorn av websockets annotated-types \
+	typing-inspection typing-extensions opentelemetry-api python-dotenv
+gpu-wheels: $(VENV)/.installed
+	@mkdir -p .whl
+	@for name in $(GPU_WHEELS); do \
+	  version=$$($(PY) -m pip show $$name | sed -n 's/^Version: //p'); \
+	  $(PY) -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+	    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	    -d .whl "$$name==$$version" || exit 1; \
+	done; du -sh .whl
 
 bench-load: $(VENV)/.installed
 	$(PY) -m bench.load

@@ -1,0 +1,137 @@
+"""The service's learning step on one device, per size and way: how long it takes, how many kernels it launches and
+how often it waits for the device from the host.
+
+Ways (each a fresh ``online_pipeline`` of the ``fast`` net with the shipped weights, the service's optimizer):
+
+* ``eager``: ops launched one by one from Python;
+* ``graph``: the whole step captured once as a CUDA graph and replayed (the service's default on a GPU);
+* ``compiled``: every stage through ``torch.compile`` (inductor), eager launches of its fused kernels;
+* ``compiled+graph``: both (what the service runs once its background compile is done).
+
+A step's time is the wall time of ``--steps`` steps between two synchronizations, divided by their number (the
+host queues ahead, so the device's time per step is what is measured). Kernels per step are the device kernels
+the profiler records in one steady step, launches per step the host's kernel and graph launch calls, host syncs
+the host's waits for the device (stream, event and device synchronizations, scalar reads). On CPU only ``eager``
+runs (the smoke run of the suite).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+#: way -> (torch.compile backend, CUDA graphs)
+WAYS = {
+    "eager": (None, False),
+    "graph": (None, True),
+    "compiled": ("inductor", False),
+    "compiled+graph": ("inductor", True),
+}
+SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "aten::_local_scalar_dense")
+LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx", "cudaGraphLaunch")
+
+
+@dataclass
+class StepRow:
+    way: str
+    size: tuple[int, int]
+    stages: int
+    build_s: float  # building the pipeline
+    first_steps_s: float  # the warm-up steps, where compiling and capturing happen
+    step_ms: float  # steady, median of the rounds
+    step_ms_rounds: list[float]
+    kernels: int | None  # device kernels in one steady step (None on CPU)
+    launches: int | None  # host launch calls in one steady step
+    syncs: int | None  # host waits for the device in one steady step
+    loss: float  # after the last step: a way that computes something else shows another loss
+
+
+def frames(size: tuple[int, int], count: int, device: torch.device) -> list[torch.Tensor]:
+    """Frame pairs of a generated stream with known motion, on the device."""
+    from models.online import frame_pair
+    from models.streams import generate
+
+    w, h = size
+    video = generate(max(w, h), count + 1, seed=5).frames[:, :h, :w]
+    return [frame_pair(video[i], video[i + 1], device) for i in range(count)]
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(way: str, size: tuple[int, int], stages: int, device: torch.device, steps: int, rounds: int) -> StepRow:
+    from bench.learning_step import coarse_then_full
+    from models.flow_nets import build_flow_net
+    from models.online import default_lr, online_pipeline
+
+    backend, graph = WAYS[way]
+    pairs = frames(size, steps, device)
+    start = time.perf_counter()
+    net = build_flow_net("fast", init="pretrained")
+    layers = coarse_then_full(net) if stages == 2 else None
+    pipe = online_pipeline(net, pairs[0], stages, default_lr("pretrained"), layers=layers,
+                           devices=[device], compile_backend=backend, cuda_graph=graph)  # fmt: skip
+    build_s = time.perf_counter() - start
+    start = time.perf_counter()
+    for x in pairs[: 2 * stages + 4]:  # fill, compile, warm and capture every steady step
+        pipe.step(x, target=x)
+    sync(device)
+    first_s = time.perf_counter() - start
+    times = []
+    for _ in range(rounds):
+        sync(device)
+        start = time.perf_counter()
+        for x in pairs:
+            r = pipe.step(x, target=x)
+        sync(device)
+        times.append((time.perf_counter() - start) * 1e3 / len(pairs))
+    kernels = launches = syncs = None
+    if device.type == "cuda":
+        kernels, launches, syncs = count_one_step(pipe, pairs[0], device)
+    loss = r.loss
+    pipe.close()
+    return StepRow(way, size, stages, build_s, first_s, statistics.median(times), times, kernels, launches, syncs,
+                   float(loss if loss is not None else float("nan")))  # fmt: skip
+
+
+def count_one_step(pipe, x: torch.Tensor, device: torch.device) -> tuple[int, int, int]:
+    """Device kernels, host launch calls and host syncs of one ``pipe.step`` (the profiler's records)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    sync(device)
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        pipe.step(x, target=x)
+        sync(device)  # after the step: counted below and taken off
+    events = prof.events()
+    kernels = sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CUDA and _is_kernel(e.name))
+    launches = sum(1 for e in events if e.name in LAUNCH_CALLS)
+    syncs = sum(1 for e in events if e.name in SYNC_CALLS) - 1
+    return kernels, launches, syncs
+
+
+def _is_kernel(name: str) -> bool:
+    return not name.startswith(("Memcpy", "Memset", "cuda"))
+
+
+def table(rows: list[StepRow]) -> list[str]:
+    lines = [
+        "| size | stages | way | step ms (median of rounds) | kernels / step | launches / step | host syncs / step | "
+        "build s | first steps s | loss |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        count = lambda v: "–" if v is None else str(v)  # noqa: E731
+        lines.append(
+            f"| {r.size[0]}×{r.size[1]} | {r.stages} | {r.way} | {r.step_ms:.2f} | {count(r.kernels)} | "
+            f"{count(r.launches)} | {count(r.syncs)} | {r.build_s:.1f} | {r.first_steps_s:.1f} | {r.loss:.5f} |"
+        )
+    return lines
+
+
+def as_dict(row: StepRow) -> dict:
+    return asdict(row)
