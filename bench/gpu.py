@@ -1,7 +1,7 @@
 """``make bench-gpu``: the service on a GPU, measured by one command that ends within 8 minutes, into
 ``bench/results/gpu-<card>.{md,json}``.
 
-Parts, each bounded in time and reported even when another fails:
+Parts, each reported even when another fails:
 
 1. **CUDA tests**: ``pytest -m cuda`` (the engine against its references on CUDA streams and graphs, the flow nets
    in a graph against eager, the device transfers).
@@ -10,7 +10,8 @@ Parts, each bounded in time and reported even when another fails:
 3. **Learners sharing the GPU** (``bench.gpu_streams``): processes, processes under MPS, threads on CUDA streams.
 4. **The service** on ``box.mp4`` at its own rate (30 fps), sizes left to the service: the learning size chosen,
    drops and latency p95 over a window, first picture cold and warm (``bench.service_clip``'s measures); then
-   ``--streams`` streams of it at once: drops and steps per second in all.
+   ``--service-streams`` streams of it at once: drops and frames learned per second in all. Under NVIDIA MPS where
+   the machine has it (each stream's learner is a process of its own: without MPS they time-slice the GPU).
 
 On a GPU machine without the service's packages (fastapi, starlette, pydantic, pydantic-core, pydantic-settings,
 uvicorn, av, websockets, ...), bring them as wheels: here, ``make gpu-wheels`` downloads CPython 3.12 manylinux
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib.util
 import re
 import shutil
@@ -114,7 +116,9 @@ def service(args: argparse.Namespace) -> dict:
     body = {"source": f"file:{clip.name}", "loop": True}
     result: dict = {"clip": clip.name}
     flags = ["--no-demo-stream", "--max-streams", str(max(args.service_streams, 4))]
-    with ServerProcess(work, *flags) as srv:
+    mps = args.device.startswith("cuda") and shutil.which("nvidia-cuda-mps-control") is not None
+    result["mps"] = mps
+    with gpu_streams.mps_daemon() if mps else contextlib.nullcontext(), ServerProcess(work, *flags) as srv:
         sid, result["first_picture_cold_s"] = service_clip.start_stream(srv, {**body, "name": "gpu-cold"})
         result["one_stream"] = asyncio.run(service_clip.window(srv, sid, args.warmup, args.seconds))
         result["one_stream"]["met"] = service_clip.verdict(result["one_stream"])
@@ -166,7 +170,8 @@ def _service_lines(part: dict, args: argparse.Namespace) -> list[str]:
     one, many_rows, warm = part["one_stream"], part["many_streams"], part["first_picture_warm_s"]
     steps_per_s = sum(r["frames"] for r in many_rows) / args.seconds
     return [
-        f"`{part['clip']}` looping at its own rate, sizes by the service (D = {one['stages']}):",
+        f"`{part['clip']}` looping at its own rate, sizes by the service (D = {one['stages']}), "
+        f"{'under' if part['mps'] else 'without'} NVIDIA MPS:",
         "",
         "| streams | learning sizes | frames | dropped | work mean / p95 ms | ΔP mean ms | latency p95 / target ms "
         "| met |",

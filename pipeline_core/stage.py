@@ -45,12 +45,15 @@ class Stage:
     ) -> None:
         """``compile_backend``: run the module through ``torch.compile`` with this backend (``inductor`` fuses the
         stage's forward and backward into a few kernels: on a GPU a small net's step is launches, not arithmetic).
-        ``module`` stays the plain module: its state dict and the stale forwards use it."""
+        Static shapes: a stage sees one frame size until the pipeline is rebuilt for another. ``module`` stays the
+        plain module: its state dict and the stale forwards use it."""
         self.index = index
         self.align_stale_grad = align_stale_grad
         self.device = device
         self.module = module.to(device)
-        self.run = self.module if compile_backend is None else torch.compile(self.module, backend=compile_backend)
+        self.run = self.module
+        if compile_backend is not None:
+            self.run = torch.compile(self.module, backend=compile_backend, dynamic=False)
         params = [p for p in self.module.parameters() if p.requires_grad]
         self.optimizer = optimizer(params) if (optimizer is not None and params) else None
         # Per-frame state in flight, filled and drained by the runtime's actions.

@@ -17,12 +17,17 @@ import torch
 from pipeline_core import Pipeline
 
 log = logging.getLogger(__name__)
+#: Compiled variants kept per compiled function: every stage of every size the budget visits is one (torch keeps 8).
+RECOMPILE_LIMIT = 64
 
 
 class CompiledTwin:
     """``build()`` (a pipeline with compiled stages) called and warmed up on ``sample`` in a thread of its own."""
 
     def __init__(self, build: Callable[[], Pipeline], sample: torch.Tensor) -> None:
+        import torch._dynamo.config
+
+        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
         self._build, self._sample = build, sample
         self._pipe: Pipeline | None = None
         self.error: str | None = None
