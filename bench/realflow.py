@@ -2,14 +2,14 @@
 
 ``python -m bench.realflow --video FILE [--size WxH] [--fps N] [--stages 1,2] [--init scratch|PATH ...]``
 
-The clip is decoded as the service decodes it (PyAV, ``server.resample``: timestamps on the 1/fps grid, swscale to
-the working size; offline, so never paced) and played once. Every learner is the service's (``online_pipeline``)
-and scores each pair with the weights it had before learning from it (``predict_then_learn``; a PARTIME output
-belongs to pair ``r.frame``). No true flow exists, so the reference is DIS with variational refinement on the
-source's full-resolution frames, resized to the working size (``dis_refined``, ``resize_flow``). Farneback and
-DIS-fast run at the working size, like the learners, and zero flow is the floor. Scores over the first 30 and 100
-pairs and the whole clip: EPE on all pixels and on moving ones (pseudo-GT > 0.5 px), the moving region's F1
-(flow > 0.5 px against pseudo-GT > 0.5 px; pixels pooled over the window) and the photometric error. Writes
+The clip is decoded as the service decodes it (PyAV, ``server.stream.source.resample``: timestamps on the 1/fps
+grid, swscale to the working size; offline, so never paced) and played once. Every learner is the service's
+(``online_pipeline``) and scores each pair with the weights it had before learning from it (``predict_then_learn``;
+a PARTIME output belongs to pair ``r.frame``). No true flow exists, so the reference is DIS with variational
+refinement on the source's full-resolution frames, resized to the working size (``dis_refined``, ``resize_flow``).
+Farneback and DIS-fast run at the working size, like the learners, and zero flow is the floor. Scores over the first
+30 and 100 pairs and the whole clip: EPE on all pixels and on moving ones (pseudo-GT > 0.5 px), the moving region's
+F1 (flow > 0.5 px against pseudo-GT > 0.5 px; pixels pooled over the window) and the photometric error. Writes
 ``realflow-<clip>-<W>x<H>.{json,md,png}`` and ``-sheet.png`` (default under bench/results/).
 """
 
@@ -32,7 +32,7 @@ from models.flow_nets import FLOW_NETS, INITS, build_flow_net
 from models.flow_viz import color_wheel_legend, flow_to_color
 from models.online import default_lr, frame_pair, online_pipeline, predict_then_learn
 from pipeline_core import Pipeline
-from server.resample import FrameClock, Resampler, to_rgb
+from server.stream.source.resample import FrameClock, Resampler, to_rgb
 from testing.report import Run, command_line
 
 #: Score windows: the first 30 pairs (how fast a learner gets useful), the first 100 and the whole clip.

@@ -40,7 +40,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from .app import create_app
+    from .api.app import create_app
 
     settings = settings_from(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -119,7 +119,7 @@ def _params(op: dict) -> str:
 
 def endpoints_table() -> str:
     """Every HTTP route of the app, as OpenAPI describes it (with fault injection on, so that route shows too)."""
-    from .app import create_app
+    from .api.app import create_app
 
     spec = create_app(Settings(fault_injection=True)).openapi()
     rows = ["| method | path | success | parameters | what |", "|---|---|---|---|---|"]
@@ -149,7 +149,7 @@ def _type(kind: object) -> str:
 
 def body_table() -> str:
     """The fields of ``POST /api/streams`` (``StreamCreate``): unknown fields are refused (422)."""
-    from .schemas import StreamCreate
+    from .api.schemas import StreamCreate
 
     hints = typing.get_type_hints(StreamCreate)
     rows = ["| field | type | limits | meaning |", "|---|---|---|---|"]

@@ -9,7 +9,7 @@ from typing import Annotated, Literal
 from pydantic import Field, IPvAnyNetwork, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from .sources import AddressPolicy
+from .stream.source.sources import AddressPolicy
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "clients" / "web"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from server.broadcast import Broadcaster
+from server.api.broadcast import Broadcaster
 
 
 def test_slow_viewer_gets_newest_frame_and_drops_are_counted():

@@ -5,8 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from server.budget import MIN_WINDOW, RETRY_MAX_S, RETRY_S, TARGET, WARMUP_FRAMES, BudgetController, pixels
-from server.sizing import learning_ladder
+from server.stream.learner.budget import (
+    MIN_WINDOW,
+    RETRY_MAX_S,
+    RETRY_S,
+    TARGET,
+    WARMUP_FRAMES,
+    BudgetController,
+    pixels,
+)
+from server.stream.sizing import learning_ladder
 
 LADDER = learning_ladder((160, 120), 160)  # 160x120 down to 64x48
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from models.online import frame_pair
-from server.device_io import FrameUpload, HostCopy
+from server.stream.learner.device_io import FrameUpload, HostCopy
 
 DEVICES = ["cpu"] + (["cuda:0"] if torch.cuda.is_available() else [])
 

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from server import budget
-from server.learner import Learner, LearnerConfig
-from server.learner_process import FrameLoop, LearnerProcessConfig
-from server.profile_cache import JsonCache, key
-from server.protocol import BudgetChanged, FrameLearned, FramesDropped, NonFiniteLoss
-from server.sizing import learning_ladder
+from server.stream.learner import budget
+from server.stream.learner.learner import Learner, LearnerConfig
+from server.stream.learner.process import FrameLoop, LearnerProcessConfig
+from server.stream.learner.profile_cache import JsonCache, key
+from server.stream.protocol import BudgetChanged, FrameLearned, FramesDropped, NonFiniteLoss
+from server.stream.sizing import learning_ladder
 
 DISPLAY = (128, 96)
 FPS = 10.0

@@ -14,8 +14,8 @@ import pytest
 from http_support import CLIP_FRAMES, clip_sites
 
 from server.errors import SourceError
-from server.http_io import DEMUXER_OPTIONS, MAX_REDIRECTS, HttpOpener
-from server.sources import AddressPolicy
+from server.stream.source.http_io import DEMUXER_OPTIONS, MAX_REDIRECTS, HttpOpener
+from server.stream.source.sources import AddressPolicy
 
 POLICY = AddressPolicy(networks=(ip_network("127.0.0.2/32"),))
 

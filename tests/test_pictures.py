@@ -7,7 +7,7 @@ import cv2
 import numpy as np
 
 from models.flow_viz import flow_to_color
-from server.pictures import JPEG_KINDS, OPACITY, FlowScale, Painter, kinds_mask, mask_kinds
+from server.stream.pictures import JPEG_KINDS, OPACITY, FlowScale, Painter, kinds_mask, mask_kinds
 
 
 def decode(jpeg: bytes) -> np.ndarray:

@@ -3,11 +3,11 @@ GPU it learns on the CPU, with the CPU's largest learning size."""
 
 from __future__ import annotations
 
-from server.placement import on_gpu, place
+from server.placement.gpus import on_gpu, place
 from server.settings import Settings
-from server.sizing import CPU_LEARNING_SIDE
-from server.sources import parse_source
-from server.stream_config import StreamConfig, learner_process_config
+from server.stream.config import StreamConfig, learner_process_config
+from server.stream.sizing import CPU_LEARNING_SIDE
+from server.stream.source.sources import parse_source
 
 GPUS = ["cuda:0", "cuda:1", "cuda:2"]
 

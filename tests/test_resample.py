@@ -1,4 +1,5 @@
-"""The decoder's frame selection (``server.resample``, shared with ``bench.realflow``): timestamps in, frames out."""
+"""The decoder's frame selection (``server.stream.source.resample``, shared with ``bench.realflow``): timestamps in,
+frames out."""
 
 from fractions import Fraction
 
@@ -6,7 +7,7 @@ import av
 import numpy as np
 import pytest
 
-from server.resample import FrameClock, Resampler, to_rgb
+from server.stream.source.resample import FrameClock, Resampler, to_rgb
 
 
 def kept(times: list[float], fps: float) -> list[float]:

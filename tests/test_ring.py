@@ -8,7 +8,7 @@ import queue
 import numpy as np
 import pytest
 
-from server.ring import FrameRing
+from server.stream.ring import FrameRing
 
 CTX = mp.get_context("spawn")
 

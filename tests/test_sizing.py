@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.sizing import FALLBACK_FPS, display_size, learning_ladder, learning_size, stream_fps
+from server.stream.sizing import FALLBACK_FPS, display_size, learning_ladder, learning_size, stream_fps
 
 
 def test_a_4_3_source_keeps_its_picture_and_learns_at_4_3():

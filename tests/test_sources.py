@@ -7,7 +7,7 @@ from ipaddress import ip_network
 import pytest
 
 from server.errors import SourceError
-from server.sources import AddressPolicy, check_host, parse_source
+from server.stream.source.sources import AddressPolicy, check_host, parse_source
 
 ALL = {"http", "https", "rtsp", "rtsps", "file", "camera", "webcam", "demo"}
 NONE = AddressPolicy()

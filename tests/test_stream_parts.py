@@ -12,19 +12,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from server import errors, protocol
-from server.checkpoint_acks import CheckpointAcks, CheckpointFailed
-from server.decoder import Reporter
-from server.frame_record import FrameRecord
-from server.message_dispatch import MessageDispatcher
-from server.metrics import Metrics
-from server.restart_policy import Backoff, Outcome, Verdict, judge
-from server.schemas import Counters, StreamInfo
+from server import errors
+from server.api.metrics import Metrics
+from server.api.schemas import Counters, StreamInfo
 from server.settings import Settings
-from server.sources import SourceSpec
-from server.stream_config import StreamConfig, decoder_config, learner_process_config, shown_settings
-from server.stream_counts import StreamCounts
-from server.stream_status import StreamStatus
+from server.stream import protocol
+from server.stream.checkpoint_acks import CheckpointAcks, CheckpointFailed
+from server.stream.config import StreamConfig, decoder_config, learner_process_config, shown_settings
+from server.stream.counts import StreamCounts
+from server.stream.dispatch import MessageDispatcher
+from server.stream.frame_record import FrameRecord
+from server.stream.restart_policy import Backoff, Outcome, Verdict, judge
+from server.stream.source.decoder import Reporter
+from server.stream.source.sources import SourceSpec
+from server.stream.status import StreamStatus
 
 SID = "unit"
 

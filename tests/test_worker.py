@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from models.online import frame_pair
-from server import checkpoints
-from server.learner import CheckpointMismatch, Learner, LearnerConfig
-from server.profile_cache import JsonCache
+from server.stream import checkpoints
+from server.stream.learner.learner import CheckpointMismatch, Learner, LearnerConfig
+from server.stream.learner.profile_cache import JsonCache
 
 SIZE = (32, 32)
 

@@ -76,7 +76,7 @@ def loop_windows(stats: ViewerStats, loop_s: float) -> dict[str, np.ndarray]:
 
 def demo_loop_s(stack: Stack) -> float:
     """Length of the demo clip the stream loops: its frame count over the file's frame rate (the decoder's report)."""
-    from server.demo import DEMO_FRAMES
+    from server.stream.source.demo import DEMO_FRAMES
 
     def fps() -> float | None:
         info = stack.stream()

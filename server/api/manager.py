@@ -9,15 +9,15 @@ import uuid
 from models.flow_nets import FLOW_NETS
 from pipeline_core.schedules import make_schedule
 
-from . import errors
-from .errors import SourceError
+from .. import errors
+from ..errors import SourceError
+from ..placement.gpus import available_gpus, place
+from ..settings import Settings
+from ..stream.config import StreamConfig
+from ..stream.source.sources import parse_source
 from .metrics import Metrics
-from .placement import available_gpus, place
 from .schemas import StreamCreate
 from .session import StreamSession
-from .settings import Settings
-from .sources import parse_source
-from .stream_config import StreamConfig
 
 
 class RequestError(Exception):

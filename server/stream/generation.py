@@ -1,7 +1,7 @@
 """A generation of a stream: one shared-memory ring, fresh queues, one decoder and one learner process.
 
 Why fresh each time: a process killed while holding a ``multiprocessing.Queue`` lock would wedge whoever uses that
-queue next, so a failed generation is dropped whole and the next one starts clean (``stream_supervisor.py`` supervises).
+queue next, so a failed generation is dropped whole and the next one starts clean (``supervisor.py`` supervises).
 
 Both processes are forked from multiprocessing's fork server, started once and preloaded with the decoder and the
 learner process modules (torch among them): a clean process without threads, so forking it is safe, and a process
@@ -17,14 +17,14 @@ import threading
 import time
 from typing import Any
 
-from .decoder import DecoderConfig, run_decoder
-from .learner_process import LearnerProcessConfig, run_learner_process
+from .learner.process import LearnerProcessConfig, run_learner_process
 from .protocol import DecoderMessage, LearnerMessage
 from .ring import FrameRing
+from .source.decoder import DecoderConfig, run_decoder
 
 RING_SLOTS = 4
 LEARNER_STOP_S = 20.0  # room for the final checkpoint
-PRELOAD = ["server.decoder", "server.learner_process"]
+PRELOAD = ["server.stream.source.decoder", "server.stream.learner.process"]
 if "forkserver" in mp.get_all_start_methods():
     CONTEXT = mp.get_context("forkserver")
     CONTEXT.set_forkserver_preload(PRELOAD)

@@ -12,12 +12,12 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
-from .generation import warm_up
+from ..settings import Settings
+from ..stream.generation import warm_up
 from .manager import RequestError, StreamManager
 from .metrics import Metrics
 from .routes import faults, health, streams, ws
 from .schemas import StreamCreate
-from .settings import Settings
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .checkpoints import NAME_PATTERN
+from ..stream.checkpoints import NAME_PATTERN
 
 
 class StreamCreate(BaseModel):

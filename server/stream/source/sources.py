@@ -15,8 +15,8 @@ from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from . import errors
-from .errors import SourceError
+from ... import errors
+from ...errors import SourceError
 
 URL_SCHEMES = ("http", "https", "rtsp", "rtsps")
 DEMO_FILE = "demo.mp4"

@@ -9,14 +9,14 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from ..placement.gpus import on_gpu
+from ..settings import Settings
 from .checkpoints import checkpoint_path
-from .decoder import DecoderConfig
-from .learner import LearnerConfig
-from .learner_process import LearnerProcessConfig
-from .placement import on_gpu
-from .settings import Settings
+from .learner.learner import LearnerConfig
+from .learner.process import LearnerProcessConfig
 from .sizing import CPU_LEARNING_SIDE, Size, learning_ladder, learning_size
-from .sources import SourceSpec
+from .source.decoder import DecoderConfig
+from .source.sources import SourceSpec
 
 # Settings whose value in force may differ from the one asked for: the API shows the stream's own (``StreamStatus``).
 IN_FORCE = frozenset({"fps", "width", "height", "lr"})

@@ -7,9 +7,9 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, WebSocket
 
-from . import errors
+from .. import errors
+from ..settings import Settings
 from .manager import StreamManager
-from .settings import Settings
 
 
 def get_manager(request: Request) -> StreamManager:

@@ -18,18 +18,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..settings import Settings
+from ..stream.checkpoint_acks import CheckpointAcks, CheckpointFailed
+from ..stream.config import StreamConfig, checkpoint_file
+from ..stream.counts import StreamCounts
+from ..stream.dispatch import MessageDispatcher
+from ..stream.frame_record import FrameRecord
+from ..stream.pictures import kinds_mask
+from ..stream.protocol import InjectFault
+from ..stream.status import StreamStatus
+from ..stream.supervisor import StreamSupervisor
 from .broadcast import Broadcaster
-from .checkpoint_acks import CheckpointAcks, CheckpointFailed
-from .frame_record import FrameRecord
-from .message_dispatch import MessageDispatcher
 from .metrics import Metrics
-from .pictures import kinds_mask
-from .protocol import InjectFault
-from .settings import Settings
-from .stream_config import StreamConfig, checkpoint_file
-from .stream_counts import StreamCounts
-from .stream_status import StreamStatus
-from .stream_supervisor import StreamSupervisor
 
 __all__ = ["CheckpointFailed", "StreamSession"]
 

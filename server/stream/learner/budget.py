@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .sizing import Size
+from ..sizing import Size
 
 TARGET = 0.85  # a frame's work at most this share of ΔS: headroom for the decoder, the API process and jitter
 GROW_MARGIN = 0.8  # grow only when the next size is predicted to need at most this share of the target

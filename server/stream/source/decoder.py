@@ -27,13 +27,13 @@ from typing import Any
 
 import av
 
-from . import errors
-from .errors import SourceError, in_words
+from ... import errors
+from ...errors import SourceError, in_words
+from ..protocol import DecoderFailed, DecoderMessage, DecoderStats, SourceEnded, SourceOpened
+from ..ring import FrameRing, RingSpec
+from ..sizing import display_size, stream_fps
 from .http_io import DEMUXER_OPTIONS, HttpOpener
-from .protocol import DecoderFailed, DecoderMessage, DecoderStats, SourceEnded, SourceOpened
 from .resample import FrameClock, Resampler, to_rgb
-from .ring import FrameRing, RingSpec
-from .sizing import display_size, stream_fps
 from .sources import SourceSpec, check_host
 
 log = logging.getLogger(__name__)
@@ -48,7 +48,7 @@ Frame = tuple[av.VideoFrame, float, float]  # decoded frame, source time, positi
 
 @dataclass(frozen=True)
 class DecoderConfig:
-    """What the decoder process needs (picklable): built by ``stream_config.decoder_config``."""
+    """What the decoder process needs (picklable): built by ``stream.config.decoder_config``."""
 
     source: SourceSpec
     fps: float | None  # asked for; None: the source's own rate, at most ``max_fps``

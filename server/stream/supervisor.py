@@ -14,17 +14,17 @@ import threading
 import time
 from pathlib import Path
 
-from . import errors
-from .demo import ensure_demo
+from .. import errors
+from ..settings import Settings
+from .config import StreamConfig, decoder_config, learner_process_config
+from .counts import StreamCounts
+from .dispatch import MessageDispatcher
 from .generation import LEARNER_STOP_S, RING_SLOTS, Generation
-from .message_dispatch import MessageDispatcher
 from .protocol import SourceOpened
 from .restart_policy import HEALTHY_RUN_S, Backoff, Outcome, judge
 from .ring import FrameRing
-from .settings import Settings
-from .stream_config import StreamConfig, decoder_config, learner_process_config
-from .stream_counts import StreamCounts
-from .stream_status import StreamStatus
+from .source.demo import ensure_demo
+from .status import StreamStatus
 
 log = logging.getLogger(__name__)
 FINAL_DRAIN_S = 0.3  # a reader thread polls every 0.1 s

@@ -15,8 +15,8 @@ from types import TracebackType
 
 import httpx
 
-from . import errors
-from .errors import SourceError
+from ... import errors
+from ...errors import SourceError
 from .sources import AddressPolicy, check_host
 
 HTTP_SCHEMES = ("http", "https")

@@ -12,7 +12,7 @@ from typing import Literal
 from fastapi import APIRouter, Depends
 from pydantic import BaseModel
 
-from .. import errors
+from ... import errors
 from ..deps import Manager, require_token
 from ..manager import RequestError
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from . import errors
+from .. import errors
 
 HEALTHY_RUN_S = 10.0  # a generation that ran this long (and learned) resets the back-off
 FIRST_DELAY_S = 0.5

@@ -8,8 +8,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from . import errors
+from .. import errors
 from .checkpoint_acks import CheckpointAcks
+from .counts import StreamCounts
 from .frame_record import FrameRecord
 from .protocol import (
     BudgetChanged,
@@ -28,8 +29,7 @@ from .protocol import (
     SourceOpened,
 )
 from .restart_policy import Outcome
-from .stream_counts import StreamCounts
-from .stream_status import StreamStatus
+from .status import StreamStatus
 
 
 class MessageDispatcher:

@@ -35,14 +35,10 @@ from pipeline_core import StepResult
 from pipeline_core.partition import resolve_devices
 from pipeline_core.worker import settle_process
 
-from . import errors
-from .budget import BudgetController
-from .device_io import FrameUpload, HostCopy
-from .errors import in_words
-from .learner import CheckpointMismatch, Learner, LearnerConfig
-from .pictures import JPEG_KINDS, FlowScale, Painter, mask_kinds
-from .profile_cache import JsonCache, key
-from .protocol import (
+from ... import errors
+from ...errors import in_words
+from ..pictures import JPEG_KINDS, FlowScale, Painter, mask_kinds
+from ..protocol import (
     BudgetChanged,
     CheckpointRequest,
     CheckpointWritten,
@@ -54,8 +50,12 @@ from .protocol import (
     NonFiniteLoss,
     Phase,
 )
-from .ring import FrameRing, RingSpec
-from .sizing import Size
+from ..ring import FrameRing, RingSpec
+from ..sizing import Size
+from .budget import BudgetController
+from .device_io import FrameUpload, HostCopy
+from .learner import CheckpointMismatch, Learner, LearnerConfig
+from .profile_cache import JsonCache, key
 
 log = logging.getLogger(__name__)
 POLL_S = 0.2
@@ -64,7 +64,7 @@ RESERVE_WEIGHT = 0.1  # how fast the measured cost of the pictures follows new m
 
 @dataclass(frozen=True)
 class LearnerProcessConfig:
-    """What the learner process needs (picklable): built by ``stream_config.learner_process_config``."""
+    """What the learner process needs (picklable): built by ``stream.config.learner_process_config``."""
 
     learner: LearnerConfig
     display: Size  # the picture's size (the decoder's frames)

@@ -4,8 +4,8 @@ they live in the API process."""
 
 from __future__ import annotations
 
-from .metrics import Metrics
-from .schemas import Counters
+from ..api.metrics import Metrics
+from ..api.schemas import Counters
 
 
 class StreamCounts:

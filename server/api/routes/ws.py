@@ -17,13 +17,13 @@
       "dropped": 0}                           # frames the stream dropped so far (worker behind, resized)
 
 2. binary: the picture(s). By default one JPEG, the picture's size: the frame tinted by the colours of its learned
-   flow (hue = direction, saturation = speed, white = no motion; ``server/pictures.py``).
+   flow (hue = direction, saturation = speed, white = no motion; ``server/stream/pictures.py``).
 
    With ``?images=frame,flow`` (any of ``overlay``, ``frame``, ``flow``, ``flow16``, ``flo``, in the order wanted)
    the JSON message also says ``"images": ["frame", "flow"]`` and one binary message of each kind follows it, in
    that order. ``frame`` and ``flow`` are JPEGs of the picture's size; ``flow16`` (KITTI's 16-bit PNG) and ``flo``
    (Middlebury) are the flow field itself, at the learning size, in pixels of the learning size
-   (``server/flow_formats.py``).
+   (``server/api/flow_formats.py``).
 
 Also text JSON, whenever they happen: ``{"type": "state", "state": "starting|running|reconnecting|ended|error",
 "error": {"code", "message"} | null, "phase": "what a starting stream is doing" | null}`` (one is sent on connect),
@@ -45,10 +45,10 @@ import time
 
 from fastapi import APIRouter, WebSocket, WebSocketDisconnect
 
-from .. import errors
+from ... import errors
+from ...stream.pictures import KINDS
 from ..deps import websocket_token_ok
 from ..manager import RequestError
-from ..pictures import KINDS
 from ..session import StreamSession
 
 router = APIRouter(tags=["websocket"])

@@ -24,10 +24,10 @@ from models.online import default_lr, online_pipeline
 from pipeline_core import Pipeline, StepResult
 from pipeline_core.partition import resolve_devices
 
-from . import checkpoints
+from .. import checkpoints
+from ..sizing import Size
 from .compiled_twin import CompiledTwin
 from .profile_cache import JsonCache, key
-from .sizing import Size
 
 #: Checkpoints made before ``init`` was recorded were all learned from scratch.
 LEGACY_INIT = "scratch"

@@ -8,13 +8,13 @@ from fastapi import APIRouter, Depends, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse
 
-from .. import errors
-from ..checkpoint_acks import CheckpointFailed
+from ... import errors
+from ...stream.checkpoint_acks import CheckpointFailed
+from ...stream.config import shown_settings
 from ..deps import Manager, require_token
 from ..manager import RequestError
 from ..schemas import ErrorInfo, History, HistoryPoint, Size, StreamCreate, StreamInfo
 from ..session import StreamSession
-from ..stream_config import shown_settings
 
 router = APIRouter(prefix="/api/streams", tags=["streams"], dependencies=[Depends(require_token)])
 

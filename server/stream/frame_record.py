@@ -8,7 +8,7 @@ import math
 import time
 from collections import deque
 
-from .metrics import Metrics
+from ..api.metrics import Metrics
 from .pictures import FramePictures
 from .protocol import FrameLearned
 

@@ -1,6 +1,6 @@
 """What a stream shows of itself: its state and phase (also told to viewers as they change), and what its processes
 last reported (rate, sizes, loss, learning rate, checkpoints). The stream's supervisor thread writes it; the API
-reads it (``routes/streams.py``, ``routes/ws.py``)."""
+reads it (``api/routes/streams.py``, ``api/routes/ws.py``)."""
 
 from __future__ import annotations
 
