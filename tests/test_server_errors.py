@@ -149,6 +149,6 @@ def test_nonfinite_loss_halves_lr_and_keeps_going(server):
     sid = create(server, source="file:clip.mp4", name="blowup", fps=15, loop=True, lr=1000.0)["id"]
     info = server.wait_for(sid, lambda i: i["counters"]["nonfinite_losses"] >= 3, what="non-finite losses")
     assert info["lr"] <= 1000.0 / 8 and info["state"] in ("starting", "running")
-    assert server.api.metrics().require("overtime_nonfinite_losses_total", stream=sid) >= 3
+    assert server.metrics().require("overtime_nonfinite_losses_total", stream=sid) >= 3
     server.wait_for(sid, lambda i: i["counters"]["processed"] > 0, what="frames processed after the blow-ups")
     delete(server, sid)
