@@ -37,9 +37,9 @@ def namespace_available() -> tuple[bool, str]:
     """Whether a namespace can be made here, and why not when it cannot (root, ``unshare`` and ``ip`` needed)."""
     if os.geteuid() != 0:
         return False, "network namespaces need root (unshare --net)"
-    for tool in ("unshare", "ip"):
+    for tool, package in (("unshare", "util-linux"), ("ip", "iproute2")):
         if shutil.which(tool) is None:
-            return False, f"no {tool} command (util-linux / iproute2)"
+            return False, f"no {tool} command (Debian's {package})"
     try:
         probe = subprocess.run(wrap(["ip", "-o", "addr"]), capture_output=True, text=True, timeout=20)
     except subprocess.TimeoutExpired:

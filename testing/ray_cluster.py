@@ -165,8 +165,10 @@ class RayCluster:
         """The node lost at once: SIGKILL to every process of it, as when its machine dies. The GCS notices on its
         own (:data:`FAST_FAILURE_DETECTION`); see :meth:`wait_dead`."""
         node = self.nodes.pop(name)
-        _kill(node.processes(), signal.SIGKILL, timeout_s=10.0)
+        survivors = _kill(node.processes(), signal.SIGKILL, timeout_s=10.0)
         node.proc.wait(10)
+        if survivors:
+            raise TimeoutError(f"node {name!r}: processes outlived SIGKILL: {survivors}")
 
     def wait_dead(self, node_id: str, timeout_s: float) -> None:
         """Until Ray has marked the node dead (after :meth:`kill_node`)."""
@@ -179,9 +181,10 @@ class RayCluster:
     def shutdown(self, timeout_s: float = 30.0) -> None:
         """Workers first, while the head still answers them, then the head: SIGTERM to each ``ray start`` (it stops
         its node), SIGKILL to whatever of the node is still there after ``timeout_s``. The temp dir goes too when the
-        cluster made it."""
+        cluster made it. TimeoutError, after every node was tried, if some process outlived SIGKILL."""
         if ray.is_initialized():
             ray.shutdown()
+        survivors = []
         for name in sorted(self.nodes, key=lambda n: n == "head"):
             node = self.nodes.pop(name)
             tree = node.processes()
@@ -189,9 +192,12 @@ class RayCluster:
                 node.proc.send_signal(signal.SIGTERM)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 node.proc.wait(timeout_s)
-            _kill(tree, signal.SIGKILL, timeout_s=10.0)
+            survivors += _kill(tree, signal.SIGKILL, timeout_s=10.0)
+            node.proc.wait(10)
         if self._own_temp:
             shutil.rmtree(self.temp_dir, ignore_errors=True)
+        if survivors:
+            raise TimeoutError(f"processes of the cluster outlived SIGKILL: {survivors}")
 
     def __enter__(self) -> RayCluster:
         try:
@@ -204,11 +210,11 @@ class RayCluster:
         self.shutdown()
 
 
-def _kill(processes: list[psutil.Process], sig: signal.Signals, timeout_s: float) -> None:
-    """Send ``sig`` to each process still running and wait for them all; TimeoutError if one outlives it."""
+def _kill(processes: list[psutil.Process], sig: signal.Signals, timeout_s: float) -> list[int]:
+    """Send ``sig`` to each process still running and wait for them all; the pids of those still there after
+    ``timeout_s``."""
     for p in processes:
         with contextlib.suppress(psutil.Error):
             p.send_signal(sig)
     _, alive = psutil.wait_procs(processes, timeout=timeout_s)
-    if alive:
-        raise TimeoutError(f"processes outlived {sig.name}: {[p.pid for p in alive]}")
+    return [p.pid for p in alive]

@@ -36,10 +36,11 @@ from testing.ray_cluster import NAMESPACE, NODE_LABEL, RayCluster
 
 MODULE = "testing.ray_scenarios"  # what ``python -m`` runs (``__name__`` is "__main__" there)
 CALL_TIMEOUT_S = 60.0  # one actor call on a live cluster; far above what it takes, so only a fault reaches it
+BACK_TIMEOUT_S = 60.0  # from a node's loss until its actor has answered again: the issue's bound
 
 
 @contextlib.contextmanager
-def two_nodes(result: dict[str, Any]) -> Iterator[RayCluster]:
+def cluster_of_two(result: dict[str, Any]) -> Iterator[RayCluster]:
     """The cluster of every scenario; its start and stop times go into ``result``."""
     start = time.monotonic()
     with RayCluster(head_resources={"node_a": 1}) as cluster:
@@ -57,11 +58,11 @@ def node_names() -> dict[str, str]:
     return {n["NodeID"]: n.get("Labels", {}).get(NODE_LABEL, "") for n in ray.nodes()}
 
 
-def placement() -> dict[str, Any]:
+def two_nodes() -> dict[str, Any]:
     """Two actors of one CPU each on two nodes of one CPU each: Ray must put them on different nodes. Then every
     address the cluster reports or uses, and every socket open in the namespace."""
     result: dict[str, Any] = {}
-    with two_nodes(result) as cluster:
+    with cluster_of_two(result) as cluster:
         actors = [Probe.options(num_cpus=1).remote() for _ in range(2)]
         seen = ray.get([a.where.remote() for a in actors], timeout=CALL_TIMEOUT_S)
         names = node_names()
@@ -89,7 +90,7 @@ def detached() -> dict[str, Any]:
     """One driver process makes a detached named actor on node b (and a plain named one) and exits; a second driver
     process finds the detached one by name, with its state, once the plain one is gone with its driver."""
     result: dict[str, Any] = {}
-    with two_nodes(result) as cluster:
+    with cluster_of_two(result) as cluster:
         result["creator"] = driver("create-detached", cluster)
         result["finder"] = driver("find-detached", cluster)
         result["node_b_id"] = cluster.nodes["b"].node_id
@@ -105,7 +106,7 @@ def driver(step: str, cluster: RayCluster) -> dict[str, Any]:
     if proc.returncode != 0:
         raise RuntimeError(f"driver {step} exited with {proc.returncode}: {proc.stderr[-3000:]}")
     seen = json.loads(out.read_text())
-    return {**seen, "exit_code": proc.returncode, "wall_s": round(time.monotonic() - start, 2)}
+    return {**seen, "wall_s": round(time.monotonic() - start, 2)}
 
 
 def create_detached(address: str) -> dict[str, Any]:
@@ -131,12 +132,12 @@ def find_detached(address: str) -> dict[str, Any]:
     return {"registry": registry, "plain_gone_s": plain_gone_s}
 
 
-def node_loss(answer_timeout_s: float = 60.0) -> dict[str, Any]:
+def node_loss() -> dict[str, Any]:
     """A detached actor (restarts and task retries without limit) runs on node b, preferred but not required; an
     actor on the head is called every 0.1 s throughout. Node b is killed: when does Ray notice, when does the actor
     answer again and where, and what was the longest wait for an answer on the head meanwhile."""
     result: dict[str, Any] = {}
-    with two_nodes(result) as cluster:
+    with cluster_of_two(result) as cluster:
         b = cluster.nodes["b"].node_id
         stream = Probe.options(name="stream", lifetime="detached", num_cpus=1, max_restarts=-1, max_task_retries=-1,
                                scheduling_strategy=NodeAffinitySchedulingStrategy(b, soft=True)).remote()  # fmt: skip
@@ -147,9 +148,9 @@ def node_loss(answer_timeout_s: float = 60.0) -> dict[str, Any]:
             killed = time.monotonic()
             cluster.kill_node("b")
             answer = stream.where.remote()
-            cluster.wait_dead(b, timeout_s=answer_timeout_s)
+            cluster.wait_dead(b, timeout_s=BACK_TIMEOUT_S)
             result["noticed_s"] = round(time.monotonic() - killed, 2)
-            result["after"] = ray.get(answer, timeout=max(1.0, answer_timeout_s - (time.monotonic() - killed)))
+            result["after"] = ray.get(answer, timeout=max(1.0, BACK_TIMEOUT_S - (time.monotonic() - killed)))
             result["back_s"] = round(time.monotonic() - killed, 2)
         result["bystander_max_wait_s"] = round(pinger.max_wait_s, 2)
         result["bystander_calls"] = pinger.calls
@@ -204,7 +205,7 @@ def leftovers() -> list[str]:
 
 
 SCENARIOS: dict[str, Callable[[], dict[str, Any]]] = {
-    "two-nodes": placement,
+    "two-nodes": two_nodes,
     "detached": detached,
     "node-loss": node_loss,
 }
