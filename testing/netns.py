@@ -80,5 +80,6 @@ def run_module(
 ) -> subprocess.CompletedProcess[str]:
     """``python -m module args`` (this interpreter) in a fresh namespace, the repository root first on PYTHONPATH so
     that every process started there (a Ray worker too) imports the repository's modules."""
-    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    return run([sys.executable, "-m", module, *args], timeout_s, {**(env or {}), "PYTHONPATH": path})
+    env = dict(env or {})
+    path = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", os.environ.get("PYTHONPATH", ""))) if p)
+    return run([sys.executable, "-m", module, *args], timeout_s, {**env, "PYTHONPATH": path})
