@@ -13,7 +13,7 @@ CLIPS ?= ../shared/clips
 
 .PHONY: run test lint docs clean screenshots up up-gpu down \
 	bench bench-engine bench-flow bench-realflow bench-schedules bench-memory bench-processes \
-	bench-service bench-load bench-soak bench-outage bench-gpu gpu-wheels docker-check pretrain
+	bench-service bench-load bench-soak bench-outage bench-cluster bench-gpu gpu-wheels docker-check pretrain
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -108,6 +108,10 @@ bench-soak: $(VENV)/.installed
 
 bench-outage: $(VENV)/.installed
 	$(PY) -m bench.outage
+
+## A two-node Ray cluster on 127.0.0.1 in a network namespace (root): start, a node lost, its actor back (~2.5 min).
+bench-cluster: $(VENV)/.installed
+	$(PY) -m bench.ray_cluster
 
 # -- containers (needs a Docker engine) ------------------------------------------------------------------
 up:
