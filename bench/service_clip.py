@@ -128,8 +128,8 @@ def with_browser(srv: ServerProcess, sid: str, args: argparse.Namespace, run: Ru
     return result
 
 
-#: The smallest learning size the target accepts (issue 18: "learning at the service's own choice (>= 128x96)"): a
-#: service that holds the rate only by learning at a thumbnail has not met it.
+#: The smallest learning size the target accepts: the service chooses the size, but one that holds the rate only by
+#: learning at a thumbnail has not met it.
 MIN_LEARNING_SIZE = (128, 96)
 
 

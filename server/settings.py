@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, IPvAnyNetwork, field_validator
+from pydantic import BeforeValidator, Field, IPvAnyNetwork, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from .stream.source.sources import AddressPolicy
@@ -21,7 +21,11 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=0, le=65535, description="port to bind")
     token: str | None = Field(None, description="API token; when set every /api and /ws request needs it")
     media_dir: Path = Field(Path("media"), description="file: sources must live here; the demo video is made here")
-    checkpoint_dir: Path = Field(Path("checkpoints"), description="one checkpoint per stream name")
+    checkpoint_dir: Annotated[str, BeforeValidator(str)] = Field(
+        "checkpoints",
+        description="one checkpoint per stream name: a folder, or a URL every node of a cluster reaches "
+        "(s3://bucket/prefix, gs://..., any fsspec filesystem)",
+    )
     cache_dir: Path = Field(
         Path("cache"), description="layer profiles and learning sizes measured before (faster starts; safe to delete)"
     )
@@ -70,6 +74,14 @@ class Settings(BaseSettings):
     reconnect_max_s: float = Field(30.0, gt=0, description="cap on the reconnect back-off")
     jpeg_quality: int = Field(80, ge=10, le=100, description="quality of the overlay JPEGs")
     fault_injection: bool = Field(False, description="expose POST /api/streams/{id}/faults (reliability tests only)")
+    # A cluster (docs/operations.md#a-cluster).
+    ray_address: str | None = Field(
+        None, description="join the Ray cluster at this address (host:port); each stream's work runs in a Ray actor"
+    )
+    ray_stream_cpus: float = Field(2.0, gt=0, description="CPUs a stream asks of a Ray node (decoder and learner)")
+    ray_stream_gpus: float = Field(
+        0.25, gt=0, le=1, description="the share of a GPU a stream asks on a Ray cluster with GPUs"
+    )
 
     @field_validator("allowed_schemes", mode="before")
     @classmethod

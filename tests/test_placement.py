@@ -3,9 +3,9 @@ GPU it learns on the CPU, with the CPU's largest learning size."""
 
 from __future__ import annotations
 
-from server.placement.gpus import on_gpu, place
+from server.placement.gpus import place
 from server.settings import Settings
-from server.stream.config import StreamConfig, learner_process_config
+from server.stream.config import StreamConfig, learner_process_config, on_gpu
 from server.stream.sizing import CPU_LEARNING_SIDE
 from server.stream.source.sources import parse_source
 

@@ -114,6 +114,6 @@ def test_the_pinned_ray_is_the_one_installed():
 
 def test_the_service_does_not_import_ray():
     """Without --ray-address nothing changes: the API process's modules must not pull Ray in (it costs 0.6-2 s)."""
-    code = "import sys, server.cli, server.app; print('ray' in sys.modules)"
+    code = "import sys, server.cli, server.api.app, server.placement; print('ray' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], cwd=netns.ROOT, capture_output=True, text=True, timeout=120)
     assert proc.stdout.strip() == "False", proc.stderr[-2000:]

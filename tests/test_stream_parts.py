@@ -1,4 +1,4 @@
-"""A stream's parts in the API process, without processes: the messages cross a pickle intact, the restart policy
+"""A stream's parts, without processes: the messages cross a pickle intact, the restart policy
 and its back-off, the dispatch of messages into the status, counters and metrics, checkpoint acknowledgements, and
 the process configurations derived from a stream's settings."""
 
@@ -13,15 +13,15 @@ import numpy as np
 import pytest
 
 from server import errors
-from server.api.metrics import Metrics
-from server.api.schemas import Counters, StreamInfo
+from server.api.schemas import StreamInfo
 from server.settings import Settings
 from server.stream import protocol
 from server.stream.checkpoint_acks import CheckpointAcks, CheckpointFailed
 from server.stream.config import StreamConfig, decoder_config, learner_process_config, shown_settings
-from server.stream.counts import StreamCounts
+from server.stream.counts import Counters, StreamCounts
 from server.stream.dispatch import MessageDispatcher
 from server.stream.frame_record import FrameRecord
+from server.stream.metrics import StreamMetrics
 from server.stream.restart_policy import Backoff, Outcome, Verdict, judge
 from server.stream.source.decoder import Reporter
 from server.stream.source.sources import SourceSpec
@@ -110,13 +110,13 @@ def test_backoff_doubles_up_to_its_cap_and_a_healthy_run_starts_over():
 # -- message dispatch -----------------------------------------------------------------------------------------------
 class Parts:
     def __init__(self) -> None:
-        self.metrics = Metrics()
+        self.metrics = StreamMetrics(SID)
         self.notices: list[dict] = []
         self.shown: list = []
-        self.status = StreamStatus(1e-3, None, self.notices.append, lambda: None)
-        self.counts = StreamCounts(SID, self.metrics)
+        self.status = StreamStatus(1e-3, None, self.notices.append)
+        self.counts = StreamCounts(self.metrics)
         self.acks = CheckpointAcks()
-        frames = FrameRecord(SID, self.metrics)
+        frames = FrameRecord(self.metrics)
         self.dispatcher = MessageDispatcher(self.status, self.counts, frames, self.acks, self.shown.append)
 
     def metric(self, name: str, **labels: str) -> float | None:
@@ -168,11 +168,6 @@ def test_messages_that_end_a_generation_say_why(parts):
     assert d.handle(protocol.SourceEnded()) == Outcome("ended", errors.ENDED, "the source ended")
     assert d.handle(protocol.DecoderFailed(errors.STALLED, "quiet")) == Outcome("decoder", errors.STALLED, "quiet")
     assert d.handle(protocol.LearnerFailed(errors.WORKER_FAILED, "x")) == Outcome("learner", errors.WORKER_FAILED, "x")
-    d.handle(protocol.DecoderFailed(errors.PRIVATE_ADDRESS, "no"))
-    refused = parts.metrics.registry.get_sample_value(
-        "overtime_sources_refused_total", {"code": errors.PRIVATE_ADDRESS}
-    )
-    assert refused == 1
 
 
 def test_nonfinite_loss_and_failed_checkpoints_are_counted(parts):
@@ -238,4 +233,4 @@ def test_process_configurations_derive_from_the_stream_settings(tmp_path: Path):
 def test_the_api_shows_every_setting_it_does_not_track_itself():
     shown = shown_settings(stream_config(), StreamInfo.model_fields)
     assert shown == {"name": "cam", "source": "demo", "auto": False, "model": "fast", "init": "scratch",
-                     "stages": 2, "schedule": "partime", "devices": None, "loop": True}  # fmt: skip
+                     "stages": 2, "schedule": "partime", "loop": True}  # fmt: skip

@@ -164,3 +164,19 @@ def test_a_compiled_twin_takes_over_with_the_same_weights_and_learns_the_same(cf
             torch.testing.assert_close(b.output, a.output, rtol=0, atol=1e-6)
     assert all(torch.allclose(a, b, atol=1e-6) for a, b in zip(weights(eager), weights(compiled), strict=True))
     compiled.close(), eager.close()
+
+
+def test_checkpoints_at_a_url_resume_as_from_a_folder(cfg):
+    """A cluster's nodes share checkpoints in storage they all reach: an fsspec URL (here fsspec's in-process
+    ``memory://`` store) works as a folder does."""
+    at_url = replace(cfg, checkpoint_path=checkpoints.checkpoint_path("memory://overtime-test/ckpt", "unit"))
+    learner = Learner(at_url, SIZE)
+    for x in pairs(3):
+        learner.step(x)
+    assert learner.save() == 3
+    saved = weights(learner)
+    learner.close()
+    again = Learner(replace(at_url, lr=None), SIZE)
+    assert again.resumed_from == 3 and all(torch.equal(a, b) for a, b in zip(saved, weights(again), strict=True))
+    assert checkpoints.load(at_url.checkpoint_path)["pipeline"]["frames"] == 3
+    again.close()

@@ -6,16 +6,19 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
+from ..placement import make_placement
 from ..settings import Settings
+from ..stream.checkpoints import is_url
 from ..stream.generation import warm_up
 from .manager import RequestError, StreamManager
-from .metrics import Metrics
+from .metrics import ServerMetrics
 from .routes import faults, health, streams, ws
 from .schemas import StreamCreate
 
@@ -26,13 +29,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         settings.media_dir.mkdir(parents=True, exist_ok=True)
-        settings.checkpoint_dir.mkdir(parents=True, exist_ok=True)
-        threading.Thread(target=warm_up, name="forkserver-warm-up", daemon=True).start()  # streams start sooner
-        manager = StreamManager(settings, Metrics(), asyncio.get_running_loop())
+        if not is_url(settings.checkpoint_dir):
+            Path(settings.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        if not settings.ray_address:  # on a cluster the streams' processes start on their nodes
+            threading.Thread(target=warm_up, name="forkserver-warm-up", daemon=True).start()  # streams start sooner
+        placement = await run_in_threadpool(make_placement, settings)
+        manager = StreamManager(settings, ServerMetrics(), asyncio.get_running_loop(), placement)
         app.state.manager = manager
         url = f"http://{settings.host}:{settings.port}/"
+        running = await run_in_threadpool(manager.all)  # a cluster's streams, started before this process
         if settings.demo_stream:
-            demo = await run_in_threadpool(manager.create, StreamCreate(source="demo", name="demo"))
+            demo = next((s for s in running if s.cfg.name == "demo" and s.active), None)
+            demo = demo or await run_in_threadpool(manager.create, StreamCreate(source="demo", name="demo"))
             url += f"?stream={demo.id}"
         print(f"Overtime is serving: open {url}", flush=True)  # the line `make run` users look for
         try:

@@ -1,9 +1,12 @@
-"""The registry of streams: creates sessions from requests (defaults, validation, limits) and stops them."""
+"""The streams this API process serves: creates them from requests (defaults, validation, limits), finds those
+already running where they run (a Ray cluster's, started by another API process or before a restart), and stops
+them. Where a stream's work runs is the placement's business (``server.placement``)."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import uuid
 
 from models.flow_nets import FLOW_NETS
@@ -11,13 +14,15 @@ from pipeline_core.schedules import make_schedule
 
 from .. import errors
 from ..errors import SourceError
-from ..placement.gpus import available_gpus, place
+from ..placement import Placement
 from ..settings import Settings
 from ..stream.config import StreamConfig
 from ..stream.source.sources import parse_source
-from .metrics import Metrics
+from .metrics import ServerMetrics
 from .schemas import StreamCreate
 from .session import StreamSession
+
+REFRESH_S = 1.0  # how stale this process's list of a cluster's streams may be
 
 
 class RequestError(Exception):
@@ -29,13 +34,17 @@ class RequestError(Exception):
 
 
 class StreamManager:
-    def __init__(self, settings: Settings, metrics: Metrics, loop: asyncio.AbstractEventLoop) -> None:
-        self.settings = settings
-        self.metrics = metrics
-        self.loop = loop
-        self.sessions: dict[str, StreamSession] = {}
-        self._lock = threading.Lock()
-        self.gpus = available_gpus()
+    def __init__(self, settings: Settings, metrics: ServerMetrics, loop: asyncio.AbstractEventLoop,
+                 placement: Placement) -> None:  # fmt: skip
+        self.settings, self.metrics, self.loop, self.placement = settings, metrics, loop, placement
+        self._sessions: dict[str, StreamSession] = {}
+        self._lock = threading.RLock()  # a refresh may run inside a create
+        self._refreshed = 0.0
+
+    def all(self) -> list[StreamSession]:
+        """Every stream served now, also those another API process started on the cluster."""
+        self._refresh()
+        return list(self._sessions.values())
 
     def resolve(self, body: StreamCreate) -> StreamConfig:
         """Merge the request with the defaults and validate it; RequestError (400) when it cannot run."""
@@ -82,43 +91,70 @@ class StreamManager:
     def create(self, body: StreamCreate) -> StreamSession:
         cfg = self.resolve(body)
         with self._lock:
-            active = [x for x in self.sessions.values() if x.active]
+            self._refresh(force=True)
+            active = [x for x in self._sessions.values() if x.active]
             if len(active) >= self.settings.max_streams:
                 limit = self.settings.max_streams
                 raise RequestError(429, errors.TOO_MANY_STREAMS, f"at most {limit} streams run at once")
             sid = uuid.uuid4().hex[:12]
             cfg.name = cfg.name or sid
-            cfg.devices = place(cfg.devices, (x.cfg.devices for x in active), self.gpus)
             if any(x.cfg.name == cfg.name for x in active):
                 raise RequestError(409, errors.NAME_IN_USE, f"a running stream is already named {cfg.name!r}")
-            session = StreamSession(sid, cfg, self.settings, self.metrics, self.loop, self._count_states)
-            self.sessions[sid] = session
-        session.start()
-        self._count_states()
+            session = StreamSession(sid, cfg, self.metrics, self.loop)
+            self._sessions[sid] = session
+            try:
+                session.cfg, runner = self.placement.start(sid, cfg, session.show_frame, session.announce)
+            except BaseException:
+                self._sessions.pop(sid)
+                raise
+            session.run(runner)
         return session
 
     def get(self, sid: str) -> StreamSession:
-        session = self.sessions.get(sid)
+        session = self._sessions.get(sid)
+        if session is None:
+            self._refresh(force=True)
+            session = self._sessions.get(sid)
         if session is None:
             raise RequestError(404, errors.STREAM_NOT_FOUND, f"no stream {sid!r}")
         return session
 
     def delete(self, sid: str) -> None:
-        """Blocking: stops the stream's processes (run it off the event loop)."""
+        """Blocking: stops the stream's work (the learner writes a final checkpoint; run it off the event loop)."""
         session = self.get(sid)
-        session.close()
+        session.work.stop()
+        self.placement.forget(sid)
         with self._lock:
-            self.sessions.pop(sid, None)
-        self._count_states()
+            self._sessions.pop(sid, None)
+        self.metrics.forget(sid)
 
     def close_all(self) -> None:
-        threads = [threading.Thread(target=s.close) for s in list(self.sessions.values())]
+        """This API process stops: work in it stops (final checkpoints); work on a cluster goes on."""
+        threads = [threading.Thread(target=s.work.close) for s in list(self._sessions.values()) if s.runner]
         for t in threads:
             t.start()
         for t in threads:
             t.join()
-        self.sessions.clear()
-        self._count_states()
+        self._sessions.clear()
+        self.placement.close()
 
-    def _count_states(self) -> None:
-        self.metrics.count_states([s.status.state for s in list(self.sessions.values())])
+    def exposition(self) -> bytes:
+        """``/metrics``: this process's series (streams by state as of now) and every stream's own."""
+        sessions = [s for s in self.all() if s.runner is not None]
+        self.metrics.count_states(s.snapshot().state for s in sessions)
+        return self.metrics.exposition(s.work.metric_families() for s in sessions)
+
+    def _refresh(self, force: bool = False) -> None:
+        """Follow the placement's streams: serve those another API process started, drop those it deleted."""
+        if not force and time.monotonic() - self._refreshed < REFRESH_S:
+            return
+        with self._lock:
+            self._refreshed = time.monotonic()
+            known = self.placement.running()
+            for sid, cfg in known.items():
+                if sid not in self._sessions:
+                    session = StreamSession(sid, cfg, self.metrics, self.loop)
+                    self._sessions[sid] = session
+                    session.run(self.placement.attach(sid, session.show_frame, session.announce))
+            for sid in [sid for sid, s in self._sessions.items() if sid not in known and s.runner is not None]:
+                self._sessions.pop(sid).work.close()

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..stream.checkpoints import NAME_PATTERN
+from ..stream.counts import Counters
 
 
 class StreamCreate(BaseModel):
@@ -47,17 +48,6 @@ class ErrorInfo(BaseModel):
     message: str
 
 
-class Counters(BaseModel):
-    decoded: int = 0
-    processed: int = 0
-    dropped: int = 0  # lost frames: worker_behind (the worker could not keep up), decode_error, resized
-    resampled: int = 0  # source frames skipped to hold the stream's fps
-    reconnects: int = 0
-    worker_restarts: int = 0
-    nonfinite_losses: int = 0
-    ws_clients: int = 0
-
-
 class StreamInfo(BaseModel):
     id: str
     name: str
@@ -77,6 +67,7 @@ class StreamInfo(BaseModel):
     lr: float | None
     schedule: str
     devices: list[str] | None = Field(description="where the stages learn (null: the CPU)")
+    node: str = Field(description="where the stream's work runs: this machine's host name, or a Ray node's id")
     loop: bool
     counters: Counters
     loss: float | None

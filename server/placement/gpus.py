@@ -35,8 +35,3 @@ def _named(device: str) -> str:
     """``cuda`` is ``cuda:0``, as torch takes it."""
     d = torch.device(device)
     return f"cuda:{d.index or 0}" if d.type == "cuda" else str(d)
-
-
-def on_gpu(devices: Devices | None) -> bool:
-    """Whether a stream with these devices (None: the default) learns on a GPU."""
-    return any(d.type == "cuda" for d in resolve_devices(list(devices) if devices else None))

@@ -1,25 +1,54 @@
-"""Atomic checkpoints, one file per stream name: write a temp file, fsync it, rename it over the old one, fsync
-the directory — a crash at any point leaves either the old or the new checkpoint, never half of one."""
+"""Checkpoints, one per stream name, in a folder or at a URL every node of a cluster reaches (``fsspec``:
+``s3://bucket/prefix``, ``gs://...``, or any filesystem fsspec knows), written so that a crash never leaves half of
+one.
+
+In a folder: write a temp file, fsync it, rename it over the old one, fsync the folder — a crash at any point leaves
+either the old or the new checkpoint. At a URL: one write of the whole object (an object store's PUT stores all of
+it or nothing). A folder shared by the nodes (NFS) works as a folder.
+"""
 
 from __future__ import annotations
 
+import io
 import os
+import posixpath
 import re
 import tempfile
 from pathlib import Path
 
+import fsspec
 import torch
 
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}"
+#: A folder (a path) or a URL.
+Location = str | Path
 
 
-def checkpoint_path(directory: Path, name: str) -> Path:
+def is_url(location: Location) -> bool:
+    return "://" in str(location)
+
+
+def checkpoint_path(directory: Location, name: str) -> Location:
+    """Where stream ``name``'s checkpoint lives."""
     if not re.fullmatch(NAME_PATTERN, name) or ".." in name:
         raise ValueError(f"bad stream name {name!r}")
+    if is_url(directory):
+        return posixpath.join(str(directory).rstrip("/"), f"{name}.pt")
     return Path(directory) / f"{name}.pt"
 
 
-def save_atomic(state: dict, path: Path) -> None:
+def file_name(location: Location) -> str:
+    return posixpath.basename(str(location))
+
+
+def save_atomic(state: dict, location: Location) -> None:
+    if is_url(location):
+        data = io.BytesIO()
+        torch.save(state, data)
+        fs, path = fsspec.core.url_to_fs(str(location))
+        fs.pipe_file(path, data.getvalue())
+        return
+    path = Path(location)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -38,7 +67,17 @@ def save_atomic(state: dict, path: Path) -> None:
         os.close(dir_fd)
 
 
-def load(path: Path) -> dict | None:
-    if not path.is_file():
+def read_bytes(location: Location) -> bytes | None:
+    """The checkpoint's bytes; None when there is none."""
+    if is_url(location):
+        fs, path = fsspec.core.url_to_fs(str(location))
+        return fs.cat_file(path) if fs.exists(path) else None
+    path = Path(location)
+    return path.read_bytes() if path.is_file() else None
+
+
+def load(location: Location) -> dict | None:
+    data = read_bytes(location)
+    if data is None:
         return None
-    return torch.load(path, map_location="cpu", weights_only=True)
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)

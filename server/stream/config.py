@@ -6,20 +6,20 @@ from __future__ import annotations
 
 from collections.abc import Container
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Any
 
-from ..placement.gpus import on_gpu
+from pipeline_core.partition import resolve_devices
+
 from ..settings import Settings
-from .checkpoints import checkpoint_path
+from .checkpoints import Location, checkpoint_path
 from .learner.learner import LearnerConfig
 from .learner.process import LearnerProcessConfig
 from .sizing import CPU_LEARNING_SIDE, Size, learning_ladder, learning_size
 from .source.decoder import DecoderConfig
 from .source.sources import SourceSpec
 
-# Settings whose value in force may differ from the one asked for: the API shows the stream's own (``StreamStatus``).
-IN_FORCE = frozenset({"fps", "width", "height", "lr"})
+# Settings whose value in force may differ from the one asked for: the API shows the stream's own (its snapshot).
+IN_FORCE = frozenset({"fps", "width", "height", "lr", "devices"})
 
 
 @dataclass
@@ -47,7 +47,7 @@ def shown_settings(cfg: StreamConfig, shown: Container[str]) -> dict[str, Any]:
     return {f.name: getattr(cfg, f.name) for f in fields(cfg) if f.name in shown and f.name not in IN_FORCE}
 
 
-def checkpoint_file(cfg: StreamConfig, settings: Settings) -> Path:
+def checkpoint_file(cfg: StreamConfig, settings: Settings) -> Location:
     """Where the stream's weights are saved: one checkpoint per stream name."""
     return checkpoint_path(settings.checkpoint_dir, cfg.name)
 
@@ -65,6 +65,11 @@ def decoder_config(cfg: StreamConfig, settings: Settings, start_at_s: float = 0.
         read_timeout_s=s.read_timeout_s,
         start_at_s=start_at_s,
     )
+
+
+def on_gpu(devices: tuple[str, ...] | None) -> bool:
+    """Whether a stream with these devices (None: the default) learns on a GPU."""
+    return any(d.type == "cuda" for d in resolve_devices(list(devices) if devices else None))
 
 
 def learner_process_config(

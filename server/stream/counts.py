@@ -1,24 +1,33 @@
-"""A stream's counters (``schemas.Counters``, shown by the API) and the Prometheus series that count the same
-events: one call updates both, so the two never disagree. Counters survive a killed decoder or learner process:
-they live in the API process."""
+"""A stream's counters (``Counters``, shown by the API) and the Prometheus series that count the same events: one
+call updates both, so the two never disagree. Counters survive a killed decoder or learner process: they live with
+the stream's work (``work.py``), not in its processes."""
 
 from __future__ import annotations
 
-from ..api.metrics import Metrics
-from ..api.schemas import Counters
+from pydantic import BaseModel
+
+from .metrics import StreamMetrics
+
+
+class Counters(BaseModel):
+    decoded: int = 0
+    processed: int = 0
+    dropped: int = 0  # lost frames: worker_behind (the worker could not keep up), decode_error, resized
+    resampled: int = 0  # source frames skipped to hold the stream's fps
+    reconnects: int = 0
+    worker_restarts: int = 0
+    nonfinite_losses: int = 0
+    ws_clients: int = 0  # filled in by the API process, which holds the viewers
 
 
 class StreamCounts:
-    def __init__(self, sid: str, metrics: Metrics) -> None:
-        self.sid, self.metrics = sid, metrics
+    def __init__(self, metrics: StreamMetrics) -> None:
+        self.metrics = metrics
         self.counters = Counters()
-        for counter in (metrics.reconnects, metrics.worker_restarts, metrics.nonfinite, metrics.ws_dropped):
-            counter.labels(sid)  # series exist (at 0) from the start, as Prometheus prefers
-        metrics.frames.labels(sid, "dropped", "worker_behind")
 
     def decoded(self, n: int) -> None:
         self.counters.decoded += n
-        self.metrics.frames.labels(self.sid, "decoded", "").inc(n)
+        self.metrics.frames("decoded").inc(n)
 
     def dropped(self, reason: str, n: int) -> None:
         """Frames lost (or, ``reason="resample"``, skipped to hold the stream's rate)."""
@@ -26,32 +35,25 @@ class StreamCounts:
             self.counters.resampled += n
         else:
             self.counters.dropped += n
-        self.metrics.frames.labels(self.sid, "dropped", reason).inc(n)
+        self.metrics.frames("dropped", reason).inc(n)
 
     def processed(self) -> None:
         self.counters.processed += 1  # its series: ``FrameRecord.add``, with the frame's timings
 
     def reconnect(self) -> None:
         self.counters.reconnects += 1
-        self.metrics.reconnects.labels(self.sid).inc()
+        self.metrics.reconnects.inc()
 
     def learner_restart(self) -> None:
         self.counters.worker_restarts += 1
-        self.metrics.worker_restarts.labels(self.sid).inc()
+        self.metrics.worker_restarts.inc()
 
     def nonfinite_loss(self) -> None:
         self.counters.nonfinite_losses += 1
-        self.metrics.nonfinite.labels(self.sid).inc()
-
-    def viewers(self, n: int) -> None:
-        self.counters.ws_clients = n
-        self.metrics.ws_clients.labels(self.sid).set(n)
+        self.metrics.nonfinite.inc()
 
     def checkpoint_failed(self) -> None:
-        self.metrics.checkpoint_failures.labels(self.sid).inc()
-
-    def source_refused(self, code: str) -> None:
-        self.metrics.sources_refused.labels(code).inc()
+        self.metrics.checkpoint_failures.inc()
 
     def rate(self, fps: float) -> None:
-        self.metrics.frame_interval.labels(self.sid).set(1.0 / fps)
+        self.metrics.frame_interval.set(1.0 / fps)

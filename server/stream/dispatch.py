@@ -59,8 +59,6 @@ class MessageDispatcher:
             case SourceEnded():
                 return Outcome("ended", errors.ENDED, "the source ended")
             case DecoderFailed():
-                if m.code in errors.REFUSED_HOP:
-                    counts.source_refused(m.code)
                 return Outcome("decoder", m.code, m.message)
             case Phase():
                 status.set_phase(m.phase)

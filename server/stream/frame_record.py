@@ -8,7 +8,7 @@ import math
 import time
 from collections import deque
 
-from ..api.metrics import Metrics
+from .metrics import StreamMetrics
 from .pictures import FramePictures
 from .protocol import FrameLearned
 
@@ -17,25 +17,24 @@ HISTORY_KEYS = ("frame", "loss", "loss_zero", "dp_s", "work_s", "ds_s", "stage_d
 
 
 class FrameRecord:
-    def __init__(self, stream: str, metrics: Metrics) -> None:
-        self.stream = stream
+    def __init__(self, metrics: StreamMetrics) -> None:
         self.metrics = metrics
         self.history: deque[dict] = deque(maxlen=HISTORY_POINTS)
         self.latest: tuple[int, FramePictures] | None = None  # the newest frame's index and pictures
 
     def add(self, m: FrameLearned, fps: float, dropped: int) -> tuple[dict, FramePictures]:
         """Record what the learner process sent for a frame; the viewers' message and the frame's pictures."""
-        sid, ds, metrics = self.stream, 1.0 / fps, self.metrics
-        metrics.frames.labels(sid, "processed", "").inc()
-        metrics.step.labels(sid).observe(m.dp_s)
-        metrics.work.labels(sid).observe(m.work_s)
-        metrics.budget_ratio.labels(sid).set(m.work_s / ds)
+        ds, metrics = 1.0 / fps, self.metrics
+        metrics.frames("processed").inc()
+        metrics.step.observe(m.dp_s)
+        metrics.work.observe(m.work_s)
+        metrics.budget_ratio.set(m.work_s / ds)
         for stage, seconds in enumerate(m.stage_dp_s):
             if seconds is not None:
-                metrics.stage_step.labels(sid, str(stage)).observe(seconds)
+                metrics.stage_step(stage).observe(seconds)
         for gauge, value in ((metrics.loss, m.loss), (metrics.loss_zero, m.loss_zero)):
             if value is not None and math.isfinite(value):
-                gauge.labels(sid).set(value)
+                gauge.set(value)
         message = {
             "type": "frame", "frame": m.frame, "loss": m.loss, "loss_zero": m.loss_zero, "dp_s": m.dp_s,
             "work_s": m.work_s, "ds_s": ds, "stage_dp_s": m.stage_dp_s, "dropped": dropped,

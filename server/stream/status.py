@@ -1,6 +1,6 @@
 """What a stream shows of itself: its state and phase (also told to viewers as they change), and what its processes
 last reported (rate, sizes, loss, learning rate, checkpoints). The stream's supervisor thread writes it; the API
-reads it (``api/routes/streams.py``, ``api/routes/ws.py``)."""
+reads it through the work's snapshot (``work.py``)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,8 @@ from .sizing import Size
 
 
 class StreamStatus:
-    def __init__(self, lr: float | None, fps: float | None, announce: Callable[[dict], None],
-                 on_state: Callable[[], None]) -> None:  # fmt: skip
+    def __init__(self, lr: float | None, fps: float | None, announce: Callable[[dict], None]) -> None:
         self._announce = announce  # hands a state notice to the viewers
-        self._on_state = on_state  # the registry recounts its states
         self.state = "starting"  # starting | running | reconnecting | ended | error
         self.error: dict[str, str] | None = None
         self.phase: str | None = "opening the source"
@@ -45,7 +43,6 @@ class StreamStatus:
         elif state == "running":
             self.error = None
         self._announce(self.notice())
-        self._on_state()
 
     def set_phase(self, phase: str | None) -> None:
         if phase != self.phase:

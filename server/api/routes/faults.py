@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Literal
 
 from fastapi import APIRouter, Depends
+from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
 from ... import errors
@@ -27,6 +28,6 @@ class FaultRequest(BaseModel):
 async def inject_fault(stream_id: str, body: FaultRequest, manager: Manager) -> dict:
     """Make the stream's worker suffer a fault (`{"fault": "nan_loss"}`), for the reliability tests."""
     session = manager.get(stream_id)
-    if not session.inject_fault(body.fault):
+    if not await run_in_threadpool(session.work.inject_fault, body.fault):
         raise RequestError(409, errors.WORKER_FAILED, f"stream {stream_id} has no running worker")
     return {"id": stream_id, "fault": body.fault}

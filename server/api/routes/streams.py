@@ -6,17 +6,19 @@ from typing import Literal
 
 from fastapi import APIRouter, Depends, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse
 
 from ... import errors
+from ...stream import checkpoints
 from ...stream.checkpoint_acks import CheckpointFailed
-from ...stream.config import shown_settings
-from ..deps import Manager, require_token
+from ...stream.config import checkpoint_file, shown_settings
+from ...stream.counts import Counters
+from ..deps import AppSettings, Manager, require_token
 from ..manager import RequestError
 from ..schemas import ErrorInfo, History, HistoryPoint, Size, StreamCreate, StreamInfo
 from ..session import StreamSession
 
 router = APIRouter(prefix="/api/streams", tags=["streams"], dependencies=[Depends(require_token)])
+CHECKPOINT_WAIT_S = 15.0  # how long a checkpoint request waits for the learner's answer
 
 
 def _size(size: tuple[int, int] | None) -> Size | None:
@@ -24,17 +26,18 @@ def _size(size: tuple[int, int] | None) -> Size | None:
 
 
 def stream_info(session: StreamSession) -> StreamInfo:
-    """The stream's settings as resolved (``StreamConfig``), its status and counters now."""
-    cfg, status = session.cfg, session.status
-    display = status.display or (None, None)
+    """The stream's settings as resolved (``StreamConfig``), its status and counters now, and where it runs."""
+    cfg, snap = session.cfg, session.snapshot()
+    display = snap.display or (None, None)
     return StreamInfo(
         **shown_settings(cfg, StreamInfo.model_fields),
-        id=session.id, state=status.state, error=ErrorInfo(**status.error) if status.error else None,
-        fps=status.fps, width=display[0], height=display[1],
-        learning_size=_size(status.learning_size), budget_note=status.budget_note, phase=status.phase,
-        lr=status.lr, counters=session.counts.counters.model_copy(), loss=status.loss,
-        resumed_from=status.resumed_from, checkpoint_frames=status.checkpoint_frames,
-        source_info=status.source_info, pids=session.pids(), ws=f"/ws/streams/{session.id}",
+        id=session.id, state=snap.state, error=ErrorInfo(**snap.error) if snap.error else None,
+        fps=snap.fps, width=display[0], height=display[1],
+        learning_size=_size(snap.learning_size), budget_note=snap.budget_note, phase=snap.phase,
+        lr=snap.lr, counters=Counters(**{**snap.counters, "ws_clients": session.viewers}), loss=snap.loss,
+        resumed_from=snap.resumed_from, checkpoint_frames=snap.checkpoint_frames,
+        source_info=snap.source_info, pids=snap.pids, node=snap.node, devices=snap.devices,
+        ws=f"/ws/streams/{session.id}",
         ingest=f"/ws/streams/{session.id}/ingest" if cfg.spec.kind == "webcam" else None,
     )  # fmt: skip
 
@@ -49,7 +52,7 @@ async def create_stream(body: StreamCreate, manager: Manager) -> StreamInfo:
 @router.get("", response_model=list[StreamInfo])
 async def list_streams(manager: Manager) -> list[StreamInfo]:
     """Every stream this server holds."""
-    return [stream_info(s) for s in list(manager.sessions.values())]
+    return [stream_info(s) for s in await run_in_threadpool(manager.all)]
 
 
 @router.get("/{stream_id}", response_model=StreamInfo)
@@ -71,7 +74,7 @@ async def checkpoint_stream(stream_id: str, manager: Manager) -> dict:
     the write fails)."""
     session = manager.get(stream_id)
     try:
-        frames = await run_in_threadpool(session.checkpoint)
+        frames = await run_in_threadpool(session.work.checkpoint, CHECKPOINT_WAIT_S)
     except CheckpointFailed as exc:
         raise RequestError(507, errors.CHECKPOINT_FAILED, str(exc)) from exc
     if frames is None:
@@ -80,21 +83,23 @@ async def checkpoint_stream(stream_id: str, manager: Manager) -> dict:
     return {"id": session.id, "name": session.cfg.name, "frames": frames, "url": url}
 
 
-@router.get("/{stream_id}/checkpoint", response_class=FileResponse)
-async def download_checkpoint(stream_id: str, manager: Manager) -> FileResponse:
+@router.get("/{stream_id}/checkpoint", response_class=Response)
+async def download_checkpoint(stream_id: str, manager: Manager, settings: AppSettings) -> Response:
     """The stream's last checkpoint file (``Pipeline.state_dict`` + stream metadata, ``torch.load``-able)."""
     session = manager.get(stream_id)
-    path = session.checkpoint_file
-    if not path.is_file():
+    data = await run_in_threadpool(checkpoints.read_bytes, checkpoint_file(session.cfg, settings))
+    if data is None:
         raise RequestError(404, errors.NO_CHECKPOINT, f"stream {stream_id} has no checkpoint yet: POST one first")
-    return FileResponse(path, media_type="application/octet-stream", filename=f"overtime-{session.cfg.name}.pt")
+    disposition = f'attachment; filename="overtime-{session.cfg.name}.pt"'
+    return Response(data, media_type="application/octet-stream", headers={"Content-Disposition": disposition})
 
 
 @router.get("/{stream_id}/history", response_model=History)
 async def stream_history(stream_id: str, manager: Manager) -> History:
     """The last few hundred processed frames' numbers, so a page opened (or reloaded) later draws its charts whole."""
     session = manager.get(stream_id)
-    return History(id=session.id, points=[HistoryPoint(**p) for p in list(session.frames.history)])
+    points = await run_in_threadpool(session.work.history)
+    return History(id=session.id, points=[HistoryPoint(**p) for p in points])
 
 
 FLOW_MEDIA = {"kitti": ("image/png", "png", "flow16"), "flo": ("application/octet-stream", "flo", "flo")}
@@ -105,7 +110,7 @@ async def latest_flow(stream_id: str, manager: Manager, format: Literal["kitti",
     """The newest flow field, at the learning size in its pixels: ``kitti`` (16-bit PNG) or ``flo`` (Middlebury).
     The frame it belongs to is in the ``X-Overtime-Frame`` header."""
     session = manager.get(stream_id)
-    latest = session.frames.latest
+    latest = await run_in_threadpool(session.work.latest)
     if latest is None:
         raise RequestError(404, errors.NO_FLOW, f"stream {stream_id} has no flow yet: no frame was processed")
     frame, pictures = latest

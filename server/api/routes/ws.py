@@ -87,7 +87,7 @@ async def watch(ws: WebSocket, stream_id: str) -> None:
         await _refuse(ws, errors.BAD_REQUEST, f"images: a comma-separated list of {', '.join(KINDS)}", POLICY_VIOLATION)
         return
     viewer = session.broadcaster.join(kinds)
-    viewer.offer_notice(session.status.notice())
+    viewer.offer_notice(session.snapshot().notice)
     latency = session.metrics.latency.labels(session.id)
     pump = asyncio.create_task(_pump(ws, viewer, latency, kinds))
     listen = asyncio.create_task(_until_disconnect(ws))
@@ -133,7 +133,7 @@ async def ingest(ws: WebSocket, stream_id: str) -> None:
     if session.cfg.spec.kind != "webcam":
         await _refuse(ws, errors.BAD_SOURCE, f"stream {stream_id} is not a webcam stream", POLICY_VIOLATION)
         return
-    budget = FrameBudget(max(2 * (session.status.fps or 0.0), 30.0))
+    budget = FrameBudget(max(2 * (session.snapshot().fps or 0.0), 30.0))
     try:
         while True:
             message = await ws.receive()
@@ -143,7 +143,7 @@ async def ingest(ws: WebSocket, stream_id: str) -> None:
             if problem is not None:
                 await _refuse(ws, *problem)
                 return
-            session.push_jpeg(message["bytes"])
+            session.work.push_jpeg(message["bytes"])
     except (WebSocketDisconnect, RuntimeError):
         return
 

@@ -13,7 +13,6 @@ import copy
 import time
 import zlib
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import nn
@@ -42,7 +41,7 @@ class LearnerConfig:
     lr: float | None  # the last stage's; None: the checkpoint's, else ``default_lr(init)``
     schedule: str
     devices: tuple[str, ...] | None
-    checkpoint_path: Path
+    checkpoint_path: checkpoints.Location
     #: ``torch.compile`` the stages with this backend, in the background (``compiled_twin``); None: eager only.
     compile_backend: str | None = None
 
@@ -137,8 +136,8 @@ class Learner:
         theirs = {"model": saved.get("model"), "stages": saved.get("stages"), "init": saved.get("init", LEGACY_INIT)}
         if mine != theirs:
             raise CheckpointMismatch(
-                f"checkpoint {self.cfg.checkpoint_path.name} was made with {theirs}, this stream asks for {mine}; "
-                "use another name or the same settings"
+                f"checkpoint {checkpoints.file_name(self.cfg.checkpoint_path)} was made with {theirs}, this stream "
+                f"asks for {mine}; use another name or the same settings"
             )
 
     def resize(self, size: Size) -> None:

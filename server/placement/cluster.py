@@ -1,0 +1,73 @@
+"""Streams on a Ray cluster (``overtime serve --ray-address``): ``Placement`` by Ray's scheduler.
+
+Each new stream's work goes into a detached, named ``StreamActor`` that asks for ``--ray-stream-cpus`` CPUs (its
+decoder and learner processes) and, where the cluster has GPUs, ``--ray-stream-gpus`` of one (which also places
+it on a GPU node; Ray gives the actor that GPU alone). Streams spread over the nodes (Ray's ``SPREAD``), and a node
+added takes new streams. The registry (``Registry``, on the head node) holds every stream's configuration, so an API
+process finds the streams it did not start.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import ray
+
+from ..settings import Settings
+from ..stream.config import StreamConfig
+from ..stream.pictures import FramePictures
+from ..stream.work import StreamRunner
+from .ray_actors import NAMESPACE, REGISTRY, RayStream, Registry, StreamActor, actor_name
+
+#: Ray's resource on the head node: the registry lives there.
+HEAD = "node:__internal_head__"
+
+
+class RayPlacement:
+    """``Placement`` on the Ray cluster at ``settings.ray_address``; this process becomes one of its drivers."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        if not ray.is_initialized():
+            ray.init(address=settings.ray_address, namespace=NAMESPACE, log_to_driver=False)
+        self.client = uuid.uuid4().hex  # this API process, among those that watch a stream
+        registry = ray.remote(Registry).options(name=REGISTRY, lifetime="detached", get_if_exists=True,
+                                                resources={HEAD: 0.001}, num_cpus=0)  # fmt: skip
+        self.registry = registry.remote()
+        self._actor_class = ray.remote(StreamActor)
+
+    def _resources(self) -> dict[str, Any]:
+        s = self.settings
+        gpus = s.ray_stream_gpus if ray.cluster_resources().get("GPU", 0) > 0 else 0
+        return {"num_cpus": s.ray_stream_cpus, "num_gpus": gpus}
+
+    def start(self, sid: str, cfg: StreamConfig, on_frame: Callable[[tuple[dict, FramePictures]], None],
+              on_notice: Callable[[dict], None]) -> tuple[StreamConfig, StreamRunner]:  # fmt: skip
+        actor = self._actor_class.options(
+            name=actor_name(sid), lifetime="detached", max_restarts=-1, max_concurrency=16,
+            scheduling_strategy="SPREAD", **self._resources(),
+        ).remote(sid, cfg, self.settings)  # fmt: skip
+        ray.get(self.registry.add.remote(sid, cfg))
+        runner = RayStream(actor, self.client, on_frame, on_notice, ray.get(actor.snapshot.remote()))
+        runner.start()
+        return cfg, runner
+
+    def running(self) -> dict[str, StreamConfig]:
+        """Every stream of the cluster, by id."""
+        return ray.get(self.registry.all.remote())
+
+    def attach(self, sid: str, on_frame: Callable[[tuple[dict, FramePictures]], None],
+               on_notice: Callable[[dict], None]) -> StreamRunner:  # fmt: skip
+        """Watch a stream another API process started (its actor goes on as it was)."""
+        actor = ray.get_actor(actor_name(sid), namespace=NAMESPACE)
+        runner = RayStream(actor, self.client, on_frame, on_notice, ray.get(actor.snapshot.remote()))
+        runner.start()
+        return runner
+
+    def forget(self, sid: str) -> None:
+        ray.get(self.registry.remove.remote(sid))
+
+    def close(self) -> None:
+        """This API process leaves; the streams go on."""

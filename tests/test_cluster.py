@@ -1,0 +1,44 @@
+"""The service on a real Ray cluster on this machine (``bench.cluster --quick``): a head and two worker nodes
+(separate raylets on 127.0.0.1) in a network namespace of the test's own, a real ``overtime serve --ray-address``.
+Skipped with the reason where no namespace can be made (root and ``unshare`` needed). About 1.5 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench import cluster
+from testing import netns
+
+AVAILABLE, REASON = netns.namespace_available()
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("cluster")
+    assert cluster.main(["--quick", "--out-dir", str(out)]) == 0
+    return json.loads((out / "cluster-quick.json").read_text())
+
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.skipif(not AVAILABLE, reason=REASON or "-")]
+
+
+def test_two_streams_started_one_after_the_other_run_on_different_nodes(result):
+    assert result["placement"]["different"], result["placement"]
+    assert result["addresses"] == ["127.0.0.1"], "every node on loopback"
+
+
+def test_a_lost_nodes_stream_runs_again_elsewhere_with_its_weights_and_nobody_else_notices(result):
+    lost = result["node_loss"]
+    assert lost["now_on"] != lost["killed"] and lost["recovered_s"] <= cluster.RECOVERY_LIMIT_S, lost
+    assert lost["resumed_from"] > 0, "the stream came back without its weights"
+    assert lost["other_viewer_longest_gap_s"] <= cluster.GAP_LIMIT_S, lost
+    assert lost["api"]["unanswered"] == 0 and lost["api"]["requests"] > 10, lost["api"]
+
+
+def test_an_api_process_started_again_serves_every_stream_without_restarting_any(result):
+    restart = result["api_restart"]
+    assert restart["listed"] and restart["viewable"], restart
+    assert restart["same_processes"] and restart["counters_went_on"], restart
