@@ -286,17 +286,21 @@ def test_build_context_keeps_what_the_package_installs():
     assert not needed & ignored, f".dockerignore drops {sorted(needed & ignored)}"
 
 
+@pytest.mark.parametrize("extras", ["", "cluster"])
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
-def test_dependency_layer_of_the_image_installs_what_pyproject_lists(dockerfile: Path):
-    """The image's dependency layer is keyed on pyproject.toml by a one-line script; run that very line here."""
+def test_dependency_layer_of_the_image_installs_what_pyproject_lists(dockerfile: Path, extras: str):
+    """The image's dependency layer is keyed on pyproject.toml by a one-line script; run that very line here, with
+    and without the cluster extra (``--build-arg EXTRAS=cluster``)."""
     import tomllib
 
     (step,) = [args for op, args in instructions(dockerfile) if op == "RUN" and "tomllib" in args]
     program, flag, code = shlex.split(step)[:3]
     assert (program, flag) == ("python", "-c")
-    listed = run([sys.executable, "-c", code], cwd=ROOT)
+    assert re.search(r"^ARG EXTRAS=", dockerfile.read_text(), re.M)
+    listed = run([sys.executable, "-c", code], cwd=ROOT, env={**os.environ, "EXTRAS": extras})
     assert_ok(listed)
-    expected = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    expected = project["dependencies"] + (project["optional-dependencies"]["cluster"] if extras else [])
     assert listed.stdout.splitlines() == expected
 
 
