@@ -1,6 +1,7 @@
-"""What a stream's processes report, applied in the API process: each ``protocol`` message updates the stream's
-status, counters and metrics, its frame record and viewers, or answers a checkpoint request. A message that ends
-the generation (the source ended, a process failed) comes back as an ``Outcome`` for the supervisor to judge."""
+"""What a stream's processes report, applied where the stream's work runs (``work.py``): each ``protocol`` message
+updates the stream's status, counters and metrics, its frame record and viewers, or answers a checkpoint request. A
+message that ends the generation (the source ended, a process failed) comes back as an ``Outcome`` for the supervisor
+to judge."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Every message a stream's processes exchange, defined once: the decoder and the learner process send them to the
-API process (their ``events`` / ``out`` queues), the API process sends requests to the learner process (``control``).
+stream's work (``work.py``: in the API process, or in a Ray actor) on their ``events`` / ``out`` queues, and the work
+sends requests to the learner process (``control``).
 
 Frozen dataclasses: picklable, so they cross ``multiprocessing`` queues as they are, and typed, so both ends agree on
 the fields (a receiver matches on the class). Sizes are ``(width, height)``.
@@ -13,10 +14,10 @@ from typing import Any
 from .sizing import Size
 
 
-# -- decoder -> API process ------------------------------------------------------------------------------------
+# -- decoder -> the stream's work ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SourceOpened:
-    """Decoder -> API: the first frame decoded; the picture's size and the rate are known, the learner may start."""
+    """Decoder -> work: the first frame decoded; the picture's size and the rate are known, the learner may start."""
 
     info: dict[str, Any]  # what the source says about itself (codec, nominal fps) and its frame size
     fps: float  # the rate in force
@@ -25,7 +26,7 @@ class SourceOpened:
 
 @dataclass(frozen=True)
 class DecoderStats:
-    """Decoder -> API: frames decoded and dropped since the last report, and the position in the file (a heartbeat)."""
+    """Decoder -> work: frames decoded and dropped since the last report, and the position in the file (a heartbeat)."""
 
     decoded: int
     dropped: dict[str, int] = field(default_factory=dict)  # by reason: resample, worker_behind, decode_error
@@ -34,28 +35,28 @@ class DecoderStats:
 
 @dataclass(frozen=True)
 class SourceEnded:
-    """Decoder -> API: a file (not looping) or a live source came to its end."""
+    """Decoder -> work: a file (not looping) or a live source came to its end."""
 
 
 @dataclass(frozen=True)
 class DecoderFailed:
-    """Decoder -> API: the source failed (its code from ``errors``); the API process decides whether to reconnect."""
+    """Decoder -> work: the source failed (its code from ``errors``); the API process decides whether to reconnect."""
 
     code: str
     message: str
 
 
-# -- learner process -> API process ---------------------------------------------------------------------------
+# -- learner process -> the stream's work ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Phase:
-    """Learner -> API: what a starting learner process is doing, in words (viewers see it while they wait)."""
+    """Learner -> work: what a starting learner process is doing, in words (viewers see it while they wait)."""
 
     phase: str
 
 
 @dataclass(frozen=True)
 class LearnerReady:
-    """Learner -> API: the pipeline is built (the decoder's frames flow from now on); what it resumed from."""
+    """Learner -> work: the pipeline is built (the decoder's frames flow from now on); what it resumed from."""
 
     resumed_from: int | None  # frames the loaded weights had learned
     lr: float | None
@@ -66,7 +67,7 @@ class LearnerReady:
 
 @dataclass(frozen=True)
 class FrameLearned:
-    """Learner -> API: what left the pipeline for one frame: its flow, pictures and timings."""
+    """Learner -> work: what left the pipeline for one frame: its flow, pictures and timings."""
 
     frame: int
     loss: float | None
@@ -83,7 +84,7 @@ class FrameLearned:
 
 @dataclass(frozen=True)
 class BudgetChanged:
-    """Learner -> API: the budget controller moved the learning size, or its note changed."""
+    """Learner -> work: the budget controller moved the learning size, or its note changed."""
 
     learning_size: Size
     note: str
@@ -91,7 +92,7 @@ class BudgetChanged:
 
 @dataclass(frozen=True)
 class FramesDropped:
-    """Learner -> API: frames lost on the learner's side (``worker_behind``: a ring slot was overwritten)."""
+    """Learner -> work: frames lost on the learner's side (``worker_behind``: a ring slot was overwritten)."""
 
     reason: str
     count: int
@@ -99,7 +100,7 @@ class FramesDropped:
 
 @dataclass(frozen=True)
 class CheckpointWritten:
-    """Learner -> API: a checkpoint was saved (``frames``) or could not be (``frames`` -1, ``error`` says why)."""
+    """Learner -> work: a checkpoint was saved (``frames``) or could not be (``frames`` -1, ``error`` says why)."""
 
     frames: int
     request: int | None = None  # the ``CheckpointRequest`` it answers; None: periodic or final
@@ -108,7 +109,7 @@ class CheckpointWritten:
 
 @dataclass(frozen=True)
 class NonFiniteLoss:
-    """Learner -> API: a loss was not finite; the last checkpoint was restored and the learning rate halved."""
+    """Learner -> work: a loss was not finite; the last checkpoint was restored and the learning rate halved."""
 
     lr: float | None
     count: int
@@ -117,23 +118,23 @@ class NonFiniteLoss:
 
 @dataclass(frozen=True)
 class LearnerFailed:
-    """Learner -> API: the learner could not start (its code from ``errors``); the process exits."""
+    """Learner -> work: the learner could not start (its code from ``errors``); the process exits."""
 
     code: str
     message: str
 
 
-# -- API process -> learner process ---------------------------------------------------------------------------
+# -- the stream's work -> learner process ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class CheckpointRequest:
-    """API -> learner: write a checkpoint now and answer with a ``CheckpointWritten`` carrying this ``id``."""
+    """work -> learner: write a checkpoint now and answer with a ``CheckpointWritten`` carrying this ``id``."""
 
     id: int
 
 
 @dataclass(frozen=True)
 class InjectFault:
-    """API -> learner: suffer ``fault`` on purpose (reliability tests; ``settings.fault_injection``)."""
+    """work -> learner: suffer ``fault`` on purpose (reliability tests; ``settings.fault_injection``)."""
 
     fault: str
 

@@ -90,7 +90,7 @@ class FrameRing:
 
     @property
     def wanted(self) -> int:
-        """A bit mask the API process sets and the worker reads: which pictures some viewer wants now."""
+        """A bit mask the stream's work sets and the worker reads: which pictures some viewer wants now."""
         return int(self.header[FLAGS, WANTED])
 
     @wanted.setter

@@ -78,7 +78,7 @@ class LearnerProcessConfig:
 
 def run_learner_process(cfg: LearnerProcessConfig, ring_spec: RingSpec, slots: Any, out: Any, control: Any) -> None:
     """Process entry point; publishes ``protocol`` messages on ``out``, serves ``control`` requests."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the API process stops us through the ring's stop flag
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the stream's work stops us through the ring's stop flag
     # What the fork server preloaded (torch) is never garbage: frozen, the two full collections while the learner is
     # built no longer rescan it, which cut them from about 0.4 s to 0.13 s of the stream's start (one run, exploratory).
     settle_process()

@@ -2,14 +2,14 @@
 
 The first decoded frame decides both (``sizing``): the picture keeps the source's size up to a long side of
 ``display_side``, and the rate is the one asked for or the source's own (capped); the ``opened`` event says so, and
-the API process then starts the learner process, which learns at a smaller size of its own.
+the stream's work then starts the learner process, which learns at a smaller size of its own.
 
 Resampling is by timestamps (``resample.Resampler``, shared with ``bench.realflow``): a decoded frame is emitted
 when it falls on the next tick of the 1/fps grid (within a quarter tick), otherwise dropped and counted
 (``reason="resample"``); nothing is ever duplicated, so a slower source just yields fewer frames. Files are paced
 in real time (optionally looping); live sources (URLs, cameras, the browser webcam) arrive in real time by
-themselves. Frames go into the shared-memory ring; counts and state go to the API process on the ``events``
-queue. Failures end the process with an error event carrying a code from ``errors`` — the API process decides
+themselves. Frames go into the shared-memory ring; counts and state go to the stream's work on the ``events``
+queue. Failures end the process with an error event carrying a code from ``errors`` — the stream's work decides
 whether to reconnect.
 """
 
@@ -61,7 +61,7 @@ class DecoderConfig:
 
 
 class Reporter:
-    """Batches counts to the API process (a few messages a second, also a heartbeat)."""
+    """Batches counts to the stream's work (a few messages a second, also a heartbeat)."""
 
     def __init__(self, events: Any) -> None:
         self.events = events
@@ -90,7 +90,7 @@ class Reporter:
 
 def run_decoder(cfg: DecoderConfig, ring_spec: RingSpec, slots: Any, events: Any, ingest: Any) -> None:
     """Process entry point. Frames wait until the learner is ready (a ring flag); ``ingest`` carries webcam JPEGs."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the API process stops us through the ring's stop flag
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the stream's work stops us through the ring's stop flag
     av.logging.set_level(av.logging.PANIC)
     parent = os.getppid()
     ring = FrameRing.attach(ring_spec)
