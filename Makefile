@@ -109,9 +109,10 @@ bench-soak: $(VENV)/.installed
 bench-outage: $(VENV)/.installed
 	$(PY) -m bench.outage
 
-## A two-node Ray cluster on 127.0.0.1 in a network namespace (root): start, a node lost, its actor back (~2.5 min).
+## The service on a Ray cluster of a head and two worker nodes on 127.0.0.1, in a network namespace (root):
+## placement, a node lost, the API restarted, the frame rate through Ray against one machine (~4 min): cluster.md.
 bench-cluster: $(VENV)/.installed
-	$(PY) -m bench.ray_cluster
+	$(PY) -m bench.cluster
 
 # -- containers (needs a Docker engine) ------------------------------------------------------------------
 up:

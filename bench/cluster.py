@@ -254,6 +254,9 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.settle_s, args.rate_s = (2.0, 10.0) if args.quick else (5.0, 40.0)
     if args.inside:
+        if not netns.inside():
+            print("bench.cluster: --inside runs only in a network namespace with loopback alone", file=sys.stderr)
+            return 2
         args.inside.write_text(json.dumps(scenario(args)))
         return 0
     available, why = netns.namespace_available()

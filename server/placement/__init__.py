@@ -4,16 +4,11 @@ either through ``Placement`` and the ``StreamRunner`` it hands over."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Protocol
 
 from ..settings import Settings
 from ..stream.config import StreamConfig
-from ..stream.pictures import FramePictures
-from ..stream.work import StreamRunner
-
-OnFrame = Callable[[tuple[dict, FramePictures]], None]
-OnNotice = Callable[[dict], None]
+from ..stream.work import OnFrame, OnNotice, StreamRunner
 
 
 class Placement(Protocol):

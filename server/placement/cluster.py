@@ -10,15 +10,15 @@ process finds the streams it did not start.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import ray
 
 from ..settings import Settings
+from ..stream.checkpoints import is_url
 from ..stream.config import StreamConfig
-from ..stream.pictures import FramePictures
-from ..stream.work import StreamRunner
+from ..stream.work import OnFrame, OnNotice, StreamRunner
 from .ray_actors import NAMESPACE, REGISTRY, RayStream, Registry, StreamActor, actor_name
 
 #: Ray's resource on the head node: the registry lives there.
@@ -29,7 +29,12 @@ class RayPlacement:
     """``Placement`` on the Ray cluster at ``settings.ray_address``; this process becomes one of its drivers."""
 
     def __init__(self, settings: Settings) -> None:
-        self.settings = settings
+        # A stream's actor takes these settings to its node: relative paths would mean another folder there.
+        self.settings = settings.model_copy(update={
+            "media_dir": settings.media_dir.resolve(), "cache_dir": settings.cache_dir.resolve(),
+            "checkpoint_dir": settings.checkpoint_dir if is_url(settings.checkpoint_dir)
+            else str(Path(settings.checkpoint_dir).resolve()),
+        })  # fmt: skip
         if not ray.is_initialized():
             ray.init(address=settings.ray_address, namespace=NAMESPACE, log_to_driver=False)
         self.client = uuid.uuid4().hex  # this API process, among those that watch a stream
@@ -43,25 +48,24 @@ class RayPlacement:
         gpus = s.ray_stream_gpus if ray.cluster_resources().get("GPU", 0) > 0 else 0
         return {"num_cpus": s.ray_stream_cpus, "num_gpus": gpus}
 
-    def start(self, sid: str, cfg: StreamConfig, on_frame: Callable[[tuple[dict, FramePictures]], None],
-              on_notice: Callable[[dict], None]) -> tuple[StreamConfig, StreamRunner]:  # fmt: skip
+    def start(self, sid: str, cfg: StreamConfig, on_frame: OnFrame, on_notice: OnNotice
+              ) -> tuple[StreamConfig, StreamRunner]:  # fmt: skip
         actor = self._actor_class.options(
             name=actor_name(sid), lifetime="detached", max_restarts=-1, max_concurrency=16,
             scheduling_strategy="SPREAD", **self._resources(),
         ).remote(sid, cfg, self.settings)  # fmt: skip
         ray.get(self.registry.add.remote(sid, cfg))
-        runner = RayStream(actor, self.client, on_frame, on_notice, ray.get(actor.snapshot.remote()))
-        runner.start()
-        return cfg, runner
+        return cfg, self._watch(actor, on_frame, on_notice)
 
     def running(self) -> dict[str, StreamConfig]:
         """Every stream of the cluster, by id."""
         return ray.get(self.registry.all.remote())
 
-    def attach(self, sid: str, on_frame: Callable[[tuple[dict, FramePictures]], None],
-               on_notice: Callable[[dict], None]) -> StreamRunner:  # fmt: skip
+    def attach(self, sid: str, on_frame: OnFrame, on_notice: OnNotice) -> StreamRunner:
         """Watch a stream another API process started (its actor goes on as it was)."""
-        actor = ray.get_actor(actor_name(sid), namespace=NAMESPACE)
+        return self._watch(ray.get_actor(actor_name(sid), namespace=NAMESPACE), on_frame, on_notice)
+
+    def _watch(self, actor: Any, on_frame: OnFrame, on_notice: OnNotice) -> RayStream:
         runner = RayStream(actor, self.client, on_frame, on_notice, ray.get(actor.snapshot.remote()))
         runner.start()
         return runner

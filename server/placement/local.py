@@ -4,13 +4,11 @@ the machine has GPUs (``gpus.py``). The single-machine service; no Ray needed.""
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable
 from dataclasses import replace
 
 from ..settings import Settings
 from ..stream.config import StreamConfig
-from ..stream.pictures import FramePictures
-from ..stream.work import StreamRunner, StreamWork
+from ..stream.work import OnFrame, OnNotice, StreamRunner, StreamWork
 from .gpus import available_gpus, place
 
 
@@ -23,8 +21,8 @@ class LocalPlacement:
         self.node = socket.gethostname()
         self._streams: dict[str, StreamConfig] = {}  # every stream started here, with the devices it got
 
-    def start(self, sid: str, cfg: StreamConfig, on_frame: Callable[[tuple[dict, FramePictures]], None],
-              on_notice: Callable[[dict], None]) -> tuple[StreamConfig, StreamRunner]:  # fmt: skip
+    def start(self, sid: str, cfg: StreamConfig, on_frame: OnFrame, on_notice: OnNotice
+              ) -> tuple[StreamConfig, StreamRunner]:  # fmt: skip
         cfg = replace(cfg, devices=place(cfg.devices, (c.devices for c in self._streams.values()), self.gpus))
         self._streams[sid] = cfg
         work = StreamWork(sid, cfg, self.settings, self.node, on_frame, on_notice)
@@ -35,8 +33,7 @@ class LocalPlacement:
         """The streams started here (on a single machine there are no others)."""
         return dict(self._streams)
 
-    def attach(self, sid: str, on_frame: Callable[[tuple[dict, FramePictures]], None],
-               on_notice: Callable[[dict], None]) -> StreamRunner:  # fmt: skip
+    def attach(self, sid: str, on_frame: OnFrame, on_notice: OnNotice) -> StreamRunner:
         raise LookupError(f"no stream {sid!r} runs outside this process")
 
     def forget(self, sid: str) -> None:

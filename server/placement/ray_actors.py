@@ -18,7 +18,6 @@ import logging
 import threading
 import uuid
 from collections import deque
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -30,7 +29,7 @@ from .. import errors
 from ..settings import Settings
 from ..stream.config import StreamConfig
 from ..stream.pictures import FramePictures
-from ..stream.work import StreamSnapshot, StreamWork
+from ..stream.work import OnFrame, OnNotice, StreamSnapshot, StreamWork
 from .gpus import available_gpus, place
 
 log = logging.getLogger(__name__)
@@ -71,7 +70,7 @@ class StreamActor:
         self.outbox = Outbox()
         node = ray.get_runtime_context().get_node_id()  # the node's address says little where nodes share a host
         cfg = replace(cfg, devices=place(cfg.devices, [], available_gpus()))  # the GPU Ray gave this actor, if any
-        on_frame: Callable[[tuple[dict, FramePictures]], None] = lambda frame: self.outbox.put("frame", frame)  # noqa: E731
+        on_frame: OnFrame = lambda frame: self.outbox.put("frame", frame)  # noqa: E731
         self.work = StreamWork(sid, cfg, settings, node, on_frame, lambda notice: self.outbox.put("notice", notice))
         self._wanted: dict[str, int] = {}
         self.work.start()
@@ -140,8 +139,8 @@ class RayStream:
     the actor has for viewers and its snapshot; while the actor cannot be reached (its node was lost and Ray starts
     it again elsewhere) the stream shows as ``reconnecting``, and the API keeps answering from the last snapshot."""
 
-    def __init__(self, actor: Any, client: str, on_frame: Callable[[tuple[dict, FramePictures]], None],
-                 on_notice: Callable[[dict], None], snapshot: StreamSnapshot) -> None:  # fmt: skip
+    def __init__(self, actor: Any, client: str, on_frame: OnFrame,
+                 on_notice: OnNotice, snapshot: StreamSnapshot) -> None:  # fmt: skip
         self.actor, self.client = actor, client
         self.on_frame, self.on_notice = on_frame, on_notice
         self._snapshot = snapshot

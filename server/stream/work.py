@@ -35,6 +35,10 @@ from .protocol import InjectFault
 from .status import StreamStatus
 from .supervisor import StreamSupervisor
 
+#: Where a stream's work hands a processed frame (its viewers' message and pictures), and a change of state or phase.
+OnFrame = Callable[[tuple[dict, FramePictures]], None]
+OnNotice = Callable[[dict], None]
+
 
 @dataclass
 class StreamSnapshot:
@@ -108,8 +112,7 @@ class StreamWork:
     processed frame's viewer message and pictures, ``on_notice`` each change of state or phase."""
 
     def __init__(self, sid: str, cfg: StreamConfig, settings: Settings, node: str,
-                 on_frame: Callable[[tuple[dict, FramePictures]], None],
-                 on_notice: Callable[[dict], None]) -> None:  # fmt: skip
+                 on_frame: OnFrame, on_notice: OnNotice) -> None:  # fmt: skip
         self.id, self.cfg, self.settings, self.node = sid, cfg, settings, node
         self.metrics = StreamMetrics(sid)
         self.status = StreamStatus(cfg.lr, cfg.fps, on_notice)
