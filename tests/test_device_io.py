@@ -10,7 +10,8 @@ import torch
 from models.online import frame_pair
 from server.stream.learner.device_io import FrameUpload, HostCopy
 
-DEVICES = ["cpu"] + (["cuda:0"] if torch.cuda.is_available() else [])
+ON_GPU = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+DEVICES = ["cpu", pytest.param("cuda:0", marks=ON_GPU)]
 
 
 @pytest.mark.parametrize("device", DEVICES)
