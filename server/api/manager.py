@@ -107,7 +107,7 @@ class StreamManager:
             except BaseException:
                 self._sessions.pop(sid)
                 raise
-            session.run(runner)
+            session.runner = runner
         return session
 
     def get(self, sid: str) -> StreamSession:
@@ -155,6 +155,6 @@ class StreamManager:
                 if sid not in self._sessions:
                     session = StreamSession(sid, cfg, self.metrics, self.loop)
                     self._sessions[sid] = session
-                    session.run(self.placement.attach(sid, session.show_frame, session.announce))
+                    session.runner = self.placement.attach(sid, session.show_frame, session.announce)
             for sid in [sid for sid, s in self._sessions.items() if sid not in known and s.runner is not None]:
                 self._sessions.pop(sid).work.close()

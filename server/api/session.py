@@ -30,12 +30,9 @@ class StreamSession:
         self._refused = False
         self.runner: StreamRunner | None = None  # set once the placement started (or found) the work
 
-    def run(self, runner: StreamRunner) -> None:
-        self.runner = runner
-
     @property
     def work(self) -> StreamRunner:
-        assert self.runner is not None
+        assert self.runner is not None, "the stream's work is not placed yet"
         return self.runner
 
     def snapshot(self) -> StreamSnapshot:
