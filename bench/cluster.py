@@ -7,7 +7,9 @@ of their own (loopback only), and a real ``overtime serve --ray-address``. Write
    wait for a frame meanwhile; the API's answers to a request every 0.25 s meanwhile.
 3. **The API restarted**: its process killed and started again; every stream listed and viewable, none restarted
    (the same processes, their counters going on).
-4. **Frame rate**: one stream at a fixed learning size and a rate it cannot hold (so the learner sets the pace),
+4. **A node added**: a node joins in place of the lost one; the next stream runs on it (the survivor's two CPUs hold
+   the two streams already).
+5. **Frame rate**: one stream at a fixed learning size and a rate it cannot hold (so the learner sets the pace),
    through a single-machine server and then through the cluster, one after the other: frames learned per second.
 
     python -m bench.cluster                           # re-runs itself in a namespace of its own (root needed)
@@ -114,7 +116,7 @@ def node_name(cluster: Any, node_id: str) -> str:
 
 
 def scenario(args: argparse.Namespace) -> dict:
-    """Parts 1-4, inside the namespace."""
+    """Parts 1-5, inside the namespace."""
     import ray
 
     from testing.ray_cluster import RayCluster
@@ -135,7 +137,8 @@ def scenario(args: argparse.Namespace) -> dict:
             result["node_loss"] = lose_node(srv, cluster, ids, infos, args)
             srv = restart_api(srv, work, cluster.address, ids, result)
             if not args.quick:
-                for sid in ids:
+                result["node_added"] = add_node(srv, cluster, result["node_loss"]["killed"])
+                for sid in ids + [result["node_added"]["stream"]]:
                     srv.client.delete(f"/api/streams/{sid}")
                 result["rate"] = {"ray": rate(srv, args), "single_machine": None}
         finally:
@@ -164,6 +167,14 @@ def lose_node(srv: ServerProcess, cluster: Any, ids: list[str], infos: list[dict
         "met": recovered_s <= RECOVERY_LIMIT_S and (back["resumed_from"] or 0) > 0 and gap <= GAP_LIMIT_S
         and poll.failed == 0,
     }  # fmt: skip
+
+
+def add_node(srv: ServerProcess, cluster: Any, name: str) -> dict:
+    """A node joins in place of the lost one; the next stream goes there (the survivor is full)."""
+    cluster.add_node(f"{name}2", num_cpus=2)
+    sid = srv.client.post("/api/streams", json={**STREAM, "name": "three"}).json()["id"]
+    node = node_name(cluster, running(srv, sid, 5, 120)["node"])
+    return {"added": f"{name}2", "stream": sid, "ran_on": node, "met": node == f"{name}2"}
 
 
 def restart_api(srv: ServerProcess, work: Path, address: str, ids: list[str], result: dict) -> ServerProcess:
@@ -233,6 +244,10 @@ def markdown(r: dict) -> str:
         f"{yes(restart['same_processes'])}, counters went on {yes(restart['counters_went_on'])} "
         f"({restart['seconds']} s) | {yes(restart['met'])} |",
     ]
+    if r.get("node_added"):
+        added = r["node_added"]
+        lines.append(f"| a node added takes new streams | node {added['added']} joined; the next stream ran on "
+                     f"{added['ran_on']} | {yes(added['met'])} |")
     if r.get("rate"):
         ray_fps, single = r["rate"]["ray"]["fps"], r["rate"]["single_machine"]["fps"]
         size = r["rate"]["ray"]["learning_size"]
