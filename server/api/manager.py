@@ -5,6 +5,7 @@ them. Where a stream's work runs is the placement's business (``server.placement
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 import uuid
@@ -22,6 +23,7 @@ from .metrics import ServerMetrics
 from .schemas import StreamCreate
 from .session import StreamSession
 
+log = logging.getLogger(__name__)
 REFRESH_S = 1.0  # how stale this process's list of a cluster's streams may be
 
 
@@ -154,7 +156,11 @@ class StreamManager:
             for sid, cfg in known.items():
                 if sid not in self._sessions:
                     session = StreamSession(sid, cfg, self.metrics, self.loop)
+                    try:
+                        session.runner = self.placement.attach(sid, session.show_frame, session.announce)
+                    except LookupError as exc:  # deleted meanwhile by another API process
+                        log.info("stream %s is gone: %s", sid, exc)
+                        continue
                     self._sessions[sid] = session
-                    session.runner = self.placement.attach(sid, session.show_frame, session.announce)
             for sid in [sid for sid, s in self._sessions.items() if sid not in known and s.runner is not None]:
                 self._sessions.pop(sid).work.close()

@@ -19,7 +19,7 @@ from ..settings import Settings
 from ..stream.checkpoints import is_url
 from ..stream.config import StreamConfig
 from ..stream.work import OnFrame, OnNotice, StreamRunner
-from .ray_actors import NAMESPACE, REGISTRY, RayStream, Registry, StreamActor, actor_name
+from .ray_actors import NAMESPACE, REGISTRY, RayStream, Registry, StreamActor, actor_name, first_snapshot
 
 #: Ray's resource on the head node: the registry lives there.
 HEAD = "node:__internal_head__"
@@ -62,11 +62,16 @@ class RayPlacement:
         return ray.get(self.registry.all.remote())
 
     def attach(self, sid: str, on_frame: OnFrame, on_notice: OnNotice) -> StreamRunner:
-        """Watch a stream another API process started (its actor goes on as it was)."""
-        return self._watch(ray.get_actor(actor_name(sid), namespace=NAMESPACE), on_frame, on_notice)
+        """Watch a stream another API process started (its actor goes on as it was); LookupError when its actor is
+        gone."""
+        try:
+            actor = ray.get_actor(actor_name(sid), namespace=NAMESPACE)
+        except ValueError as exc:
+            raise LookupError(f"no actor for stream {sid}") from exc
+        return self._watch(actor, on_frame, on_notice)
 
     def _watch(self, actor: Any, on_frame: OnFrame, on_notice: OnNotice) -> RayStream:
-        runner = RayStream(actor, self.client, on_frame, on_notice, ray.get(actor.snapshot.remote()))
+        runner = RayStream(actor, self.client, on_frame, on_notice, first_snapshot(actor))
         runner.start()
         return runner
 

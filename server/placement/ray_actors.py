@@ -134,6 +134,18 @@ def actor_name(sid: str) -> str:
     return f"stream-{sid}"
 
 
+def first_snapshot(actor: Any) -> StreamSnapshot:
+    """The actor's snapshot; while it cannot answer (its node lost, Ray starting it elsewhere), one that says so."""
+    try:
+        return ray.get(actor.snapshot.remote(), timeout=CALL_S)
+    except (RayActorError, RaySystemError, GetTimeoutError):
+        notice = {"type": "state", "state": "reconnecting", "error": dict(UNREACHABLE), "phase": None}
+        return StreamSnapshot(state="reconnecting", error=dict(UNREACHABLE), phase=None, fps=None, display=None,
+                              learning_size=None, budget_note=None, lr=None, loss=None, resumed_from=None,
+                              checkpoint_frames=None, source_info={}, counters={}, pids={}, node="", devices=None,
+                              notice=notice)  # fmt: skip
+
+
 class RayStream:
     """The API process's view of a stream whose work runs in a Ray actor (``StreamRunner``). A thread pulls what
     the actor has for viewers and its snapshot; while the actor cannot be reached (its node was lost and Ray starts
