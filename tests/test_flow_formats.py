@@ -7,7 +7,7 @@ import cv2
 import numpy as np
 import pytest
 
-from server.api.flow_formats import flo_bytes, kitti_png, read_flo, read_kitti_png
+from server.stream.flow_formats import flo_bytes, kitti_png, read_flo, read_kitti_png
 from server.stream.pictures import FramePictures
 
 

@@ -20,7 +20,7 @@ from rtsp_support import RtspCamera
 from server_support import beats_zero_flow, create, decode, delete, loss_falls
 
 from models.streams import generate
-from server.api.flow_formats import read_flo, read_kitti_png
+from server.stream.flow_formats import read_flo, read_kitti_png
 from server.stream.pictures import OPACITY
 from testing.media import LOOP, SIZE
 from testing.sources import LiveSource

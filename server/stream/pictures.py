@@ -24,7 +24,7 @@ import numpy as np
 
 from models.flow_viz import ColorTable
 
-from ..api.flow_formats import flo_bytes, kitti_png
+from .flow_formats import flo_bytes, kitti_png
 
 JPEG_KINDS = ("overlay", "frame", "flow")  # rendered by the worker, when some viewer wants them
 FIELD_KINDS = ("flow16", "flo")  # the raw field, encoded by the API process (``flow_formats``)

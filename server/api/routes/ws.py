@@ -23,7 +23,7 @@
    the JSON message also says ``"images": ["frame", "flow"]`` and one binary message of each kind follows it, in
    that order. ``frame`` and ``flow`` are JPEGs of the picture's size; ``flow16`` (KITTI's 16-bit PNG) and ``flo``
    (Middlebury) are the flow field itself, at the learning size, in pixels of the learning size
-   (``server/api/flow_formats.py``).
+   (``server/stream/flow_formats.py``).
 
 Also text JSON, whenever they happen: ``{"type": "state", "state": "starting|running|reconnecting|ended|error",
 "error": {"code", "message"} | null, "phase": "what a starting stream is doing" | null}`` (one is sent on connect),
