@@ -25,6 +25,35 @@ def test_camera_clip_has_its_exact_flow():
         scenes.camera_clip(np.random.default_rng(0), 63, 48, 4)
 
 
+def _sliding_layer(texture: np.ndarray, shift: tuple[float, float], frames: int) -> scenes._Layer:
+    """A layer whose texture moves by ``shift`` canvas pixels each frame (instants -1 .. frames)."""
+    placements = [scenes._affine(1.0, 0.0, shift[0] * t, shift[1] * t) for t in range(-1, frames + 1)]
+    return scenes._Layer(texture, placements)
+
+
+def test_a_translating_layer_has_its_translation_as_flow_and_blur_only_where_it_moves():
+    rng = np.random.default_rng(0)
+    background = np.dstack([rng.uniform(0, 255, (40, 48, 3)), np.ones((40, 48))]).astype(np.float32)
+    mover = np.dstack([np.full((8, 8, 3), 200.0), np.ones((8, 8))]).astype(np.float32)
+    layers = [_sliding_layer(background, (0.0, 0.0), 3), _sliding_layer(mover, (6.0, 0.0), 3)]
+    layers[1].placements = [scenes._affine(1.0, 0.0, 4.0, 10.0) @ p for p in layers[1].placements]
+    sharp, flow = scenes._render(layers, 3, (40, 48))
+    blurred, same_flow = scenes._render(layers, 3, (40, 48), shutter=1.0)
+    np.testing.assert_array_equal(flow, same_flow)  # the flow is between the frames' instants, blurred or not
+    np.testing.assert_allclose(flow[0, 12:16, 6:10], np.broadcast_to([6.0, 0.0], (4, 4, 2)), atol=1e-4)
+    assert np.abs(flow[0, 30:, :]).max() == 0  # the background stands still
+    np.testing.assert_allclose(blurred[:, 30:], sharp[:, 30:], rtol=1e-5)  # blur only where something moves
+    assert np.abs(blurred[:, 8:20] - sharp[:, 8:20]).max() > 50  # the mover is smeared over its path
+    assert scenes._subframes(layers, 1, 1.0, (40, 48)) == 6  # a canvas pixel apart: 6 px in one frame interval
+
+
+def test_clips_have_fast_motion_as_real_footage_does():
+    rng, textures = np.random.default_rng(5), scenes.Textures()
+    fastest = [np.linalg.norm(scenes.camera_clip(rng, 80, 60, 3, textures).flow, axis=-1).max() * 2 for _ in range(12)]
+    assert max(fastest) > 2 * scenes.SLOW_SPEED[1]  # at 160x120, well beyond a small search at 1/4 resolution
+    assert min(fastest) < scenes.SLOW_SPEED[1]
+
+
 def test_shipped_weights_match_the_fast_nets_layout_and_say_how_they_were_made():
     shipped = torch.load(WEIGHTS_DIR / "fast.pt", map_location="cpu", weights_only=True)
     assert shipped.keys() == FLOW_NETS["fast"]().state_dict().keys()
