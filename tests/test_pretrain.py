@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from models import pretrain, scenes
-from models.flow_nets import FLOW_NETS, WEIGHTS_DIR, build_flow_net
+from models.flow_metrics import FAST_MOTION
+from models.flow_nets import FLOW_NETS, WEIGHTS_DIR, PairFeatures, build_flow_net
 from models.online import frame_pair
 
 torch.set_num_threads(1)
@@ -79,9 +80,10 @@ def test_level_flows_groups_refinements_by_pyramid_level():
     net = build_flow_net("fast", init="scratch")
     with torch.no_grad():
         levels = pretrain.level_flows(net, torch.rand(1, 6, 32, 32))
-    assert len(levels) == len(pretrain.LEVEL_WEIGHTS) and all(levels)
+    assert len(levels) == sum(isinstance(layer, PairFeatures) for layer in net) and all(levels)
+    assert pretrain.level_weights(4) == (0.125, 0.25, 0.5, 1.0)
     gt = torch.zeros(1, 2, 32, 32)
-    weighted = zip(pretrain.LEVEL_WEIGHTS, levels, strict=True)
+    weighted = zip(pretrain.level_weights(len(levels)), levels, strict=True)
     expected = sum(w * sum(pretrain.epe(f, gt) for f in fs) / len(fs) for w, fs in weighted)
     assert float(pretrain.multiscale_loss(levels, gt)) == pytest.approx(float(expected))
 
@@ -94,6 +96,17 @@ def test_pretraining_writes_loadable_weights_and_how_they_were_made(tmp_path, mo
     assert pretrain.main(args) == 0
     made = json.loads((out / "fast.json").read_text())
     assert made["training"]["steps"] == 2 and len(made["log"]) == 2 and made["data"]["held_out_pairs"] == 2
+    assert made["held_out_fast_epe"] >= 0 and made["fast_motion_px"] == FAST_MOTION
     state = torch.load(out / "fast.pt", weights_only=True)
     FLOW_NETS["fast"]().load_state_dict(state)
     assert list((tmp_path / "cache").glob("scenes-4x3-32x32-*.npz"))  # a rerun reuses the data
+
+
+def test_held_out_scores_pool_the_fast_pixels_apart():
+    pairs = np.zeros((2, 2, 8, 8, 3), np.uint8)
+    flows = np.zeros((2, 8, 8, 2), np.float16)
+    flows[0, :4] = (6.0, 0.0)  # half of the first pair moves fast
+    flows[1] = (1.0, 0.0)  # the second pair moves slowly everywhere
+    scores = pretrain.held_out_scores(lambda x: torch.zeros(len(x), 2, 8, 8), pairs, flows)
+    assert scores["epe"] == scores["zero_flow_epe"] == pytest.approx((3.0 + 1.0) / 2)
+    assert scores["fast_epe"] == scores["zero_flow_fast_epe"] == pytest.approx(6.0)
