@@ -23,7 +23,7 @@ import torch
 from models.classical import classical_methods
 from models.flow_loss import flow_loss
 from models.flow_metrics import epe, moving_mask, photometric_error, reconstruction_accuracy
-from models.flow_nets import FLOW_NETS, INITS, build_flow_net
+from models.flow_nets import FLOW_NETS, INITS, build_flow_net, size_multiple
 from models.online import BASE_LR, frame_pair, online_pipeline, predict_then_learn
 from models.stale_gradient import motion_aligned
 from models.streams import Stream, load_npz
@@ -209,8 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         stream = load_npz(args.stream)
     except (OSError, ValueError) as exc:
         parser.error(f"cannot read stream: {exc}")
-    if len(stream.flow) < 2 or min(stream.frames.shape[1:3]) % 4:
-        parser.error(f"stream needs >= 3 frames and sides divisible by 4, got {stream.frames.shape}")
+    multiple = size_multiple(FLOW_NETS[args.net]())
+    if len(stream.flow) < 2 or any(side % multiple for side in stream.frames.shape[1:3]):
+        parser.error(f"stream needs >= 3 frames and sides divisible by {multiple}, got {stream.frames.shape}")
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out) if args.out else RESULTS / f"flow-{Path(args.stream).stem}"

@@ -36,6 +36,7 @@ from models.flow_viz import color_wheel_legend, flow_to_color
 from models.online import default_lr, frame_pair, online_pipeline, predict_then_learn
 from pipeline_core import Pipeline
 from server.resample import FrameClock, Resampler, to_rgb
+from server.sizing import NET_MULTIPLE, fit
 from testing.report import Run, command_line
 
 #: Score windows: the first 30 pairs (how fast a learner gets useful), the first 100 and the whole clip.
@@ -56,16 +57,16 @@ class Clip:
 
 
 def working_size(width: int, height: int, long_side: int = LONG_SIDE) -> tuple[int, int]:
-    """The source's aspect ratio with ``long_side`` on its longer side, both sides multiples of 4 (the nets')."""
-    scale = long_side / max(width, height)
-    return max(4, int(width * scale / 4 + 0.5) * 4), max(4, int(height * scale / 4 + 0.5) * 4)
+    """The source's aspect ratio with ``long_side`` on its longer side, both sides multiples of the nets'
+    ``NET_MULTIPLE``: the size the service would learn at (``server.sizing.fit``)."""
+    return fit(width, height, long_side)
 
 
 def parse_size(text: str) -> tuple[int, int]:
-    """``"160x120"`` -> (160, 120); ValueError unless both sides are positive multiples of 4."""
+    """``"160x120"`` -> (160, 120); ValueError unless both sides are positive multiples of ``NET_MULTIPLE``."""
     width, height = (int(v) for v in text.lower().split("x"))
-    if width <= 0 or height <= 0 or width % 4 or height % 4:
-        raise ValueError(f"sides must be positive multiples of 4, got {text!r}")
+    if width <= 0 or height <= 0 or width % NET_MULTIPLE or height % NET_MULTIPLE:
+        raise ValueError(f"sides must be positive multiples of {NET_MULTIPLE}, got {text!r}")
     return width, height
 
 

@@ -7,8 +7,8 @@ the network learns at the largest size the frame budget allows. Both keep the so
 
 from __future__ import annotations
 
-#: The flow nets work on sides that divide by 4 (their coarsest level is 1/4 of the frame).
-NET_MULTIPLE = 4
+#: The flow nets work on sides that divide by 8 (the service's net's coarsest level is 1/8 of the frame).
+NET_MULTIPLE = 8
 #: Candidate learning sizes step down by this much on the long side, down to ``MIN_LEARNING_SIDE``.
 LADDER_STEP = 16
 MIN_LEARNING_SIDE = 64
