@@ -63,7 +63,8 @@ bench-realflow: $(VENV)/.installed
 	  $(PY) -m bench.realflow --video "$$f" --stages 1,2 || exit 1; \
 	done
 
-# Trains the shipped weights (models/weights/fast.pt + fast.json: data, time, result); about 45 min on one core.
+# Trains the shipped weights (models/weights/fast.pt + fast.json: data, time, result); about 70 min on one core of a
+# shared machine (fast.json: data_seconds, train_seconds).
 pretrain: $(VENV)/.installed
 	$(PY) -m models.pretrain --threads 1
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ import torch
 from models.classical import classical_methods
 from models.flow_loss import flow_loss
 from models.flow_metrics import epe, moving_mask, photometric_error, reconstruction_accuracy
-from models.flow_nets import FLOW_NETS, INITS, build_flow_net
+from models.flow_nets import FLOW_NETS, INITS, build_flow_net, size_multiple
 from models.online import BASE_LR, frame_pair, online_pipeline, predict_then_learn
 from models.stale_gradient import motion_aligned
 from models.streams import Stream, load_npz
@@ -78,9 +79,17 @@ def learner_name(stages: int) -> str:
 
 
 def learn_online(
-    stream: Stream, stages: int, net: str, init: str, base_lr: float, seed: int, stale_gradient: str = "moved"
+    stream: Stream,
+    stages: int,
+    net: str,
+    init: str,
+    base_lr: float,
+    seed: int,
+    stale_gradient: str = "moved",
+    occlusion: bool = False,
 ) -> tuple[Scores, dict]:
-    """One pass over the stream with a fresh net split into ``stages`` (1 = plain sequential)."""
+    """One pass over the stream with a fresh net split into ``stages`` (1 = plain sequential); with ``occlusion``
+    the loss leaves out the pixels the flow says are covered in the next frame (``flow_loss``'s ``occlusion``)."""
     torch.manual_seed(seed)
     pairs = len(stream.flow)
     x0 = frame_pair(stream.frames[0], stream.frames[1])
@@ -91,7 +100,7 @@ def learn_online(
         x0,
         stages,
         base_lr,
-        loss_fn=flow_loss,
+        loss_fn=partial(flow_loss, occlusion=occlusion),
         devices=["cpu"],
         schedule=schedule,
         align_stale_grad=STALE_GRADIENT[stale_gradient],
@@ -102,7 +111,7 @@ def learn_online(
             scores.seconds.append(r.step_seconds)
             if r.frame is not None:
                 scores.add(stream, r.frame, r.output[0].permute(1, 2, 0).numpy(), r.loss)
-    info = {"stages": stages, "lr": base_lr, "balance": pipe.balance, "net": net, "init": init}
+    info = {"stages": stages, "lr": base_lr, "balance": pipe.balance, "net": net, "init": init, "occlusion": occlusion}
     return scores, {**info, "stale_gradient": stale_gradient} if stages > 1 else info
 
 
@@ -173,9 +182,12 @@ def markdown(results: dict[str, dict]) -> str:
                     f" (balance {r['balance']}, lr {r['lr']:.2g} for every stage, stale gradient"
                     f" {r['stale_gradient']})"
                 )
-        if "farneback" in results:
-            ratio = seq["epe_last100"] / results["farneback"]["epe_last100"]
-            lines.append(f"- sequential / farneback EPE last 100: {ratio:.3f}")
+        for classical in ("farneback", "dis_fast"):
+            if classical in results:
+                ratio = seq["epe_last100"] / results[classical]["epe_last100"]
+                lines.append(f"- sequential / {classical} EPE last 100: {ratio:.3f}")
+        if seq.get("occlusion"):
+            lines.append("- the learners' loss leaves out the pixels their flow says are covered (--occlusion-mask)")
     return "\n".join(lines) + "\n"
 
 
@@ -199,6 +211,11 @@ def main(argv: list[str] | None = None) -> int:
         choices=sorted(STALE_GRADIENT),
         help="PARTIME stages: move an older frame's gradient with the flow (the service's way) or use it as sent",
     )
+    parser.add_argument(
+        "--occlusion-mask",
+        action="store_true",
+        help="leave the pixels the flow says are covered in the next frame out of the loss (not the service's loss)",
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     args = parser.parse_args(argv)
     try:
@@ -209,8 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         stream = load_npz(args.stream)
     except (OSError, ValueError) as exc:
         parser.error(f"cannot read stream: {exc}")
-    if len(stream.flow) < 2 or min(stream.frames.shape[1:3]) % 4:
-        parser.error(f"stream needs >= 3 frames and sides divisible by 4, got {stream.frames.shape}")
+    multiple = size_multiple(FLOW_NETS[args.net]())
+    if len(stream.flow) < 2 or any(side % multiple for side in stream.frames.shape[1:3]):
+        parser.error(f"stream needs >= 3 frames and sides divisible by {multiple}, got {stream.frames.shape}")
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out) if args.out else RESULTS / f"flow-{Path(args.stream).stem}"
@@ -222,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         name = learner_name(d)
         print(f"{name}: learning online over {len(stream.flow)} pairs ...", file=sys.stderr, flush=True)
         all_scores[name], info[name] = learn_online(
-            stream, d, args.net, args.init, args.lr, args.seed, args.stale_gradient
+            stream, d, args.net, args.init, args.lr, args.seed, args.stale_gradient, args.occlusion_mask
         )
     print("classical references ...", file=sys.stderr, flush=True)
     all_scores.update(run_classical(stream))

@@ -2,15 +2,18 @@
 
 ``python -m bench.realflow --video FILE [--size WxH] [--fps N] [--stages 1,2] [--init scratch|PATH ...]``
 
-The clip is decoded as the service decodes it (PyAV, ``server.stream.source.resample``: timestamps on the 1/fps
-grid, swscale to the working size; offline, so never paced) and played once. Every learner is the service's
-(``online_pipeline``) and scores each pair with the weights it had before learning from it (``predict_then_learn``;
-a PARTIME output belongs to pair ``r.frame``). No true flow exists, so the reference is DIS with variational
-refinement on the source's full-resolution frames, resized to the working size (``dis_refined``, ``resize_flow``).
-Farneback and DIS-fast run at the working size, like the learners, and zero flow is the floor. Scores over the first
-30 and 100 pairs and the whole clip: EPE on all pixels and on moving ones (pseudo-GT > 0.5 px), the moving region's
-F1 (flow > 0.5 px against pseudo-GT > 0.5 px; pixels pooled over the window) and the photometric error. Writes
-``realflow-<clip>-<W>x<H>.{json,md,png}`` and ``-sheet.png`` (default under bench/results/).
+The clip is decoded as the service decodes it (PyAV, ``server.stream.source.resample``: timestamps on the 1/fps grid,
+swscale to the working size; offline, so never paced) and played once. Every learner is the service's
+(``online_pipeline``) and scores each pair with the weights it had before learning from it (``predict_then_learn``; a
+PARTIME output belongs to pair ``r.frame``). No true flow exists, so the reference is DIS with variational refinement
+on the source's full-resolution frames, resized to the working size (``dis_refined``, ``resize_flow``). Farneback and
+DIS-fast run at the working size, like the learners, and zero flow is the floor. Scores over the first 30 and 100
+pairs and the whole clip: EPE on all pixels, on moving ones (pseudo-GT > 0.5 px) and on fast ones (pseudo-GT > 4 px
+per frame, ``FAST_MOTION``: what coarse-to-fine nets damp), the moving region's F1 (flow > 0.5 px against pseudo-GT >
+0.5 px; pixels pooled over the window) and the photometric error; and each learner's EPE over that of the better of
+Farneback and DIS-fast, per window (the yardstick a learned flow must beat). Writes
+``realflow-<clip>-<W>x<H>.{json,md,png}`` and ``-sheet.png`` (default under bench/results/); the sheet also shows the
+pair with the fastest motion.
 """
 
 from __future__ import annotations
@@ -27,11 +30,12 @@ import torch
 
 from bench.flow import learner_name, parse_stages, plot
 from models.classical import REFINEMENT, classical_methods, dis_refined, resize_flow
-from models.flow_metrics import end_point_errors, f1_score, mask_counts, motion_mask, photometric_error
+from models.flow_metrics import FAST_MOTION, end_point_errors, f1_score, mask_counts, motion_mask, photometric_error
 from models.flow_nets import FLOW_NETS, INITS, build_flow_net
 from models.flow_viz import color_wheel_legend, flow_to_color
 from models.online import default_lr, frame_pair, online_pipeline, predict_then_learn
 from pipeline_core import Pipeline
+from server.stream.sizing import NET_MULTIPLE, fit
 from server.stream.source.resample import FrameClock, Resampler, to_rgb
 from testing.report import Run, command_line
 
@@ -53,16 +57,16 @@ class Clip:
 
 
 def working_size(width: int, height: int, long_side: int = LONG_SIDE) -> tuple[int, int]:
-    """The source's aspect ratio with ``long_side`` on its longer side, both sides multiples of 4 (the nets')."""
-    scale = long_side / max(width, height)
-    return max(4, int(width * scale / 4 + 0.5) * 4), max(4, int(height * scale / 4 + 0.5) * 4)
+    """The source's aspect ratio with ``long_side`` on its longer side, both sides multiples of the nets'
+    ``NET_MULTIPLE``: the size the service would learn at (``server.stream.sizing.fit``)."""
+    return fit(width, height, long_side)
 
 
 def parse_size(text: str) -> tuple[int, int]:
-    """``"160x120"`` -> (160, 120); ValueError unless both sides are positive multiples of 4."""
+    """``"160x120"`` -> (160, 120); ValueError unless both sides are positive multiples of ``NET_MULTIPLE``."""
     width, height = (int(v) for v in text.lower().split("x"))
-    if width <= 0 or height <= 0 or width % 4 or height % 4:
-        raise ValueError(f"sides must be positive multiples of 4, got {text!r}")
+    if width <= 0 or height <= 0 or width % NET_MULTIPLE or height % NET_MULTIPLE:
+        raise ValueError(f"sides must be positive multiples of {NET_MULTIPLE}, got {text!r}")
     return width, height
 
 
@@ -123,6 +127,7 @@ class PairScores:
         self.photo = np.full(pairs, np.nan)
         self.loss = np.full(pairs, np.nan)
         self.moving = np.zeros((pairs, 5))  # EPE summed over moving pixels, moving pixels, TP, FP, FN
+        self.fast = np.zeros((pairs, 2))  # EPE summed over fast pixels, fast pixels
         self.seconds: list[float] = []
         self.shown = shown
         self.flows: dict[int, np.ndarray] = {}  # the pairs drawn on the picture sheet
@@ -133,6 +138,8 @@ class PairScores:
         self.epe[t] = errors.mean()
         self.photo[t] = photometric_error(prev, cur, flow)
         self.moving[t] = (errors[actual].sum(), actual.sum(), *mask_counts(motion_mask(flow), actual))
+        fast = motion_mask(gt, FAST_MOTION)
+        self.fast[t] = (errors[fast].sum(), fast.sum())
         if loss is not None:
             self.loss[t] = loss
         if t in self.shown:
@@ -141,10 +148,12 @@ class PairScores:
     def window(self, pairs: int | None) -> dict[str, float]:
         n = len(self.epe) if pairs is None else min(pairs, len(self.epe))
         err, count, tp, fp, fn = self.moving[:n].sum(axis=0)
+        fast_err, fast_count = self.fast[:n].sum(axis=0)
         return {
             "pairs": n,
             "epe_all": float(np.nanmean(self.epe[:n])),
             "epe_moving": float(err / count) if count else float("nan"),
+            "epe_fast": float(fast_err / fast_count) if fast_count else float("nan"),
             "f1_moving": f1_score(tp, fp, fn),
             "photo": float(np.nanmean(self.photo[:n])),
         }
@@ -212,9 +221,17 @@ def sheet_pairs(pairs: int) -> list[int]:
     return chosen
 
 
-def picture_sheet(clip: Clip, all_scores: dict[str, PairScores], title: str):
+def fastest_pair(pseudo_gt: np.ndarray) -> int:
+    """The pair whose pseudo-GT has the fastest motion (99th-percentile speed, so a few wild vectors do not pick it):
+    where large motion is damped or smeared, if anywhere."""
+    speeds = np.linalg.norm(pseudo_gt.reshape(len(pseudo_gt), -1, 2), axis=-1)
+    return int(np.argmax(np.percentile(speeds, 99, axis=1)))
+
+
+def picture_sheet(clip: Clip, all_scores: dict[str, PairScores], title: str, fastest: int | None = None):
     """Rows = pairs; columns = frame | each learner | pseudo-GT | Farneback | DIS-fast, one colour scale per row
-    (the pseudo-GT's 99th-percentile speed, at least 1 px: faster vectors are drawn fully saturated)."""
+    (the pseudo-GT's 99th-percentile speed, at least 1 px: faster vectors are drawn fully saturated); the row of
+    pair ``fastest`` says so."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -241,7 +258,8 @@ def picture_sheet(clip: Clip, all_scores: dict[str, PairScores], title: str):
             if i == 0:
                 ax.set_title(column, fontsize=8)
             if j == 0:
-                ax.set_ylabel(f"pair {t}\n{scale:.1f} px", fontsize=8)
+                fast = " (fastest)" if t == fastest else ""
+                ax.set_ylabel(f"pair {t}{fast}\n{scale:.1f} px", fontsize=8)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout(rect=(0, 0.0, 1, 0.95))
     legend = fig.add_axes((0.005, 0.9, 0.06, 0.08))
@@ -259,7 +277,8 @@ def markdown(result: dict) -> str:
         f"Decoded {clip['decoded']} frames, kept {clip['kept']} at {clip['fps']:g} fps ({clip['pairs']} pairs), "
         f"{clip['full_size'][0]}x{clip['full_size'][1]} → {clip['size'][0]}x{clip['size'][1]}. Pseudo-GT: "
         f"{gt['method']}, mean speed {gt['mean_magnitude']:.2f} px, {100 * gt['moving_fraction']:.0f} % of pixels "
-        f"moving (> 0.5 px), computed in {gt['seconds']:.0f} s.",
+        f"moving (> 0.5 px), {100 * gt['fast_fraction']:.1f} % fast (> {FAST_MOTION:g} px), computed in "
+        f"{gt['seconds']:.0f} s; the fastest pair is {result['fastest_pair']}.",
     ]
     if clip["backwards_timestamps"]:
         lines[-1] += (
@@ -274,21 +293,48 @@ def markdown(result: dict) -> str:
             "",
             f"### {label} ({n} pairs)",
             "",
-            "| method | EPE all | EPE moving | F1 moving | photometric | ms/pair |",
-            "|---|---|---|---|---|---|",
+            "| method | EPE all | EPE moving | EPE fast | F1 moving | photometric | ms/pair |",
+            "|---|---|---|---|---|---|---|",
         ]
         for name, m in result["methods"].items():
             w = m[window]
             lines.append(
-                f"| {name} | {w['epe_all']:.3f} | {w['epe_moving']:.3f} | {w['f1_moving']:.3f} | {w['photo']:.4f} "
-                f"| {m['ms_per_pair']:.1f} |"
+                f"| {name} | {w['epe_all']:.3f} | {w['epe_moving']:.3f} | {w['epe_fast']:.3f} | {w['f1_moving']:.3f} "
+                f"| {w['photo']:.4f} | {m['ms_per_pair']:.1f} |"
             )
+        lines += ratio_table(result["methods"], window)
     learned = [(name, m) for name, m in result["methods"].items() if "balance" in m]
     if learned:
         lines.append("")
         for name, m in learned:
             lines.append(f"- {name}: net {m['net']}, balance {m['balance']}, lr {m['lr']:.2g} for every stage")
     return "\n".join(lines) + "\n"
+
+
+def versus_classical(methods: dict[str, dict], window: str) -> dict[str, dict[str, float]]:
+    """Per learner, its EPE (all, moving, fast pixels) over the better of Farneback's and DIS-fast's in ``window``
+    (< 1: the learner wins; NaN where the window has no such pixel)."""
+    ratios = {}
+    for name, m in methods.items():
+        if "balance" not in m:
+            continue
+        ratios[name] = {}
+        for score in ("epe_all", "epe_moving", "epe_fast"):
+            better = min(methods[c][window][score] for c in CLASSICAL)
+            ratios[name][score] = m[window][score] / better if better > 0 else float("nan")
+    return ratios
+
+
+def ratio_table(methods: dict[str, dict], window: str) -> list[str]:
+    """``versus_classical`` as markdown rows (none without a learner)."""
+    ratios = versus_classical(methods, window)
+    if not ratios:
+        return []
+    lines = ["", "| learner / better of Farneback and DIS-fast | EPE all | EPE moving | EPE fast |"]
+    lines.append("|---|---|---|---|")
+    for name, r in ratios.items():
+        lines.append(f"| {name} | {r['epe_all']:.2f} | {r['epe_moving']:.2f} | {r['epe_fast']:.2f} |")
+    return lines
 
 
 def parse_rates(text: str | None) -> list[float | None]:
@@ -346,7 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     clip = load_clip(args.video, fps, width, height)
     gt_seconds = time.perf_counter() - start
     pairs = len(clip.pseudo_gt)
-    shown = set(sheet_pairs(pairs))
+    fastest = fastest_pair(clip.pseudo_gt)
+    shown = {*sheet_pairs(pairs), fastest}
     all_scores: dict[str, PairScores] = {}
     info: dict[str, dict] = {}
     for init in inits:
@@ -376,15 +423,18 @@ def main(argv: list[str] | None = None) -> int:
             "refinement": REFINEMENT,
             "mean_magnitude": float(speeds.mean()),
             "moving_fraction": float((speeds > 0.5).mean()),
+            "fast_fraction": float((speeds > FAST_MOTION).mean()),
             "seconds": gt_seconds,
         },
         "sheet_pairs": sorted(shown),
+        "fastest_pair": fastest,
         "methods": {name: {**scores.summary(), **info.get(name, {})} for name, scores in all_scores.items()},
     }
+    result["versus_classical"] = {window: versus_classical(result["methods"], window) for window in WINDOWS}
     result["seconds"] = time.perf_counter() - start
     stem = f"realflow-{args.video.stem}-{width}x{height}"
     run.png(f"{stem}.png", plot(all_scores, result["title"]))
-    run.png(f"{stem}-sheet.png", picture_sheet(clip, all_scores, result["title"]))
+    run.png(f"{stem}-sheet.png", picture_sheet(clip, all_scores, result["title"], fastest))
     body = f"{markdown(result)}\n![over time]({stem}.png)\n\n![pictures]({stem}-sheet.png)"
     run.write(stem, result["title"], body, result)
     return 0

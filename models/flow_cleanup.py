@@ -6,7 +6,11 @@ from scratch and a pretrained one meeting footage unlike its training data both 
 ``StillGate``: most of a real camera's picture does not move, and a net's small errors there cost more than the
 motion it gets right (a static street camera is nearly all background). Where standing still explains the pair
 as well as the estimated flow does (the local photometric error of zero flow is no larger than that of the
-flow: the stationary-pixel test of Monodepth2's auto-masking), the flow is gated to zero.
+flow: the stationary-pixel test of Monodepth2's auto-masking), the flow is gated to zero. Stillness needs evidence
+as motion does: inside a flat region (a hand's palm, a wall) any flow explains a small window as well as standing
+still, so where the pixel's own window has little texture the test is taken over a wide window instead, which
+reaches the region's edges: a palm that moved 17 px kept its motion (it lost a quarter of it to a gate deciding
+on its own window alone), a still wall stays still.
 
 ``EdgeAwareFill``: a cost volume has nothing to say where the image has no texture (a white table, the sky, a
 wall) or where the match fails (occlusions, noise, compression): there a learned net answers with noise. Classical
@@ -61,24 +65,38 @@ def confidence(flow: Tensor, prev: Tensor, cur: Tensor, texture: Tensor, residua
     """(B, 1, H, W) in [0, 1]: textured (gradient ≫ ``texture``) and well matched (error ≪ ``residual``).
     Like the still gate's decision, it reads the flow without differentiating it (a steep weight's gradient would
     swamp the loss's own)."""
-    p = F.pad(prev, [1, 1, 1, 1], mode="replicate")
-    gradient = 0.5 * ((p[..., 1:-1, 2:] - p[..., 1:-1, :-2]).abs() + (p[..., 2:, 1:-1] - p[..., :-2, 1:-1]).abs())
-    g2 = gradient.mean(1, keepdim=True) ** 2
+    g2 = _gradient(prev) ** 2
     error = (prev - warp(cur, flow.detach())).abs().mean(1, keepdim=True)
     return g2 / (g2 + texture**2) * torch.exp(-error / residual)
 
 
 def _box(t: Tensor, window: int) -> Tensor:
-    """Local mean over ``window`` x ``window`` pixels, edges replicated."""
-    return F.avg_pool2d(F.pad(t, [window // 2] * 4, mode="replicate"), window, 1)
+    """Local mean over ``window`` x ``window`` pixels, edges replicated (separable: a wide window costs little)."""
+    half = window // 2
+    rows = F.avg_pool2d(F.pad(t, [half, half, 0, 0], mode="replicate"), (1, window), 1)
+    return F.avg_pool2d(F.pad(rows, [0, 0, half, half], mode="replicate"), (window, 1), 1)
+
+
+def _gradient(image: Tensor) -> Tensor:
+    """(B, 1, H, W) mean absolute central difference over x, y and the channels, edges replicated."""
+    p = F.pad(image, [1, 1, 1, 1], mode="replicate")
+    return 0.5 * ((p[..., 1:-1, 2:] - p[..., 1:-1, :-2]).abs() + (p[..., 2:, 1:-1] - p[..., :-2, 1:-1]).abs()).mean(
+        1, keepdim=True
+    )
+
+
+#: A mean gradient of this much over a window (in intensity per pixel) makes its still test half-sure: the fill's
+#: texture scale as it starts (``EdgeAwareFill.log_texture``).
+STILL_TEXTURE = 0.02
 
 
 class StillGate(nn.Module):
-    """[flow, frames, ...] -> the same tensor with the flow gated to zero where zero flow explains the pair as well."""
+    """[flow, frames, ...] -> the same tensor with the flow gated to zero where zero flow explains the pair as well;
+    decided over ``window`` where that window has texture, else over ``wide`` (module docstring)."""
 
-    def __init__(self, window: int = 5) -> None:
+    def __init__(self, window: int = 5, wide: int = 31) -> None:
         super().__init__()
-        self.window = window
+        self.window, self.windows = window, (window, wide)
         # In hundredths of an intensity: an Adam step moves a parameter by about the learning rate whatever its size,
         # which for a margin of 0.001 in intensity units would be a leap. It may turn negative (gate less).
         self.margin = nn.Parameter(torch.tensor(0.1))  # how much better moving must be
@@ -91,10 +109,13 @@ class StillGate(nn.Module):
         flow, (prev, cur) = x[:, :2], frames_of(x).split(3, 1)
         # The decision reads the flow without differentiating it: the gate's steep edge would send the flow
         # gradients hundreds of times the loss's own (learning from scratch diverged).
-        moved = _box((prev - warp(cur, flow.detach())).abs().mean(1, keepdim=True), self.window)
-        still = _box((prev - cur).abs().mean(1, keepdim=True), self.window)
-        moving = torch.sigmoid((still - moved - self.margin / 100) / self.log_softness.exp())
-        return torch.cat([flow * moving, x[:, 2:]], 1)
+        moved = (prev - warp(cur, flow.detach())).abs().mean(1, keepdim=True)
+        still = (prev - cur).abs().mean(1, keepdim=True)
+        margin, softness = self.margin / 100, self.log_softness.exp()
+        near, far = (torch.sigmoid((_box(still, w) - _box(moved, w) - margin) / softness) for w in self.windows)
+        texture = _box(_gradient(prev), self.window) ** 2
+        sure = texture / (texture + STILL_TEXTURE**2)
+        return torch.cat([flow * (sure * near + (1 - sure) * far), x[:, 2:]], 1)
 
 
 class EdgeAwareFill(nn.Module):

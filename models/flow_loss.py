@@ -102,10 +102,45 @@ def in_frame_mask(flow: Tensor) -> Tensor:
     return inside.to(flow.dtype)
 
 
-def photometric_loss(flow: Tensor, frames: Tensor, eps: float = 1e-3, alpha: float = 0.5) -> Tensor:
-    """Mean Charbonnier of warp(current, flow) - previous over pixels whose match is in the frame."""
+def landing_density(flow: Tensor) -> Tensor:
+    """(B, 1, H, W) how many previous-frame pixels the flow brings onto each current-frame pixel (bilinear splats of
+    weight one; about 1 where the motion is smooth, 2 where a mover covers what was behind it).
+
+    Capture-safe: the splat targets are data, but every shape is fixed (``scatter_add_``, no masked indexing)."""
+    b, _, h, w = flow.shape
+    pos = pixel_grid(h, w, flow.device, flow.dtype) + flow.detach().nan_to_num(0.0)
+    pos = torch.minimum(pos.clamp_min(-1.0), _warp_bounds(h, w, flow.device, flow.dtype)[0])
+    corner = pos.floor()
+    frac = pos - corner
+    density = flow.new_zeros(b, h * w)
+    for dx, dy in ((0, 0), (1, 0), (0, 1), (1, 1)):
+        x, y = corner[:, :1] + dx, corner[:, 1:] + dy
+        weight = (frac[:, :1] if dx else 1 - frac[:, :1]) * (frac[:, 1:] if dy else 1 - frac[:, 1:])
+        weight = weight * ((x >= 0) & (x <= w - 1) & (y >= 0) & (y <= h - 1)).to(flow.dtype)
+        index = (y.clamp(0, h - 1) * w + x.clamp(0, w - 1)).long()
+        density.scatter_add_(1, index.view(b, -1), weight.view(b, -1))
+    return density.view(b, 1, h, w)
+
+
+def visible_mask(flow: Tensor) -> Tensor:
+    """(B, 1, H, W) in [0, 1]: 0 where a previous-frame pixel lands where another one lands too, 1 where it lands
+    alone (the forward flow's range map: 2 - density, clamped).
+
+    Why: a pixel a mover covers in the current frame has no match there, whatever its flow; its photometric error
+    then pulls its flow, and its neighbours' through the smoothness, towards the mover (the smeared edge ahead of a
+    fast hand). The occluded pixel and the mover's leading edge both land on the mover in the current frame, so both
+    are left to the smoothness and the rest of the mover (UnFlow's and UFlow's occlusion masks do this with the
+    backward flow, which an online learner would pay a second pass of the net for)."""
+    return (2.0 - warp(landing_density(flow), flow.detach())).clamp(0.0, 1.0)
+
+
+def photometric_loss(
+    flow: Tensor, frames: Tensor, eps: float = 1e-3, alpha: float = 0.5, occlusion: bool = False
+) -> Tensor:
+    """Mean Charbonnier of warp(current, flow) - previous over pixels whose match is in the frame (and, with
+    ``occlusion``, not covered in the current frame: ``visible_mask``)."""
     prev, cur = frames[:, :3], frames[:, 3:6]
-    mask = in_frame_mask(flow)
+    mask = in_frame_mask(flow) * (visible_mask(flow) if occlusion else 1.0)
     err = charbonnier(warp(cur, flow) - prev, eps, alpha) * mask
     return err.sum() / (mask.sum() * 3).clamp_min(1.0)
 
@@ -135,11 +170,12 @@ def census_distance(a: Tensor, b: Tensor, threshold: float = 0.1) -> Tensor:
     return (sq / (threshold + sq)).mean(1, keepdim=True)
 
 
-def census_loss(flow: Tensor, frames: Tensor, eps: float = 0.01, q: float = 0.4) -> Tensor:
+def census_loss(flow: Tensor, frames: Tensor, eps: float = 0.01, q: float = 0.4, occlusion: bool = False) -> Tensor:
     """Mean robust census distance (x + eps)^q between the previous frame and the current one warped
-    back by the flow, over pixels whose match is inside the frame and whose patch is whole."""
+    back by the flow, over pixels whose match is inside the frame and whose patch is whole (and, with
+    ``occlusion``, not covered in the current frame)."""
     prev, cur = frames[:, :3], frames[:, 3:6]
-    mask = in_frame_mask(flow) * _inner(flow, CENSUS_PATCH // 2)
+    mask = in_frame_mask(flow) * _inner(flow, CENSUS_PATCH // 2) * (visible_mask(flow) if occlusion else 1.0)
     err = (census_distance(census(prev), census(warp(cur, flow))) + eps) ** q * mask
     return err.sum() / mask.sum().clamp_min(1.0)
 
@@ -174,9 +210,10 @@ def flow_loss(
     edge_weight: float = 10.0,
     levels: int = 3,
     photometric: str = "charbonnier",
+    occlusion: bool = False,
 ) -> Tensor:
-    """Photometric term (``photometric``: ``charbonnier`` or ``census``) + ``smooth_weight`` · smoothness,
-    averaged over ``levels`` scales.
+    """Photometric term (``photometric``: ``charbonnier`` or ``census``; with ``occlusion``, over pixels that stay
+    visible, ``visible_mask``) + ``smooth_weight`` · smoothness, averaged over ``levels`` scales.
 
     Why several scales: on the full-resolution image the photometric gradient only sees a few
     pixels around the current estimate; on 2x/4x downsampled frames (and flow / 2^k) it also pulls
@@ -193,7 +230,7 @@ def flow_loss(
     for level, level_frames in enumerate(_pyramid(frames, levels)):
         if level:
             flow = F.avg_pool2d(flow, 2) / 2
-        photo = data_term(flow, level_frames)
+        photo = data_term(flow, level_frames, occlusion=occlusion)
         total = total + photo + smooth_weight * smoothness_loss(flow, level_frames[:, :3], edge_weight)
     return total / levels
 

@@ -14,6 +14,9 @@ RECON_THRESHOLDS = (0.05, 0.025)
 #: A pixel moves when its flow is longer than this (px per frame): slower motion is within the noise of a pseudo
 #: ground truth on real footage and invisible in the flow overlays.
 MIN_MOTION = 0.5
+#: A pixel moves fast above this (px per frame at the working size): beyond the reach of a small search at full
+#: resolution, where coarse-to-fine nets that never saw such motion damp it (a hand waved at a webcam).
+FAST_MOTION = 4.0
 
 
 def _check(flow: np.ndarray, name: str = "flow") -> np.ndarray:

@@ -6,15 +6,15 @@ from the previous frame to the current one. Every layer passes ONE full-resoluti
 features at 1/f resolution travel inside it losslessly as ``pixel_shuffle``-packed channels.
 
 Design (why): a net that only stacks 3x3 convs sees ~17 px and learns online slowly and unstably.
-These nets are coarse-to-fine (PWC-Net style): at 1/4, 1/2 and full resolution they compute small
-siamese features of both frames, warp the current frame's features by the flow so far, correlate
-locally (a parameter-free cost volume, +-radius cells), read the cost with a soft-argmax into a
-residual flow, and add a learned correction (initialised to zero). Matching thus works from the first
-frames and the coarse levels reach large motions. Lucas-Kanade steps (damped least squares over a
-window, on RGB plus learned channels) add the sub-pixel precision that a soft-argmax over whole cells
-lacks. Real cameras mostly watch a static scene: ``models.flow_cleanup``'s still gate keeps it exactly
-still, and its edge-aware fill gives flat regions, where matching has no evidence, the motion of their
-textured surroundings.
+These nets are coarse-to-fine (PWC-Net style): at 1/4, 1/2 and full resolution (the service's ``fast``
+net starts at 1/8) they compute small siamese features of both frames, warp the current frame's
+features by the flow so far, correlate locally (a parameter-free cost volume, +-radius cells), read the
+cost with a soft-argmax into a residual flow, and add a learned correction (initialised to zero).
+Matching thus works from the first frames and the coarse levels reach large motions. Lucas-Kanade steps
+(damped least squares over a window, on RGB plus learned channels) add the sub-pixel precision that a
+soft-argmax over whole cells lacks. Real cameras mostly watch a static scene: ``models.flow_cleanup``'s
+still gate keeps it exactly still, and its edge-aware fill gives flat regions, where matching has no
+evidence, the motion of their textured surroundings.
 
 Stage boundaries: the full-resolution layers set ``keep_with_next``, so automatic balancing never ends
 a stage inside the full-resolution level. The two-frame-old gradient of a pixel-precise refinement,
@@ -267,9 +267,10 @@ FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
     # (flat regions take the motion of their textured surroundings). Shipped pretrained (models.pretrain);
     # measured on real clips by bench.realflow.
     "fast": lambda: pyramid_flow_net(
-        widths=(16, 16, 4),
-        radii=(3, 2, 1),
-        heads=(32, 24, 8),
+        factors=(8, 4, 2, 1),
+        widths=(32, 16, 16, 4),
+        radii=(4, 3, 2, 1),
+        heads=(32, 32, 24, 8),
         lk_steps=1,
         lk_width=8,
         lk_full_resolution=False,
@@ -283,6 +284,11 @@ FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
     # supervision), which keeps a stale stage stable.
     "strong": lambda: pyramid_flow_net(lk_steps=2, supervision=0.3, still=True, fill=True),
 }
+
+
+def size_multiple(net: nn.Sequential) -> int:
+    """What a flow net's input sides must divide by: its coarsest level's factor."""
+    return max(getattr(layer, "factor", 1) for layer in net)
 
 
 #: The shipped pretrained weights, ``<net>.pt`` and how they were made, ``<net>.json`` (``models.pretrain``).

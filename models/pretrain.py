@@ -6,15 +6,17 @@ Starting every stream from weights that already estimate flow on camera-like foo
 online, is test-time training as the video literature does it. The weights are small (~150-270 kB)
 and ship in the package (``models/weights/``); this script is how they were made.
 
-Data: ``--clips`` clips of ``models.scenes`` (static, panning and hand-held cameras, 0-5 movers,
-noise, flicker, H.264), generated once from ``--seed``; the last ``--holdout`` clips are never trained
-on and give the held-out EPE. Objective: supervised end-point error of the final flow plus, with
-smaller weights, of every coarser level's estimate (PWC-Net's multi-scale loss), Adam with a cosine
-decay. The intermediate levels' own unsupervised losses (``supervision``) are off while pretraining:
-the exact flow is a better teacher. The still gate's margin is not trained here: it is a prior about cameras
-(how much better than standing still a motion must explain a pixel, at about 8-bit video's quantisation
-noise), and generated clips, where something moves nearly everywhere, would teach it to gate less than a
-real camera's mostly static picture needs.
+Data: ``--clips`` clips of ``models.scenes`` (static, panning and hand-held cameras, 0-5 movers, slow
+and fast, motion blur, noise, flicker, H.264), generated once from ``--seed``; the last ``--holdout``
+clips are never trained on and give the held-out EPE, over all pixels and over the fast ones (true
+speed above ``models.flow_metrics.FAST_MOTION``), both recorded in ``<net>.json`` beside zero flow's.
+Objective: supervised end-point error of the final flow plus, with smaller weights, of every coarser
+level's estimate (PWC-Net's multi-scale loss), Adam with a cosine decay. The intermediate levels' own
+unsupervised losses (``supervision``) are off while pretraining: the exact flow is a better teacher.
+The still gate's margin is not trained here: it is a prior about cameras (how much better than standing
+still a motion must explain a pixel, at about 8-bit video's quantisation noise), and generated clips,
+where something moves nearly everywhere, would teach it to gate less than a real camera's mostly static
+picture needs.
 """
 
 from __future__ import annotations
@@ -36,10 +38,14 @@ from torch import Tensor, nn
 
 from . import scenes
 from .flow_cleanup import EdgeAwareFill, StillGate
+from .flow_metrics import FAST_MOTION
 from .flow_nets import WEIGHTS_DIR, PairFeatures, StartFlow, TakeFlow, build_flow_net
 
-#: Weight of each refinement's EPE, finest last; coarser estimates only need to be roughly right.
-LEVEL_WEIGHTS = (0.25, 0.5, 1.0)
+
+def level_weights(levels: int) -> tuple[float, ...]:
+    """Weight of each pyramid level's EPE, coarse to fine: halved per level up from 1 at full resolution (coarser
+    estimates only need to be roughly right)."""
+    return tuple(0.5 ** (levels - 1 - i) for i in range(levels))
 
 
 CACHE_DIR = Path(__file__).resolve().parent.parent / ".cache" / "pretrain"
@@ -110,11 +116,9 @@ def epe(flow: Tensor, gt: Tensor) -> Tensor:
 
 
 def multiscale_loss(levels: list[list[Tensor]], gt: Tensor) -> Tensor:
-    """EPE of every refinement's estimate, averaged per level; the finest level weighted most (LEVEL_WEIGHTS)."""
-    if len(levels) != len(LEVEL_WEIGHTS):
-        raise ValueError(f"expected {len(LEVEL_WEIGHTS)} pyramid levels, got {len(levels)}")
+    """EPE of every refinement's estimate, averaged per level; the finest level weighted most (``level_weights``)."""
     total = gt.new_zeros(())
-    for weight, flows in zip(LEVEL_WEIGHTS, levels, strict=True):
+    for weight, flows in zip(level_weights(len(levels)), levels, strict=True):
         total = total + weight * sum(epe(f, gt) for f in flows) / len(flows)
     return total
 
@@ -130,14 +134,21 @@ def batches(pairs: np.ndarray, flows: np.ndarray, batch: int, rng: np.random.Gen
 
 
 @torch.no_grad()
-def held_out_epe(net: nn.Sequential, pairs: np.ndarray, flows: np.ndarray) -> tuple[float, float]:
-    """(EPE of the net, EPE of zero flow) over held-out pairs."""
-    errors, zero = [], []
+def held_out_scores(net: nn.Sequential, pairs: np.ndarray, flows: np.ndarray) -> dict[str, float]:
+    """EPE of the net and of zero flow over held-out pairs: over all pixels (each pair's mean, averaged) and over the
+    fast ones (true speed above ``FAST_MOTION`` px/frame, pooled)."""
+    sums = dict.fromkeys(("epe", "zero_flow_epe", "fast_epe", "zero_flow_fast_epe", "fast_pixels"), 0.0)
     for i in range(0, len(pairs), 16):
         x, gt = as_input(pairs[i : i + 16]), torch.from_numpy(flows[i : i + 16].astype(np.float32)).permute(0, 3, 1, 2)
-        errors.append(float(epe(net(x), gt)) * len(x))
-        zero.append(float(torch.linalg.vector_norm(gt, dim=1).mean()) * len(x))
-    return sum(errors) / len(pairs), sum(zero) / len(pairs)
+        error, speed = torch.linalg.vector_norm(net(x) - gt, dim=1), torch.linalg.vector_norm(gt, dim=1)
+        fast = (speed > FAST_MOTION).float()
+        sums["epe"] += float(error.mean()) * len(x)
+        sums["zero_flow_epe"] += float(speed.mean()) * len(x)
+        sums["fast_epe"] += float((error * fast).sum())
+        sums["zero_flow_fast_epe"] += float((speed * fast).sum())
+        sums["fast_pixels"] += float(fast.sum())
+    fast_pixels = max(sums.pop("fast_pixels"), 1.0)
+    return {name: total / (fast_pixels if "fast" in name else len(pairs)) for name, total in sums.items()}
 
 
 def pretrain(args: argparse.Namespace) -> dict:
@@ -158,8 +169,8 @@ def pretrain(args: argparse.Namespace) -> dict:
     schedule = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: 0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * s / args.steps))
     )
-    before = held_out_epe(net, test_pairs, test_flows)
-    print(f"untrained: held-out EPE {before[0]:.3f} (zero flow {before[1]:.3f})", flush=True)
+    before = held_out_scores(net, test_pairs, test_flows)
+    print(f"untrained: held-out EPE {before['epe']:.3f} (zero flow {before['zero_flow_epe']:.3f})", flush=True)
     log = []
     with no_deep_supervision(net):
         data = batches(train_pairs, train_flows, args.batch, np.random.default_rng(args.seed))
@@ -171,22 +182,26 @@ def pretrain(args: argparse.Namespace) -> dict:
             opt.step()
             schedule.step()
             if (step + 1) % args.log_every == 0 or step + 1 == args.steps:
-                test = held_out_epe(net, test_pairs, test_flows)[0]
+                test = held_out_scores(net, test_pairs, test_flows)
                 log.append(
                     {
                         "step": step + 1,
                         "train_loss": float(loss.detach()),
-                        "held_out_epe": test,
+                        "held_out_epe": test["epe"],
+                        "held_out_fast_epe": test["fast_epe"],
                         "seconds": time.time() - start,
                     }
                 )
-                print(f"step {step + 1}: loss {log[-1]['train_loss']:.3f}, held-out EPE {test:.3f}", flush=True)
-    after = held_out_epe(net, test_pairs, test_flows)
+                print(
+                    f"step {step + 1}: loss {log[-1]['train_loss']:.3f}, held-out EPE {test['epe']:.3f}, "
+                    f"fast pixels {test['fast_epe']:.3f}",
+                    flush=True,
+                )
+    after = held_out_scores(net, test_pairs, test_flows)
     return {
         "net": net,
-        "held_out_epe": after[0],
-        "held_out_zero_flow_epe": after[1],
-        "untrained_epe": before[0],
+        "held_out": after,
+        "untrained_epe": before["epe"],
         "data_seconds": data_s,
         "train_seconds": time.time() - start - data_s,
         "log": log,
@@ -208,8 +223,11 @@ def save(result: dict, args: argparse.Namespace, command: str) -> Path:
         "training": {"steps": args.steps, "batch": args.batch, "lr": args.lr,
                      "data_seconds": round(result["data_seconds"]), "train_seconds": round(result["train_seconds"]),
                      "torch_threads": torch.get_num_threads()},
-        "held_out_epe": round(result["held_out_epe"], 4),
-        "held_out_zero_flow_epe": round(result["held_out_zero_flow_epe"], 4),
+        "held_out_epe": round(result["held_out"]["epe"], 4),
+        "held_out_zero_flow_epe": round(result["held_out"]["zero_flow_epe"], 4),
+        "held_out_fast_epe": round(result["held_out"]["fast_epe"], 4),
+        "held_out_zero_flow_fast_epe": round(result["held_out"]["zero_flow_fast_epe"], 4),
+        "fast_motion_px": FAST_MOTION,
         "untrained_epe": round(result["untrained_epe"], 4),
         "log": result["log"],
     }  # fmt: skip
@@ -220,12 +238,12 @@ def save(result: dict, args: argparse.Namespace, command: str) -> Path:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--net", default="fast")
-    parser.add_argument("--clips", type=int, default=1200)
+    parser.add_argument("--clips", type=int, default=2000)
     parser.add_argument("--holdout", type=int, default=60, help="clips kept out of training, for the held-out EPE")
     parser.add_argument("--frames", type=int, default=6, help="frames per clip")
     parser.add_argument("--width", type=int, default=160)
     parser.add_argument("--height", type=int, default=120)
-    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--steps", type=int, default=3000)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
@@ -238,7 +256,11 @@ def main(argv: list[str] | None = None) -> int:
     command = shlex.join(["python", "-m", "models.pretrain", *(argv if argv is not None else sys.argv[1:])])
     result = pretrain(args)
     path = save(result, args, command)
-    print(f"wrote {path}: held-out EPE {result['held_out_epe']:.3f} (zero flow {result['held_out_zero_flow_epe']:.3f})")
+    held_out = result["held_out"]
+    print(
+        f"wrote {path}: held-out EPE {held_out['epe']:.3f} (zero flow {held_out['zero_flow_epe']:.3f}), "
+        f"fast pixels {held_out['fast_epe']:.3f} (zero flow {held_out['zero_flow_fast_epe']:.3f})"
+    )
     return 0
 
 

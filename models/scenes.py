@@ -13,6 +13,13 @@ mover adds its own translation, rotation and scale change. Frames are rendered a
 area-downsampled (anti-aliased edges, as a sensor integrates); the flow of a pixel is that of the
 topmost layer covering it in the first frame (the usual convention: where the first frame's pixel
 goes). Then, on the pixels only: blur, exposure and flicker, sensor noise, and an H.264 round trip.
+
+Speeds: real footage has fast motion the overlay is for, a hand waved at a webcam or a hand-held pan moves 20-40 px
+per frame at 160x120, and a net that never saw it damps it. So a share of the movers (``FAST_MOVER``) and of the
+pans run at 8-40 px per frame (``FAST_SPEED``), the rest at 0.15-8 (``SLOW_SPEED``), and a mover is placed so that
+it crosses the picture in mid-clip. With a fast motion comes a camera's motion blur: in ``BLURRED`` of the clips the
+shutter stays open for a random share of the frame interval, and a frame is the mean of the scene over that time
+(sub-frames about half a pixel apart); the flow stays that between the frames' mid-exposure instants.
 """
 
 from __future__ import annotations
@@ -28,12 +35,35 @@ import numpy as np
 from .streams import TEXTURES, Stream, load_photo, save_npz, write_mp4
 
 OVERSAMPLE = 2  # rendered at 2x, then area-downsampled
+#: Speeds in pixels per frame at the clip's size (log-uniform within each range), and the share of fast movers.
+SLOW_SPEED, FAST_SPEED = (0.15, 8.0), (8.0, 40.0)
+FAST_MOVER = 0.3
+#: Share of clips with motion blur, and the most sub-frames a blurred frame averages.
+BLURRED, MAX_SUBFRAMES = 0.5, 24
 
 
 @dataclass
 class _Layer:
     texture: np.ndarray  # float32 [h, w, 4]: RGB in [0, 255] and alpha in [0, 1], in layer coordinates
-    placements: list[np.ndarray]  # per frame, 3x3 affine: layer coordinates -> canvas pixels
+    # 3x3 affine layer coordinates -> canvas pixels, per instant: one before the first frame, then one per frame and
+    # one after the last (a blurred frame's exposure reaches half a frame either side)
+    placements: list[np.ndarray]
+
+    def at(self, t: float) -> np.ndarray:
+        """The placement at frame time ``t`` (0 = the first frame), linear between instants."""
+        i = min(int(np.floor(t)) + 1, len(self.placements) - 2)
+        frac = t + 1 - i
+        return (1 - frac) * self.placements[i] + frac * self.placements[i + 1]
+
+
+def _log_uniform(rng: np.random.Generator, low: float, high: float) -> float:
+    return float(np.exp(rng.uniform(np.log(low), np.log(high))))
+
+
+def _speed(rng: np.random.Generator, fast_share: float) -> float:
+    """Canvas pixels per frame: fast (``FAST_SPEED``) with probability ``fast_share``, else slow."""
+    low, high = FAST_SPEED if rng.random() < fast_share else SLOW_SPEED
+    return OVERSAMPLE * _log_uniform(rng, low, high)
 
 
 def _affine(scale: float, angle: float, tx: float, ty: float) -> np.ndarray:
@@ -94,20 +124,21 @@ def _shape_mask(rng: np.random.Generator, size: int) -> np.ndarray:
 
 
 def _camera_path(rng: np.random.Generator, frames: int, canvas: tuple[int, int], world: tuple[int, int]) -> list:
-    """Per frame, world (background texture) -> canvas: static, panning, or hand-held."""
+    """Per instant (``_Layer.placements``), world (background texture) -> canvas: static, panning, or hand-held."""
     ch, cw = canvas
     wh, ww = world
     kind = rng.choice(["static", "pan", "handheld"], p=[0.4, 0.3, 0.3])
     start = _affine(1.0, 0.0, -(ww - cw) / 2, -(wh - ch) / 2)
     velocity = np.zeros(4)  # d(log scale), d(angle), dx, dy per frame, in canvas pixels
     if kind == "pan":
-        speed, heading = rng.uniform(0.2, 4.0), rng.uniform(0, 2 * np.pi)
+        speed, heading = _speed(rng, FAST_MOVER), rng.uniform(0, 2 * np.pi)
         velocity = np.array(
             [rng.normal(0, 0.003), rng.normal(0, 0.002), speed * np.cos(heading), speed * np.sin(heading)]
         )
-    jitter = np.array([0.002, 0.002, 1.0, 1.0]) * rng.uniform(0.5, 4.0) if kind == "handheld" else np.zeros(4)
+    shake = _log_uniform(rng, 0.5, 12.0)  # a steady hand to a shaky one
+    jitter = np.array([0.002, 0.002, 1.0, 1.0]) * shake if kind == "handheld" else np.zeros(4)
     state, drift, path = np.zeros(4), np.zeros(4), []
-    for _ in range(frames):
+    for _ in range(frames + 2):
         path.append(_about_centre(state, canvas) @ start)
         drift = 0.7 * drift + rng.normal(0, 1, 4) * jitter  # a smooth random walk of the hand
         state = state + velocity + drift
@@ -140,40 +171,94 @@ def _mover(rng: np.random.Generator, textures: Textures, frames: int, canvas: tu
     else:
         rgb = textures.crop(rng, size, size)
     texture = np.dstack([rgb, alpha]).astype(np.float32)
-    speed = np.exp(rng.uniform(np.log(0.3), np.log(14.0)))  # canvas px / frame
+    speed = _speed(rng, FAST_MOVER)
     heading = rng.uniform(0, 2 * np.pi)
     velocity = np.array([rng.normal(0, 0.01), rng.normal(0, 0.03), speed * np.cos(heading), speed * np.sin(heading)])
     accel = np.array([0.0, 0.0, *rng.normal(0, 0.15, 2)])
-    centre = np.array([rng.uniform(0.05, 0.95) * cw, rng.uniform(0.1, 0.9) * ch])
+    # Where it is in mid-clip: a fast mover crosses the picture instead of leaving it before the clip starts.
+    centre = np.array([rng.uniform(0.05, 0.95) * cw, rng.uniform(0.1, 0.9) * ch]) - velocity[2:] * (frames + 1) / 2
     state = np.array([np.log(rng.uniform(0.8, 1.2)), rng.uniform(-0.5, 0.5), 0.0, 0.0])
     to_centre = _affine(1.0, 0.0, -size / 2, -size / 2)
     placements = []
     world_from_canvas0 = np.linalg.inv(camera[0])
-    for t in range(frames):
+    for t in range(frames + 2):
         local = _affine(np.exp(state[0]), state[1], centre[0] + state[2], centre[1] + state[3]) @ to_centre
         placements.append(camera[t] @ world_from_canvas0 @ local)
         state, velocity = state + velocity, velocity + accel
     return _Layer(texture, placements)
 
 
-def _render(layers: list[_Layer], frames: int, canvas: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """Composite the layers back to front: float RGB [T, h, w, 3] and the exact flow [T-1, h, w, 2]."""
+def _footprint(layer: _Layer, place: np.ndarray, canvas: tuple[int, int]) -> tuple[slice, slice]:
+    """The canvas rows and columns a layer placed by ``place`` can cover (its texture's corners, a pixel wider)."""
+    h, w = layer.texture.shape[:2]
+    corners = place[:2] @ np.array([[0, w, 0, w], [0, 0, h, h], [1, 1, 1, 1]], np.float64)
+    x0, y0 = np.floor(corners.min(axis=1)).astype(int) - 1
+    x1, y1 = np.ceil(corners.max(axis=1)).astype(int) + 2
+    return slice(max(y0, 0), max(min(y1, canvas[0]), 0)), slice(max(x0, 0), max(min(x1, canvas[1]), 0))
+
+
+def _composite(layers: list[_Layer], t: float, canvas: tuple[int, int]) -> tuple[np.ndarray, list]:
+    """The layers at frame time ``t`` back to front: float RGB [h, w, 3] and, per layer, the canvas region it may
+    cover with its alpha there [h', w', 1]. Only that region is warped and blended (a mover is small)."""
+    ch, cw = canvas
+    image, covers = np.zeros((ch, cw, 3), np.float32), []
+    for layer in layers:
+        place = layer.at(t)
+        background = layer is layers[0]
+        rows, cols = (slice(0, ch), slice(0, cw)) if background else _footprint(layer, place, canvas)
+        size = (cols.stop - cols.start, rows.stop - rows.start)
+        if min(size) <= 0:
+            covers.append((rows, cols, np.zeros((0, 0, 1), np.float32)))
+            continue
+        shifted = _affine(1.0, 0.0, -cols.start, -rows.start) @ place
+        border = cv2.BORDER_REFLECT101 if background else cv2.BORDER_CONSTANT
+        warped = cv2.warpAffine(layer.texture, shifted[:2], size, flags=cv2.INTER_LINEAR, borderMode=border)
+        alpha = warped[..., 3:4]
+        if background:  # opaque everywhere
+            image[:] = warped[..., :3]
+        else:
+            region = image[rows, cols]
+            region += (warped[..., :3] - region) * alpha
+        covers.append((rows, cols, alpha))
+    return image, covers
+
+
+def _subframes(layers: list[_Layer], t: int, shutter: float, canvas: tuple[int, int]) -> int:
+    """How many sub-frames a frame exposed for ``shutter`` frame intervals needs: over the exposure, no layer moves a
+    corner of the canvas by more than a canvas pixel (half a pixel of the clip) between two of them."""
+    if shutter <= 0:
+        return 1
+    ch, cw = canvas
+    corners = np.array([[0, cw, 0, cw], [0, 0, ch, ch], [1, 1, 1, 1]], np.float64)
+    fastest = 0.0
+    for layer in layers:
+        motion = layer.at(t + shutter / 2) @ np.linalg.inv(layer.at(t - shutter / 2))
+        fastest = max(fastest, float(np.linalg.norm((motion @ corners - corners)[:2], axis=0).max()))
+    return int(np.clip(np.ceil(fastest), 1, MAX_SUBFRAMES))
+
+
+def _render(
+    layers: list[_Layer], frames: int, canvas: tuple[int, int], shutter: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Composite the layers back to front: float RGB [T, h, w, 3], each the mean over an exposure of ``shutter``
+    frame intervals about its instant, and the exact flow [T-1, h, w, 2] between the instants."""
     ch, cw = canvas
     ys, xs = np.mgrid[0:ch, 0:cw].astype(np.float64)
     grid = np.stack([xs, ys, np.ones_like(xs)], -1)
     images = np.zeros((frames, ch, cw, 3), np.float32)
     flow = np.zeros((frames - 1, ch, cw, 2), np.float32)
     for t in range(frames):
-        for layer in layers:
-            place = layer.placements[t]
-            border = cv2.BORDER_REFLECT101 if layer is layers[0] else cv2.BORDER_CONSTANT
-            warped = cv2.warpAffine(layer.texture, place[:2], (cw, ch), flags=cv2.INTER_LINEAR, borderMode=border)
-            alpha = warped[..., 3:4]
-            images[t] = images[t] * (1 - alpha) + warped[..., :3] * alpha
-            if t + 1 < frames:
-                motion = layer.placements[t + 1] @ np.linalg.inv(place)  # canvas(t) -> canvas(t+1)
+        images[t], covers = _composite(layers, t, canvas)
+        count = _subframes(layers, t, shutter, canvas)
+        if count > 1:
+            instants = t + shutter * (np.arange(count) / (count - 1) - 0.5)
+            images[t] = sum(_composite(layers, float(u), canvas)[0] for u in instants) / count
+        if t + 1 < frames:
+            for layer, (rows, cols, alpha) in zip(layers, covers, strict=True):
+                motion = layer.at(t + 1) @ np.linalg.inv(layer.at(t))  # canvas(t) -> canvas(t+1)
                 covered = alpha[..., 0] > 0.5
-                flow[t][covered] = (grid[covered] @ motion[:2].T - grid[covered, :2]).astype(np.float32)
+                points = grid[rows, cols][covered]
+                flow[t][rows, cols][covered] = (points @ motion[:2].T - points[:, :2]).astype(np.float32)
     return images, flow
 
 
@@ -225,7 +310,8 @@ def camera_clip(rng: np.random.Generator, width: int = 160, height: int = 120, f
     layers = [_Layer(np.dstack([background, np.ones(world, np.float32)]), camera)]
     count = rng.choice(6, p=[0.1, 0.25, 0.25, 0.2, 0.1, 0.1])
     layers += [_mover(rng, textures, frames, canvas, cartoon, camera) for _ in range(count)]
-    images, flow = _render(layers, frames, canvas)
+    shutter = rng.uniform(0.2, 1.0) if rng.random() < BLURRED else 0.0
+    images, flow = _render(layers, frames, canvas, shutter)
     images = np.stack([cv2.resize(im, (width, height), interpolation=cv2.INTER_AREA) for im in images])
     flow = np.stack([cv2.resize(f, (width, height), interpolation=cv2.INTER_AREA) for f in flow]) / OVERSAMPLE
     pixels = _photometric(images, rng)

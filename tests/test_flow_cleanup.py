@@ -39,6 +39,20 @@ def test_still_gate_lets_little_through_where_moving_explains_the_pair_no_better
     assert out.abs().max() < 0.125
 
 
+def test_still_gate_keeps_the_motion_of_a_flat_mover_that_its_edges_show():
+    """A flat square (a palm) moves 3 px over a textured, still background: inside it any flow explains a small
+    window as well as standing still, but a wide window reaches its edges, where only the motion explains the pair."""
+    background = textured(48, 48)
+    prev, cur = background.clone(), background.clone()
+    prev[..., 14:34, 10:30] = 0.2
+    cur[..., 14:34, 13:33] = 0.2
+    truth = torch.zeros(1, 2, 48, 48)
+    truth[:, 0, 14:34, 10:30] = 3.0
+    kept = StillGate()(with_flow(truth, prev, cur))[:, :2]
+    assert kept[:, 0, 18:30, 16:26].min() > 0.9 * 3.0  # the palm's inside, 6 px or more from its edges
+    assert kept[:, :, 40:, :].abs().max() < 1e-3  # the background stays still
+
+
 def test_confidence_is_high_on_matched_texture_and_low_on_flat_or_mismatched_pixels():
     image = textured()
     flat = torch.full_like(image, 0.5)

@@ -6,11 +6,13 @@ from models.flow_loss import (
     census_distance,
     census_loss,
     flow_loss,
+    landing_density,
     online_loss,
     online_zero_flow_loss,
     photometric_loss,
     pixel_grid,
     smoothness_loss,
+    visible_mask,
     warp,
 )
 
@@ -138,3 +140,32 @@ def test_warp_gradients_match_finite_differences_inside_and_beyond_the_frame():
     moved = (pixel_grid(6, 7, flow.device, flow.dtype) + flow).detach()
     assert ((moved[:, 0] < -1) | (moved[:, 0] > 7)).any() and ((moved[:, 0] > 0) & (moved[:, 0] < 6)).any()
     assert torch.autograd.gradcheck(warp, (image.requires_grad_(), flow.requires_grad_()))
+
+
+def test_landing_density_counts_the_previous_pixels_that_land_on_each_current_one():
+    flow = torch.zeros(2, 2, 12, 16)
+    torch.testing.assert_close(landing_density(flow), torch.ones(2, 1, 12, 16))  # standing still: one each
+    flow[1, 0] = 0.25  # a quarter pixel right: column 0 only keeps three quarters of its own pixel
+    density = landing_density(flow)[1, 0]
+    torch.testing.assert_close(density[:, 0], torch.full((12,), 0.75))
+    torch.testing.assert_close(density[:, 1:], torch.ones(12, 15))  # the last column's quarter left the frame
+
+
+def test_visible_mask_leaves_out_what_a_mover_covers_and_its_leading_edge():
+    flow = torch.zeros(1, 2, 12, 16)
+    flow[:, 0, :, 4:8] = 3.0  # columns 4-7 move 3 px right over a still background
+    visible = visible_mask(flow)[0, 0, 6]
+    covered, leading = [8, 9, 10], [5, 6, 7]  # background under the mover's new place; the mover's pixels landing there
+    assert visible[covered + leading].max() == 0
+    assert visible[[0, 1, 2, 3, 4, 11, 12, 13, 14, 15]].min() > 1 - 1e-5
+
+
+def test_occlusion_mask_takes_the_covered_pixels_out_of_the_data_term():
+    torch.manual_seed(0)
+    prev = torch.rand(1, 3, 12, 16)
+    cur = prev.clone()
+    cur[..., 7:11] = prev[..., 4:8]  # a mover: columns 4-7 now at 7-10, covering the background there
+    flow = torch.zeros(1, 2, 12, 16)
+    flow[:, 0, :, 4:8] = 3.0  # the true flow
+    frames = torch.cat([prev, cur], 1)
+    assert photometric_loss(flow, frames, occlusion=True) < 0.1 * photometric_loss(flow, frames)

@@ -42,7 +42,7 @@ def test_writes_scored_results_for_every_method(clip, tmp_path):
     for name, m in methods.items():
         assert m["scored_pairs"] == 11, name  # PARTIME's last pair comes out of the flush and is scored too
         assert [m[w]["pairs"] for w in ("first30", "first100", "all")] == [11, 11, 11], name
-        assert set(m["all"]) == {"pairs", "epe_all", "epe_moving", "f1_moving", "photo"}, name
+        assert set(m["all"]) == {"pairs", "epe_all", "epe_moving", "epe_fast", "f1_moving", "photo"}, name
     assert len(methods["scratch/partime_d2"]["balance"]) == 2 and methods["scratch/partime_d2"]["lr"] > 0
 
     # Zero flow's EPE is the pseudo-GT's mean speed, and it finds no moving pixel; DIS-fast scores something finite.
@@ -53,9 +53,20 @@ def test_writes_scored_results_for_every_method(clip, tmp_path):
     assert all(np.isfinite(dis[k]) for k in ("epe_all", "epe_moving", "f1_moving", "photo"))
     assert dis["epe_all"] < zero["epe_all"]
 
+    # Each learner against the better classical method, per window; the fastest pair is on the sheet.
+    for window in ("first30", "first100", "all"):
+        ratios = result["versus_classical"][window]
+        assert list(ratios) == learners
+        better = min(methods["farneback"][window]["epe_all"], methods["dis_fast"][window]["epe_all"])
+        assert ratios["scratch/sequential"]["epe_all"] == pytest.approx(
+            methods["scratch/sequential"][window]["epe_all"] / better
+        )
+    assert result["fastest_pair"] in result["sheet_pairs"]
+
     md = stem.with_suffix(".md").read_text()
     assert f"`{result['command']}`" in md and "load average" in md
     assert md.count("| zero_flow |") == 3  # first 30, first 100, whole clip
+    assert md.count("| scratch/partime_d2 |") == 6  # and its ratios to the better classical method
     for png in (stem.with_suffix(".png"), tmp_path / "realflow-moving-64x48-sheet.png"):
         with Image.open(png) as image:
             assert image.size[0] > 400 and image.size[1] > 300
@@ -66,10 +77,30 @@ def test_default_size_follows_the_aspect_ratio():
     assert realflow.working_size(320, 240) == (160, 120)
     assert realflow.working_size(480, 640) == (120, 160)
     w, h = realflow.working_size(1920, 1080)
-    assert w == 160 and h % 4 == 0 and abs(h - 90) <= 2
+    assert w == 160 and h % 8 == 0 and abs(h - 90) <= 4
     assert realflow.parse_size("64x48") == (64, 48)
-    with pytest.raises(ValueError):
-        realflow.parse_size("66x48")
+    for odd in ("66x48", "68x48"):  # not a multiple of 8: the fast net's coarsest level is 1/8
+        with pytest.raises(ValueError):
+            realflow.parse_size(odd)
+
+
+def test_the_fastest_pair_is_the_one_with_the_fastest_pixels_not_the_largest_mean():
+    flows = np.zeros((4, 10, 10, 2), np.float32)
+    flows[1] += 1.0  # everything moves a little: the largest mean
+    flows[2, :3, :4] = (6.0, 0.0)  # 12 % of the picture moves fast
+    flows[3, 0, 0] = (50.0, 0.0)  # one wild vector
+    assert realflow.fastest_pair(flows) == 2
+
+
+def test_fast_pixels_are_scored_apart_and_a_window_without_them_has_no_score():
+    frames = np.zeros((3, 8, 8, 3), np.uint8)
+    gt = np.zeros((2, 8, 8, 2), np.float32)
+    gt[1, :2] = (5.0, 0.0)  # 16 fast pixels in the second pair
+    scores = realflow.PairScores(realflow.Clip(frames, gt, [0.0, 0.1, 0.2], {}), set())
+    for t in range(2):
+        scores.add(t, np.zeros((8, 8, 2), np.float32))
+    assert np.isnan(scores.window(1)["epe_fast"])
+    assert scores.window(2)["epe_fast"] == pytest.approx(5.0) and scores.window(2)["epe_moving"] == pytest.approx(5.0)
 
 
 def test_sheet_pairs_start_early_and_spread():

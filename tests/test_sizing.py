@@ -1,11 +1,12 @@
 """A stream's sizes and rate follow its source: the picture keeps the source's size (capped), the learning sizes its
-aspect ratio (multiples of 4), the rate the source's own (capped), never faster than the source."""
+aspect ratio (multiples of ``NET_MULTIPLE``), the rate the source's own (capped), never faster than the source."""
 
 from __future__ import annotations
 
 import pytest
 
-from server.stream.sizing import FALLBACK_FPS, display_size, learning_ladder, learning_size, stream_fps
+from models.flow_nets import FLOW_NETS, size_multiple
+from server.stream.sizing import FALLBACK_FPS, NET_MULTIPLE, display_size, learning_ladder, learning_size, stream_fps
 
 
 def test_a_4_3_source_keeps_its_picture_and_learns_at_4_3():
@@ -15,15 +16,20 @@ def test_a_4_3_source_keeps_its_picture_and_learns_at_4_3():
     assert learning_size((640, 480), None, None, 160) == (160, 120)
     ladder = learning_ladder((160, 120), 160)
     assert ladder[0] == (160, 120) and ladder[-1] == (64, 48)
-    assert all(w % 4 == 0 and h % 4 == 0 and abs(w / h - 4 / 3) < 0.1 for w, h in ladder)
+    assert all(w % NET_MULTIPLE == 0 and h % NET_MULTIPLE == 0 and abs(w / h - 4 / 3) < 0.1 for w, h in ladder)
     assert [w for w, _ in ladder] == sorted({w for w, _ in ladder}, reverse=True)  # largest first, no repeats
+
+
+def test_every_flow_net_takes_the_sides_the_service_picks():
+    for name, make in FLOW_NETS.items():
+        assert NET_MULTIPLE % size_multiple(make()) == 0, name
 
 
 def test_wide_portrait_and_odd_sources():
     assert display_size(1920, 1080, 640) == (640, 360)
     assert display_size(1080, 1920, 640) == (360, 640)
     assert display_size(639, 479, 640) == (640, 480)  # even sides, for the video encoders
-    assert learning_size((640, 360), None, None, 160) == (160, 92)  # 90 rounded to a multiple of 4
+    assert learning_size((640, 360), None, None, 160) == (160, 88)  # 90 rounded to a multiple of 8
     assert learning_size((64, 64), None, None, 160) == (64, 64)  # never larger than the picture
     assert learning_size((640, 480), 128, None, 160) == (128, 96)  # one side asked: the other keeps the aspect
     assert learning_size((640, 480), None, 96, 160) == (128, 96)

@@ -7,8 +7,8 @@ the network learns at the largest size the frame budget allows. Both keep the so
 
 from __future__ import annotations
 
-#: The flow nets work on sides that divide by 4 (their coarsest level is 1/4 of the frame).
-NET_MULTIPLE = 4
+#: The flow nets work on sides that divide by 8 (the service's net's coarsest level is 1/8 of the frame).
+NET_MULTIPLE = 8
 #: The largest learning size's long side on CPU where none is set: what two cores hold in real time with the fast
 #: net (bench/results/service-clip-cpu.md). On a GPU the picture's own: a step there costs about the same at every size.
 CPU_LEARNING_SIDE = 160
