@@ -246,8 +246,10 @@ def markdown(r: dict) -> str:
     ]
     if r.get("node_added"):
         added = r["node_added"]
-        lines.append(f"| a node added takes new streams | node {added['added']} joined; the next stream ran on "
-                     f"{added['ran_on']} | {yes(added['met'])} |")
+        lines.append(
+            f"| a node added takes new streams | node {added['added']} joined; the next stream ran on "
+            f"{added['ran_on']} | {yes(added['met'])} |"
+        )
     if r.get("rate"):
         ray_fps, single = r["rate"]["ray"]["fps"], r["rate"]["single_machine"]["fps"]
         size = r["rate"]["ray"]["learning_size"]
@@ -256,8 +258,11 @@ def markdown(r: dict) -> str:
             f"{ray_fps:.2f} vs {single:.2f} frames/s at {size['width']}×{size['height']}, ratio "
             f"{r['rate']['ratio']:.3f} | {yes(r['rate']['ratio'] >= 0.95)} |"
         )
-        lines += ["", f"Frame rates over {r['rate']['ray']['seconds']:g} s each, one after the other (Ray first): a "
-                  "ratio above 1 is this machine's noise, not Ray being faster."]
+        lines += [
+            "",
+            f"Frame rates over {r['rate']['ray']['seconds']:g} s each, one after the other (Ray first): a "
+            "ratio above 1 is this machine's noise, not Ray being faster.",
+        ]
     return "\n".join(lines) + "\n"
 
 
