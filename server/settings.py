@@ -9,6 +9,7 @@ from typing import Annotated, Literal
 from pydantic import BeforeValidator, Field, IPvAnyNetwork, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from .stream.sizing import NET_MULTIPLE
 from .stream.source.sources import AddressPolicy
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "clients" / "web"
@@ -48,15 +49,23 @@ class Settings(BaseSettings):
         None,
         ge=16,
         le=1920,
-        multiple_of=4,
+        multiple_of=NET_MULTIPLE,
         description="long side of the largest learning size chosen automatically (none: 160 on CPU, the picture's own "
         "on a GPU)",
     )
     width: int | None = Field(
-        None, ge=16, le=1920, multiple_of=4, description="default learning width (none: sized by the frame budget)"
+        None,
+        ge=16,
+        le=1920,
+        multiple_of=NET_MULTIPLE,
+        description="default learning width (none: sized by the frame budget)",
     )
     height: int | None = Field(
-        None, ge=16, le=1080, multiple_of=4, description="default learning height (none: sized by the frame budget)"
+        None,
+        ge=16,
+        le=1080,
+        multiple_of=NET_MULTIPLE,
+        description="default learning height (none: sized by the frame budget)",
     )
     model: str = Field("fast", description="default flow network")
     init: Literal["pretrained", "scratch"] = Field("pretrained", description="default initial weights of a new net")

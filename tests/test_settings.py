@@ -14,7 +14,7 @@ def test_allowed_schemes_from_env_as_a_comma_list_or_json(monkeypatch, value):
 
 
 def test_default_frame_size_must_suit_the_flow_nets(monkeypatch):
-    monkeypatch.setenv("OVERTIME_WIDTH", "130")  # the nets need sizes divisible by 4
+    monkeypatch.setenv("OVERTIME_WIDTH", "132")  # the fast net needs sides divisible by 8 (NET_MULTIPLE)
     with pytest.raises(ValidationError, match="width"):
         Settings()
 

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..stream.checkpoints import NAME_PATTERN
 from ..stream.counts import Counters
+from ..stream.sizing import NET_MULTIPLE
 
 
 class StreamCreate(BaseModel):
@@ -18,8 +19,12 @@ class StreamCreate(BaseModel):
     source: str = Field(min_length=1, max_length=2048, description="URL, file:NAME, camera:N, webcam or demo")
     name: str | None = Field(None, pattern=f"^{NAME_PATTERN}$", description="checkpoint key: same name, same weights")
     fps: float | None = Field(None, gt=0, le=120, description="1/ΔS; default: the source's own rate (capped)")
-    width: int | None = Field(None, ge=16, le=1920, multiple_of=4, description="learning width (default: automatic)")
-    height: int | None = Field(None, ge=16, le=1080, multiple_of=4, description="learning height (default: automatic)")
+    width: int | None = Field(
+        None, ge=16, le=1920, multiple_of=NET_MULTIPLE, description="learning width (default: automatic)"
+    )
+    height: int | None = Field(
+        None, ge=16, le=1080, multiple_of=NET_MULTIPLE, description="learning height (default: automatic)"
+    )
     auto: bool | None = Field(
         None,
         description="the service picks the largest learning size that keeps the frame budget (at most width x "

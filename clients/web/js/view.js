@@ -62,7 +62,7 @@ export class FlowView {
     const box = this.drawFit(base, 0, 0, canvas.width, canvas.height);
     if (mode === "overlay" && im.frame && im.flow) {
       // The frame tinted by the flow's colours, as the server's overlay: white (no motion) leaves the frame as it is.
-      // The flow comes at the learning size, whose aspect the rounding to multiples of 4 may change a little: it is
+      // The flow comes at the learning size, whose aspect the rounding to multiples of 8 may change a little: it is
       // stretched onto the frame's own box, so both cover the same pixels.
       ctx.globalCompositeOperation = "multiply";
       ctx.globalAlpha = this.opacity;
