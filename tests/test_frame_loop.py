@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from models.flow_nets import FLOW_NETS
 from server.stream.learner import budget
 from server.stream.learner.learner import Learner, LearnerConfig
 from server.stream.learner.process import FrameLoop, LearnerProcessConfig
@@ -36,7 +37,8 @@ def loop(tmp_path, monkeypatch):
     lc = LearnerConfig("slow", "fast", "scratch", 2, None, "partime", None, tmp_path / "slow.pt")
     cfg = LearnerProcessConfig(lc, DISPLAY, FPS, ladder, True, 60.0, 80, None)
     splits = JsonCache(tmp_path / "splits.json")
-    splits.put(key("fast", ladder[0], 2, "cpu"), [7, 5])  # a known split (12 layers): no profiling here
+    layers = len(FLOW_NETS["fast"]())
+    splits.put(key("fast", ladder[0], 2, "cpu"), [layers - layers // 2, layers // 2])  # known: no profiling here
     learner = Learner(lc, ladder[0], splits)
     controller = budget.BudgetController(ladder, 0, FPS, auto=True)
     remembered = []

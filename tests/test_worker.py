@@ -103,13 +103,13 @@ def test_resize_keeps_weights_optimizer_and_split_and_learns_on(cfg, tmp_path):
     before = weights(learner)
     moments = [s.optimizer.state_dict()["state"] for s in learner.pipe.stages]
     split = learner.pipe.balance
-    learner.resize((48, 36))
-    assert learner.size == (48, 36) and learner.pipe.balance == split
+    learner.resize((48, 40))
+    assert learner.size == (48, 40) and learner.pipe.balance == split
     assert all(torch.equal(a, b) for a, b in zip(before, weights(learner), strict=True))
     after = [s.optimizer.state_dict()["state"] for s in learner.pipe.stages]
     assert all(torch.equal(a[k]["exp_avg"], b[k]["exp_avg"]) for a, b in zip(moments, after, strict=True) for k in a)
-    results = [learner.step(x) for x in pairs(3, (48, 36))]
-    assert results[-1] is not None and results[-1].output.shape[-2:] == (36, 48) and np.isfinite(results[-1].loss)
+    results = [learner.step(x) for x in pairs(3, (48, 40))]
+    assert results[-1] is not None and results[-1].output.shape[-2:] == (40, 48) and np.isfinite(results[-1].loss)
     learner.pipe.close()
     again = Learner(replace(cfg, stages=2, name="other"), SIZE, splits)  # the cached split: nothing measured
     assert again.pipe.balance == split
