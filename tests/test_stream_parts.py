@@ -130,6 +130,7 @@ def parts() -> Parts:
 
 def test_decoder_stats_count_decoded_dropped_and_resampled_frames(parts):
     d = parts.dispatcher
+    d.handle(protocol.LearnerReady(None, 5e-4, [1], (64, 48), "holds"))
     assert d.handle(protocol.DecoderStats(4, {"resample": 2, "worker_behind": 1}, 2.5)) is None
     assert d.handle(protocol.DecoderStats(1, {}, 3.0)) is None
     assert d.handle(protocol.FramesDropped("worker_behind", 2)) is None
@@ -138,6 +139,20 @@ def test_decoder_stats_count_decoded_dropped_and_resampled_frames(parts):
     assert parts.metric("overtime_frames_total", outcome="decoded", reason="") == 5
     assert parts.metric("overtime_frames_total", outcome="dropped", reason="worker_behind") == 3
     assert parts.metric("overtime_frames_total", outcome="dropped", reason="resample") == 2
+
+
+def test_the_stall_watchdog_waits_for_the_learner(parts):
+    """The decoder reports the frame that opened the source while the learner starts (seconds under load, longer
+    than the stall limit): the watchdog's clock starts when the learner is ready, not then."""
+    d = parts.dispatcher
+    d.handle(EXAMPLES[0])
+    d.handle(protocol.DecoderStats(1, {}, 0.0))
+    assert d.last_frame_at is None
+    d.handle(protocol.LearnerReady(None, 5e-4, [1], (64, 48), "holds"))
+    ready_at = d.last_frame_at
+    assert ready_at is not None
+    d.handle(protocol.DecoderStats(3, {}, 0.1))
+    assert d.last_frame_at >= ready_at
 
 
 def test_source_opened_sets_the_rate_and_the_picture(parts):

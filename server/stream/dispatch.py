@@ -47,7 +47,8 @@ class MessageDispatcher:
                 self._on_frame(m)
             case DecoderStats():
                 if m.decoded:
-                    self.last_frame_at = time.monotonic()
+                    if self.last_frame_at is not None:  # a learner still starting holds the frames: not a stall
+                        self.last_frame_at = time.monotonic()
                     counts.decoded(m.decoded)
                 for reason, n in m.dropped.items():
                     counts.dropped(reason, n)
