@@ -29,21 +29,26 @@ import numpy as np
 import torch
 
 from bench.flow import learner_name, parse_stages, plot
+from bench.realflow_report import (
+    CLASSICAL,
+    WINDOWS,
+    fastest_pair,
+    markdown,
+    picture_sheet,
+    sheet_pairs,
+    versus_classical,
+)
 from models.classical import REFINEMENT, classical_methods, dis_refined, resize_flow
 from models.flow_metrics import FAST_MOTION, end_point_errors, f1_score, mask_counts, motion_mask, photometric_error
 from models.flow_nets import FLOW_NETS, INITS, build_flow_net
-from models.flow_viz import color_wheel_legend, flow_to_color
 from models.online import default_lr, frame_pair, online_pipeline, predict_then_learn
 from pipeline_core import Pipeline
 from server.stream.sizing import NET_MULTIPLE, fit
 from server.stream.source.resample import FrameClock, Resampler, to_rgb
 from testing.report import Run, command_line
 
-#: Score windows: the first 30 pairs (how fast a learner gets useful), the first 100 and the whole clip.
-WINDOWS = {"first30": 30, "first100": 100, "all": None}
 LONG_SIDE = 160  # default working size: the source's aspect ratio with this long side
 MAX_FPS = 30.0  # default rate: the source's own, capped here
-CLASSICAL = ("farneback", "dis_fast")  # at the working size; DIS medium is the pseudo-GT's own method
 
 
 @dataclass(frozen=True)
@@ -210,131 +215,6 @@ def run_references(clip: Clip, shown: set[int]) -> dict[str, PairScores]:
     for t in range(len(clip.pseudo_gt)):
         zero.add(t, np.zeros_like(clip.pseudo_gt[t]))
     return out
-
-
-def sheet_pairs(pairs: int) -> list[int]:
-    """Pairs drawn on the picture sheet: the first (untrained), two early ones, then across the clip."""
-    chosen: list[int] = []
-    for t in (0, 10, 30, 100, pairs // 2, pairs - 1):
-        if t < pairs and all(abs(t - c) >= 5 for c in chosen):
-            chosen.append(t)
-    return chosen
-
-
-def fastest_pair(pseudo_gt: np.ndarray) -> int:
-    """The pair whose pseudo-GT has the fastest motion (99th-percentile speed, so a few wild vectors do not pick it):
-    where large motion is damped or smeared, if anywhere."""
-    speeds = np.linalg.norm(pseudo_gt.reshape(len(pseudo_gt), -1, 2), axis=-1)
-    return int(np.argmax(np.percentile(speeds, 99, axis=1)))
-
-
-def picture_sheet(clip: Clip, all_scores: dict[str, PairScores], title: str, fastest: int | None = None):
-    """Rows = pairs; columns = frame | each learner | pseudo-GT | Farneback | DIS-fast, one colour scale per row
-    (the pseudo-GT's 99th-percentile speed, at least 1 px: faster vectors are drawn fully saturated); the row of
-    pair ``fastest`` says so."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    learners = [name for name in all_scores if name not in (*CLASSICAL, "zero_flow")]
-    columns = ["frame", *learners, "pseudo-GT", *CLASSICAL]
-    rows = sorted(next(iter(all_scores.values())).flows)
-    height, width = clip.frames.shape[1:3]
-    cell = 2.0
-    fig, axes = plt.subplots(
-        len(rows), len(columns), figsize=(cell * len(columns), cell * height / width * len(rows) + 1.0), squeeze=False
-    )
-    for i, t in enumerate(rows):
-        gt = clip.pseudo_gt[t]
-        scale = max(1.0, float(np.percentile(np.linalg.norm(gt, axis=-1), 99)))
-        flows = {name: all_scores[name].flows[t] for name in (*learners, *CLASSICAL)} | {"pseudo-GT": gt}
-        for j, column in enumerate(columns):
-            ax = axes[i, j]
-            image = clip.frames[t] if column == "frame" else flow_to_color(flows[column], max_magnitude=scale)
-            ax.imshow(image, interpolation="nearest")
-            ax.set_xticks([])
-            ax.set_yticks([])
-            if i == 0:
-                ax.set_title(column, fontsize=8)
-            if j == 0:
-                fast = " (fastest)" if t == fastest else ""
-                ax.set_ylabel(f"pair {t}{fast}\n{scale:.1f} px", fontsize=8)
-    fig.suptitle(title, fontsize=9)
-    fig.tight_layout(rect=(0, 0.0, 1, 0.95))
-    legend = fig.add_axes((0.005, 0.9, 0.06, 0.08))
-    legend.imshow(color_wheel_legend(64))
-    legend.axis("off")
-    fig.set_dpi(110)
-    return fig
-
-
-def markdown(result: dict) -> str:
-    clip, gt = result["clip"], result["pseudo_gt"]
-    lines = [
-        f"{result['torch_threads']} torch threads; {result['seconds']:.0f} s in all.",
-        "",
-        f"Decoded {clip['decoded']} frames, kept {clip['kept']} at {clip['fps']:g} fps ({clip['pairs']} pairs), "
-        f"{clip['full_size'][0]}x{clip['full_size'][1]} → {clip['size'][0]}x{clip['size'][1]}. Pseudo-GT: "
-        f"{gt['method']}, mean speed {gt['mean_magnitude']:.2f} px, {100 * gt['moving_fraction']:.0f} % of pixels "
-        f"moving (> 0.5 px), {100 * gt['fast_fraction']:.1f} % fast (> {FAST_MOTION:g} px), computed in "
-        f"{gt['seconds']:.0f} s; the fastest pair is {result['fastest_pair']}.",
-    ]
-    if clip["backwards_timestamps"]:
-        lines[-1] += (
-            f" {clip['backwards_timestamps']} decoded frames carry a timestamp earlier than the frame before them "
-            "(container timestamps in decode order); the service's resampler drops those, and so does this bench."
-        )
-    lines += ["", "ms/pair: median step time on this shared machine at the load above, not a speed measurement."]
-    for window, pairs in WINDOWS.items():
-        n = next(iter(result["methods"].values()))[window]["pairs"]
-        label = "whole clip" if pairs is None else f"first {pairs} pairs"
-        lines += [
-            "",
-            f"### {label} ({n} pairs)",
-            "",
-            "| method | EPE all | EPE moving | EPE fast | F1 moving | photometric | ms/pair |",
-            "|---|---|---|---|---|---|---|",
-        ]
-        for name, m in result["methods"].items():
-            w = m[window]
-            lines.append(
-                f"| {name} | {w['epe_all']:.3f} | {w['epe_moving']:.3f} | {w['epe_fast']:.3f} | {w['f1_moving']:.3f} "
-                f"| {w['photo']:.4f} | {m['ms_per_pair']:.1f} |"
-            )
-        lines += ratio_table(result["methods"], window)
-    learned = [(name, m) for name, m in result["methods"].items() if "balance" in m]
-    if learned:
-        lines.append("")
-        for name, m in learned:
-            lines.append(f"- {name}: net {m['net']}, balance {m['balance']}, lr {m['lr']:.2g} for every stage")
-    return "\n".join(lines) + "\n"
-
-
-def versus_classical(methods: dict[str, dict], window: str) -> dict[str, dict[str, float]]:
-    """Per learner, its EPE (all, moving, fast pixels) over the better of Farneback's and DIS-fast's in ``window``
-    (< 1: the learner wins; NaN where the window has no such pixel)."""
-    ratios = {}
-    for name, m in methods.items():
-        if "balance" not in m:
-            continue
-        ratios[name] = {}
-        for score in ("epe_all", "epe_moving", "epe_fast"):
-            better = min(methods[c][window][score] for c in CLASSICAL)
-            ratios[name][score] = m[window][score] / better if better > 0 else float("nan")
-    return ratios
-
-
-def ratio_table(methods: dict[str, dict], window: str) -> list[str]:
-    """``versus_classical`` as markdown rows (none without a learner)."""
-    ratios = versus_classical(methods, window)
-    if not ratios:
-        return []
-    lines = ["", "| learner / better of Farneback and DIS-fast | EPE all | EPE moving | EPE fast |"]
-    lines.append("|---|---|---|---|")
-    for name, r in ratios.items():
-        lines.append(f"| {name} | {r['epe_all']:.2f} | {r['epe_moving']:.2f} | {r['epe_fast']:.2f} |")
-    return lines
 
 
 def parse_rates(text: str | None) -> list[float | None]:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
-from bench import realflow
+from bench import realflow, realflow_report
 from models.flow_nets import build_flow_net
 from models.streams import generate, write_mp4
 
@@ -89,7 +89,7 @@ def test_the_fastest_pair_is_the_one_with_the_fastest_pixels_not_the_largest_mea
     flows[1] += 1.0  # everything moves a little: the largest mean
     flows[2, :3, :4] = (6.0, 0.0)  # 12 % of the picture moves fast
     flows[3, 0, 0] = (50.0, 0.0)  # one wild vector
-    assert realflow.fastest_pair(flows) == 2
+    assert realflow_report.fastest_pair(flows) == 2
 
 
 def test_fast_pixels_are_scored_apart_and_a_window_without_them_has_no_score():
@@ -104,9 +104,9 @@ def test_fast_pixels_are_scored_apart_and_a_window_without_them_has_no_score():
 
 
 def test_sheet_pairs_start_early_and_spread():
-    assert realflow.sheet_pairs(223) == [0, 10, 30, 100, 111, 222]
-    assert realflow.sheet_pairs(67) == [0, 10, 30, 66]  # 33 is too close to 30
-    assert realflow.sheet_pairs(3) == [0]
+    assert realflow_report.sheet_pairs(223) == [0, 10, 30, 100, 111, 222]
+    assert realflow_report.sheet_pairs(67) == [0, 10, 30, 66]  # 33 is too close to 30
+    assert realflow_report.sheet_pairs(3) == [0]
 
 
 def test_a_saved_state_dict_initialises_the_learner(tmp_path):
