@@ -156,6 +156,8 @@ class PairScores:
         fast_err, fast_count = self.fast[:n].sum(axis=0)
         return {
             "pairs": n,
+            "moving_pixels": int(count),
+            "fast_pixels": int(fast_count),
             "epe_all": float(np.nanmean(self.epe[:n])),
             "epe_moving": float(err / count) if count else float("nan"),
             "epe_fast": float(fast_err / fast_count) if fast_count else float("nan"),

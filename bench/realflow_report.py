@@ -94,11 +94,12 @@ def markdown(result: dict) -> str:
         )
     lines += ["", "ms/pair: median step time on this shared machine at the load above, not a speed measurement."]
     for window, pairs in WINDOWS.items():
-        n = next(iter(result["methods"].values()))[window]["pairs"]
+        first = next(iter(result["methods"].values()))[window]
         label = "whole clip" if pairs is None else f"first {pairs} pairs"
         lines += [
             "",
-            f"### {label} ({n} pairs)",
+            f"### {label} ({first['pairs']} pairs; {first['moving_pixels']:,} moving pixels, "
+            f"{first['fast_pixels']:,} fast)",
             "",
             "| method | EPE all | EPE moving | EPE fast | F1 moving | photometric | ms/pair |",
             "|---|---|---|---|---|---|---|",

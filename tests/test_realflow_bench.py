@@ -42,13 +42,16 @@ def test_writes_scored_results_for_every_method(clip, tmp_path):
     for name, m in methods.items():
         assert m["scored_pairs"] == 11, name  # PARTIME's last pair comes out of the flush and is scored too
         assert [m[w]["pairs"] for w in ("first30", "first100", "all")] == [11, 11, 11], name
-        assert set(m["all"]) == {"pairs", "epe_all", "epe_moving", "epe_fast", "f1_moving", "photo"}, name
+        assert set(m["all"]) == {"pairs", "moving_pixels", "fast_pixels", "epe_all", "epe_moving", "epe_fast",
+                                 "f1_moving", "photo"}, name
     assert len(methods["scratch/partime_d2"]["balance"]) == 2 and methods["scratch/partime_d2"]["lr"] > 0
 
     # Zero flow's EPE is the pseudo-GT's mean speed, and it finds no moving pixel; DIS-fast scores something finite.
     zero = methods["zero_flow"]["all"]
     assert zero["epe_all"] == pytest.approx(result["pseudo_gt"]["mean_magnitude"], rel=1e-5)
     assert result["pseudo_gt"]["moving_fraction"] > 0 and zero["f1_moving"] == 0.0
+    pixels = result["clip"]["pairs"] * 64 * 48  # how many pixels the window's moving-pixel EPE averages, said
+    assert zero["moving_pixels"] == round(result["pseudo_gt"]["moving_fraction"] * pixels)
     dis = methods["dis_fast"]["all"]
     assert all(np.isfinite(dis[k]) for k in ("epe_all", "epe_moving", "f1_moving", "photo"))
     assert dis["epe_all"] < zero["epe_all"]
@@ -66,6 +69,7 @@ def test_writes_scored_results_for_every_method(clip, tmp_path):
     md = stem.with_suffix(".md").read_text()
     assert f"`{result['command']}`" in md and "load average" in md
     assert md.count("| zero_flow |") == 3  # first 30, first 100, whole clip
+    assert f"(11 pairs; {zero['moving_pixels']:,} moving pixels, {zero['fast_pixels']:,} fast)" in md
     assert md.count("| scratch/partime_d2 |") == 6  # and its ratios to the better classical method
     for png in (stem.with_suffix(".png"), tmp_path / "realflow-moving-64x48-sheet.png"):
         with Image.open(png) as image:
