@@ -10,6 +10,10 @@ Data: ``--clips`` clips of ``models.scenes`` (static, panning and hand-held came
 and fast, motion blur, noise, flicker, H.264), generated once from ``--seed``; the last ``--holdout``
 clips are never trained on and give the held-out EPE, over all pixels and over the fast ones (true
 speed above ``models.flow_metrics.FAST_MOTION``), both recorded in ``<net>.json`` beside zero flow's.
+Warm restart (``--init FILE``): a run may start from weights an earlier run wrote and learn on clips of another
+seed with a fresh cosine cycle (SGDR, Loshchilov & Hutter): more and newer clips without throwing away the first
+cycle's hours. ``<net>.json`` then nests the earlier run's own record under ``warm_start`` (``make pretrain`` runs
+both cycles).
 Objective: supervised end-point error of the final flow plus, with smaller weights, of every coarser
 level's estimate (PWC-Net's multi-scale loss), Adam with a cosine decay. The intermediate levels' own
 unsupervised losses (``supervision``) are off while pretraining: the exact flow is a better teacher.
@@ -161,6 +165,8 @@ def pretrain(args: argparse.Namespace) -> dict:
     test_pairs, test_flows = pairs[-holdout:], flows[-holdout:]
     data_s = time.time() - start
     net = build_flow_net(args.net, init="scratch")
+    if args.init:
+        net.load_state_dict(torch.load(args.init, map_location="cpu", weights_only=True))
     for m in net:
         if isinstance(m, EdgeAwareFill):
             m.learn_scales = True  # offline only (EdgeAwareFill)
@@ -170,7 +176,7 @@ def pretrain(args: argparse.Namespace) -> dict:
         opt, lambda s: 0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * s / args.steps))
     )
     before = held_out_scores(net, test_pairs, test_flows)
-    print(f"untrained: held-out EPE {before['epe']:.3f} (zero flow {before['zero_flow_epe']:.3f})", flush=True)
+    print(f"before training: held-out EPE {before['epe']:.3f} (zero flow {before['zero_flow_epe']:.3f})", flush=True)
     log = []
     with no_deep_supervision(net):
         data = batches(train_pairs, train_flows, args.batch, np.random.default_rng(args.seed))
@@ -201,7 +207,7 @@ def pretrain(args: argparse.Namespace) -> dict:
     return {
         "net": net,
         "held_out": after,
-        "untrained_epe": before["epe"],
+        "start_epe": before["epe"],
         "data_seconds": data_s,
         "train_seconds": time.time() - start - data_s,
         "log": log,
@@ -228,9 +234,12 @@ def save(result: dict, args: argparse.Namespace, command: str) -> Path:
         "held_out_fast_epe": round(result["held_out"]["fast_epe"], 4),
         "held_out_zero_flow_fast_epe": round(result["held_out"]["zero_flow_fast_epe"], 4),
         "fast_motion_px": FAST_MOTION,
-        "untrained_epe": round(result["untrained_epe"], 4),
+        "start_epe": round(result["start_epe"], 4),
         "log": result["log"],
     }  # fmt: skip
+    if args.init:
+        record = Path(args.init).with_suffix(".json")
+        meta["warm_start"] = json.loads(record.read_text()) if record.is_file() else {"weights": str(args.init)}
     (out / f"{args.net}.json").write_text(json.dumps(meta, indent=2) + "\n")
     return out / f"{args.net}.pt"
 
@@ -248,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log-every", type=int, default=250)
+    parser.add_argument("--init", help="start from these weights (a .pt this script wrote) instead of random ones")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--out", default=str(WEIGHTS_DIR))
     args = parser.parse_args(argv)

@@ -110,3 +110,16 @@ def test_held_out_scores_pool_the_fast_pixels_apart():
     scores = pretrain.held_out_scores(lambda x: torch.zeros(len(x), 2, 8, 8), pairs, flows)
     assert scores["epe"] == scores["zero_flow_epe"] == pytest.approx((3.0 + 1.0) / 2)
     assert scores["fast_epe"] == scores["zero_flow_fast_epe"] == pytest.approx(6.0)
+
+
+def test_a_warm_restart_starts_from_the_earlier_weights_and_keeps_their_record(tmp_path, monkeypatch):
+    monkeypatch.setattr(pretrain, "CACHE_DIR", tmp_path / "cache")
+    common = ["--clips", "4", "--holdout", "1", "--frames", "3", "--width", "32", "--height", "32", "--batch", "2",
+              "--threads", "1"]  # fmt: skip
+    assert pretrain.main([*common, "--steps", "3", "--out", str(tmp_path / "first")]) == 0
+    assert pretrain.main([*common, "--steps", "1", "--init", str(tmp_path / "first" / "fast.pt"),
+                          "--out", str(tmp_path / "second")]) == 0  # fmt: skip
+    first = json.loads((tmp_path / "first" / "fast.json").read_text())
+    second = json.loads((tmp_path / "second" / "fast.json").read_text())
+    assert second["start_epe"] == pytest.approx(first["held_out_epe"], abs=2e-4)  # same held-out clips, same weights
+    assert second["warm_start"] == first
