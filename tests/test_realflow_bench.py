@@ -37,13 +37,13 @@ def test_writes_scored_results_for_every_method(clip, tmp_path):
     assert result["clip"]["backwards_timestamps"] == 0
 
     methods = result["methods"]
+    scores = ("epe_all", "epe_moving", "epe_fast", "f1_moving", "photo")
     learners = [f"{init}/{d}" for init in ("pretrained", "scratch") for d in ("sequential", "partime_d2")]
     assert list(methods) == [*learners, "farneback", "dis_fast", "zero_flow"]
     for name, m in methods.items():
         assert m["scored_pairs"] == 11, name  # PARTIME's last pair comes out of the flush and is scored too
         assert [m[w]["pairs"] for w in ("first30", "first100", "all")] == [11, 11, 11], name
-        assert set(m["all"]) == {"pairs", "moving_pixels", "fast_pixels", "epe_all", "epe_moving", "epe_fast",
-                                 "f1_moving", "photo"}, name
+        assert set(m["all"]) == {"pairs", "moving_pixels", "fast_pixels", *scores}, name
     assert len(methods["scratch/partime_d2"]["balance"]) == 2 and methods["scratch/partime_d2"]["lr"] > 0
 
     # Zero flow's EPE is the pseudo-GT's mean speed, and it finds no moving pixel; DIS-fast scores something finite.
