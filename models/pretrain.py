@@ -12,8 +12,8 @@ clips are never trained on and give the held-out EPE, over all pixels and over t
 speed above ``models.flow_metrics.FAST_MOTION``), both recorded in ``<net>.json`` beside zero flow's.
 Warm restart (``--init FILE``): a run may start from weights an earlier run wrote and learn on clips of another
 seed with a fresh cosine cycle (SGDR, Loshchilov & Hutter): more and newer clips without throwing away the first
-cycle's hours. ``<net>.json`` then nests the earlier run's own record under ``warm_start`` (``make pretrain`` runs
-both cycles).
+cycle's hours. ``<net>.json`` then nests the earlier run's own record under ``warm_start``. The shipped weights are
+one cycle's: a second one scored better on generated clips and worse on real ones (docs/models.md#pretraining).
 Objective: supervised end-point error of the final flow plus, with smaller weights, of every coarser
 level's estimate (PWC-Net's multi-scale loss), Adam with a cosine decay. The intermediate levels' own
 unsupervised losses (``supervision``) are off while pretraining: the exact flow is a better teacher.
