@@ -13,7 +13,8 @@ speed above ``models.flow_metrics.FAST_MOTION``), both recorded in ``<net>.json`
 Warm restart (``--init FILE``): a run may start from weights an earlier run wrote and learn on clips of another
 seed with a fresh cosine cycle (SGDR, Loshchilov & Hutter): more and newer clips without throwing away the first
 cycle's hours. ``<net>.json`` then nests the earlier run's own record under ``warm_start``. The shipped weights are
-one cycle's: a second one scored better on generated clips and worse on real ones (docs/models.md#pretraining).
+one cycle's, restarted briefly and gently (500 steps at lr 1e-4) when the net's last two layers swapped places; a full
+second cycle scored better on generated clips and worse on real ones (docs/models.md#pretraining).
 Objective: supervised end-point error of the final flow plus, with smaller weights, of every coarser
 level's estimate (PWC-Net's multi-scale loss), Adam with a cosine decay. The intermediate levels' own
 unsupervised losses (``supervision``) are off while pretraining: the exact flow is a better teacher.

@@ -42,8 +42,8 @@ def test_automatic_balance_never_ends_a_stage_after_a_full_resolution_layer():
         ("CostVolumeMatch", 1),
         ("LucasKanadeStep", 1),
         ("LucasKanadeStep", 1),
-        ("StillGate", None),
         ("EdgeAwareFill", None),
+        ("StillGate", None),
     ]
     x = torch.rand(1, 6, 32, 32)
     for stages in (2, 4):
