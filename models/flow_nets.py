@@ -282,7 +282,7 @@ FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
         fill=True,
     ),
     # The research net of the synthetic benchmark (bench.flow), learned from scratch: two Lucas-Kanade steps
-    # per level, and the same still gate and fill as the service's net (the generated streams have flat
+    # per level, and the same fill and still gate as the service's net (the generated streams have flat
     # regions too; bench/results/flow-*.md). Both nets' coarse levels also learn from their own loss (deep
     # supervision), which keeps a stale stage stable.
     "strong": lambda: pyramid_flow_net(lk_steps=2, supervision=0.3, still=True, fill=True),
