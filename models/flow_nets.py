@@ -179,7 +179,8 @@ class CostVolumeMatch(nn.Module):
 class LucasKanadeStep(nn.Module):
     """[flow, frames] -> [refined flow, frames]: one damped Lucas-Kanade update at 1/factor.
 
-    Channels: RGB plus ``width`` learned features of both frames. Sums of the gradient products
+    Channels: RGB plus ``width`` learned features of both frames (none at all costs least: the service's net takes
+    its full-resolution step on RGB alone). Sums of the gradient products
     over a ``window`` give per pixel the 2x2 normal equations of the linearised brightness
     constancy; ``log_damping`` (learned) keeps texture-less regions from taking wild steps. It starts
     at e^-9: e^-6 damped the steps of smooth images to a fraction (EPE 0.35 vs 0.27 on a held-out
@@ -188,7 +189,7 @@ class LucasKanadeStep(nn.Module):
     def __init__(self, factor: int, width: int, window: int, supervision: float = 0.0) -> None:
         super().__init__()
         self.factor, self.window, self.supervision = factor, window, supervision
-        self.convs = _feature_convs(width)
+        self.convs = _feature_convs(width) if width else None
         self.log_damping = nn.Parameter(torch.tensor(-9.0))
 
     @staticmethod
@@ -202,9 +203,11 @@ class LucasKanadeStep(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         small = _pool(frames_of(x), self.factor)
         flow = _downsample_flow(x[:, :2], self.factor)
-        f0, f1 = _siamese(self.convs, small)
-        i0 = torch.cat([small[:, :3], f0], 1)
-        i1 = warp(torch.cat([small[:, 3:], f1], 1), flow)
+        i0, i1 = small[:, :3], small[:, 3:]
+        if self.convs is not None:
+            f0, f1 = _siamese(self.convs, small)
+            i0, i1 = torch.cat([i0, f0], 1), torch.cat([i1, f1], 1)
+        i1 = warp(i1, flow)
         ix, iy = self._gradients(0.5 * (i0 + i1))
         it = i1 - i0
         products = (ix * ix, ix * iy, iy * iy, ix * it, iy * it)
@@ -232,15 +235,15 @@ def pyramid_flow_net(
     heads: tuple[int, ...] = (32, 32, 16),
     lk_steps: int = 0,
     lk_width: int = 16,
-    lk_full_resolution: bool = True,
+    lk_full_width: int | None = 16,
     window: int = 7,
     supervision: float = 0.0,
     fill: bool = False,
     still: bool = False,
 ) -> nn.Sequential:
     """Coarse-to-fine levels (features, then cost-volume match), each followed by ``lk_steps``
-    Lucas-Kanade steps with ``lk_width`` learned channels (not at full resolution unless
-    ``lk_full_resolution``: there they cost the most); at full resolution ``fill`` carries flow from
+    Lucas-Kanade steps with ``lk_width`` learned channels (``lk_full_width`` at full resolution, where they cost
+    the most: 0 for RGB alone, None for no steps there); at full resolution ``fill`` carries flow from
     textured, well-matched pixels into flat ones along the image's edges, then ``still`` gates the flow
     to zero where nothing moved (``models.flow_cleanup``). The gate comes last: a fill after it took the
     gate's zeros, well matched on the still background, for confident flow and spread them into slow
@@ -252,8 +255,8 @@ def pyramid_flow_net(
     for factor, width, radius, head in zip(factors, widths, radii, heads, strict=True):
         own = supervision if factor > 1 else 0.0  # at full resolution the objective itself supervises
         level = [PairFeatures(factor, width), CostVolumeMatch(factor, width, radius, head, own)]
-        steps = lk_steps if factor > 1 or lk_full_resolution else 0
-        level += [LucasKanadeStep(factor, lk_width, window, own) for _ in range(steps)]
+        lk = lk_width if factor > 1 else lk_full_width
+        level += [LucasKanadeStep(factor, lk, window, own) for _ in range(lk_steps if lk is not None else 0)]
         level += [EdgeAwareFill()] if fill and factor == 1 else []
         level += [StillGate()] if still and factor == 1 else []
         for layer in level:  # no stage ends inside the full-resolution level (module docstring)
@@ -276,7 +279,7 @@ FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
         heads=(32, 32, 24, 8),
         lk_steps=1,
         lk_width=8,
-        lk_full_resolution=False,
+        lk_full_width=0,
         supervision=0.3,
         still=True,
         fill=True,

@@ -13,13 +13,15 @@ speed above ``models.flow_metrics.FAST_MOTION``), both recorded in ``<net>.json`
 Warm restart (``--init FILE``): a run may start from weights an earlier run wrote and learn on clips of another
 seed with a fresh cosine cycle (SGDR, Loshchilov & Hutter): more and newer clips without throwing away the first
 cycle's hours. ``<net>.json`` then nests the earlier run's own record under ``warm_start``. The shipped weights are
-one cycle's, restarted briefly and gently (500 steps at lr 1e-4) when the net's last two layers swapped places; a full
-second cycle scored better on generated clips and worse on real ones (docs/models.md#pretraining).
+one cycle's, restarted briefly and gently (500 steps at lr 1e-4) each time the net's layers changed (the last two
+swapped places; a full-resolution Lucas-Kanade step came in); a full second cycle scored better on generated clips
+and worse on real ones (docs/models.md#pretraining).
 Objective: supervised end-point error of the final flow plus, with smaller weights, of every coarser
 level's estimate (PWC-Net's multi-scale loss), Adam with a cosine decay. The intermediate levels' own
 unsupervised losses (``supervision``) are off while pretraining: the exact flow is a better teacher.
-The still gate's margin is not trained here: it is a prior about cameras (how much better than standing
-still a motion must explain a pixel, at about 8-bit video's quantisation noise), and generated clips,
+The still gate's margin and quiet threshold are not trained here: they are priors about cameras (how much better
+than standing still a motion must explain a pixel, at about 8-bit video's quantisation noise, and how little a still
+place changes), and generated clips,
 where something moves nearly everywhere, would teach it to gate less than a real camera's mostly static
 picture needs.
 """
@@ -171,7 +173,7 @@ def pretrain(args: argparse.Namespace) -> dict:
     for m in net:
         if isinstance(m, EdgeAwareFill):
             m.learn_scales = True  # offline only (EdgeAwareFill)
-    trained = [p for m in net if not isinstance(m, StillGate) for p in m.parameters()]  # the gate's margin: a prior
+    trained = [p for m in net if not isinstance(m, StillGate) for p in m.parameters()]  # the gate's thresholds: priors
     opt = torch.optim.Adam(trained, lr=args.lr)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: 0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * s / args.steps))

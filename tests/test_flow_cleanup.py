@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from models.flow_cleanup import EdgeAwareFill, StillGate, confidence, neighbour_sum
+from models.flow_cleanup import EdgeAwareFill, StillGate, close_gaps, confidence, neighbour_sum
 
 
 def textured(h: int = 32, w: int = 32, seed: int = 0) -> torch.Tensor:
@@ -37,6 +37,38 @@ def test_still_gate_lets_little_through_where_moving_explains_the_pair_no_better
     wrong = torch.full((1, 2, 32, 32), 1.0)
     out = StillGate()(with_flow(wrong, flat, flat))[:, :2]
     assert out.abs().max() < 0.125
+
+
+def test_still_gate_keeps_an_imperfect_flow_where_the_frames_clearly_changed():
+    """Content moved 6 px right; the flow says 6 px down, which explains the pair no better than standing still. The
+    frames differ clearly, so the place is not still: the flow stays for learning to correct, not zeroed (a fast
+    mover's partial match, gated, lost its motion)."""
+    image = textured()
+    moved = torch.roll(image, shifts=6, dims=-1)
+    wrong = torch.zeros(1, 2, 32, 32)
+    wrong[:, 1] = 6.0
+    gate = StillGate()
+    assert torch.allclose(gate(with_flow(wrong, image, moved))[:, :2], wrong, atol=1e-3)
+    with torch.no_grad():
+        gate.quiet.fill_(100.0)  # every window counts as quiet: the stillness test alone decides
+    gate.closing = 1
+    assert gate(with_flow(wrong, image, moved))[:, :2].abs().mean() < 2.0
+
+
+def test_close_gaps_fills_a_mover_s_narrow_holes_and_leaves_wide_still_regions_and_outlines():
+    """The still gate's keep-mask after its test: a mover with specks its test gated, on a still background."""
+    keep = torch.zeros(1, 1, 48, 48)
+    keep[..., 10:38, 12:36] = 1.0  # the mover
+    keep[..., 20:24, 20:27] = 0.0  # a 4 x 7 hole: narrower than 9 px both ways
+    keep[..., 30, 14:34] = 0.0  # a one-pixel crack
+    closed = close_gaps(keep, 9)
+    assert closed[..., 10:38, 12:36].min() == 1.0
+    outside = torch.ones_like(keep, dtype=torch.bool)
+    outside[..., 10:38, 12:36] = False
+    assert closed[outside].max() == 0.0  # the mover does not grow into the background
+    wide = keep.clone()
+    wide[..., 14:34, 16:32] = 0.0  # a still region 16 px wide inside it stays still
+    assert close_gaps(wide, 9)[..., 16:32, 18:30].max() == 0.0
 
 
 def test_still_gate_keeps_the_motion_of_a_flat_mover_that_its_edges_show():

@@ -131,7 +131,8 @@ def test_local_correlation_gradients_match_autograds_own():
     torch.testing.assert_close(torch.autograd.grad(cost, (f0, f1), grad), expected)
 
 
-def test_lucas_kanade_step_recovers_a_subpixel_translation():
+@pytest.mark.parametrize("width", [4, 0])  # learned channels, or RGB alone (the fast net's full-resolution step)
+def test_lucas_kanade_step_recovers_a_subpixel_translation(width):
     from models.flow_loss import warp
     from models.flow_nets import LucasKanadeStep
 
@@ -141,7 +142,7 @@ def test_lucas_kanade_step_recovers_a_subpixel_translation():
         prev = torch.nn.functional.avg_pool2d(prev, 3, 1, 1, count_include_pad=False)
     true = torch.tensor([0.4, -0.3]).view(1, 2, 1, 1)
     cur = warp(prev, -true.expand(1, 2, 64, 64))  # cur(x) = prev(x - d): content moved by d
-    step = LucasKanadeStep(factor=1, width=4, window=7)
+    step = LucasKanadeStep(factor=1, width=width, window=7)
     with torch.no_grad():
         step.log_damping.fill_(-20.0)  # the mechanism alone (damping is learned)
         flow = step(torch.cat([torch.zeros(1, 2, 64, 64), prev, cur], 1))[:, :2, 12:-12, 12:-12]
