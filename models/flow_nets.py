@@ -27,7 +27,7 @@ loss of its own estimate at its own resolution (``models.deep_supervision``), so
 a gradient of the frame their stage is processing, not only the one the later stages send 2(D-1-h)
 frames late; it keeps a stale stage stable at the sequential rate, also when the frames it sees are
 far apart (a service that drops frames): without it, PARTIME D = 2 from scratch fed every second frame
-of the demo drifted back towards zero flow's loss within three loops while D = 1 kept learning
+of the demo diverged (its loss 29 times zero flow's by the third loop) while D = 1 kept learning
 (bench/results/skipped-frames.md). The loss is taken at the level's own resolution and scale only,
 not at full resolution, so it costs little.
 """
