@@ -21,5 +21,5 @@ def test_writes_a_row_per_depth_stride_and_supervision(tmp_path):
         assert len(r["loops"]) == 2 and all(0 < v < float("inf") for v in r["loops"]) and r["zero_flow"] > 0
     # With deep supervision the stale stage learns; without it, it may diverge (what the bench is there to show: since
     # the still gate stopped zeroing the flow wherever the frames changed, it no longer hides a diverging flow).
-    assert all(v < r["zero_flow"] for v in rows[0]["loops"])
+    assert all(v < rows[0]["zero_flow"] for v in rows[0]["loops"])
     assert "| 2 | 8 | on |" in (tmp_path / "skipped-frames.md").read_text()
