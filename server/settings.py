@@ -72,9 +72,10 @@ class Settings(BaseSettings):
     stages: int = Field(2, ge=1, le=16, description="default number of pipeline stages D")
     lr: float | None = Field(None, gt=0, description="default Adam lr of every stage (none: by init)")
     gpu_compile: bool = Field(
-        True,
-        description="on a GPU, torch.compile each stage (inductor) in the background; the stream learns eagerly "
-        "meanwhile, and the compiled kernels are cached under cache_dir",
+        False,
+        description="on a GPU, also torch.compile each stage (inductor) in the background and switch to it when "
+        "ready; the stream learns with CUDA graphs meanwhile, and the compiled kernels are cached under cache_dir. "
+        "Off by default: a cold compile takes minutes and the graphs alone already remove the launch cost",
     )
     # Supervision.
     checkpoint_interval_s: float = Field(30.0, gt=0, description="seconds between periodic checkpoints")

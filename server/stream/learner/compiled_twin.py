@@ -4,6 +4,11 @@ Why in the background: ``torch.compile`` takes seconds (from its on-disk cache) 
 forward and backward, and a stream must show its first picture within seconds. The twin compiles on a sample input
 (its own weights are thrown away: the learner loads its current state into it when it takes it over), with CUDA
 graphs off, so that nothing it does can disturb a capture in the learner's thread.
+
+One twin compiles at a time in a process: Dynamo's FX tracing flag is global, so a twin entering a compiled function
+while another traces fails ("using FX to symbolically trace a dynamo-optimized function"; seen on an H200 when the
+budget controller's resizes started twins while the first still compiled). A twin closed before its turn never
+compiles.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from pipeline_core import Pipeline
 log = logging.getLogger(__name__)
 #: Compiled variants kept per compiled function: every stage of every size the budget visits is one (torch keeps 8).
 RECOMPILE_LIMIT = 64
+#: Held by the twin that compiles (see the module's docstring).
+_COMPILING = threading.Lock()
 
 
 class CompiledTwin:
@@ -31,10 +38,16 @@ class CompiledTwin:
         self._build, self._sample = build, sample
         self._pipe: Pipeline | None = None
         self.error: str | None = None
+        self._closed = threading.Event()
         self._thread = threading.Thread(target=self._make, name="compile", daemon=True)
         self._thread.start()
 
     def _make(self) -> None:
+        with _COMPILING:
+            if not self._closed.is_set():
+                self._compile()
+
+    def _compile(self) -> None:
         try:
             pipe = self._build()
             for _ in range(2 * pipe.depth + 2):  # every stage forwards and backpropagates (each compiles once)
@@ -58,7 +71,9 @@ class CompiledTwin:
         return pipe
 
     def close(self) -> None:
-        """Release what the twin built; a compile still running finishes in its daemon thread and is dropped."""
+        """Release what the twin built; a compile still running finishes in its daemon thread and is dropped, one not
+        yet started never starts."""
+        self._closed.set()
         pipe = self.take()
         if pipe is not None:
             pipe.close()
