@@ -129,26 +129,35 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GP
 @pytest.mark.cuda
 @pytest.mark.parametrize("stages", [1, 2])
 def test_the_service_learner_runs_as_a_cuda_graph_and_learns_as_eagerly(stages):
-    """On CUDA the service's learner is captured whole (capturable fused Adam, no host read) and computes what the
-    same learner computes eagerly."""
+    """On CUDA the service's learner is captured whole (capturable fused Adam, no host read) and learns what the same
+    learner learns eagerly, as closely as two eager runs agree: the flow net's backward adds with atomics
+    (``grid_sample``, bilinear upsampling, max pooling), so eager runs differ in their last bits and Adam carries
+    that on (seen on an H200: up to 4e-3 in the outputs after ten frames)."""
     from models.streams import generate
 
     video = generate(64, 12, seed=3).frames[:, :48, :64]
     pairs = [torch.from_numpy(video[i : i + 2]).permute(0, 3, 1, 2).reshape(1, 6, 48, 64).cuda().float() / 255
              for i in range(len(video) - 1)]  # fmt: skip
-    outputs = {}
-    for graph in (False, True):
+    runs = {}
+    for name, graph in (("eager", False), ("eager again", False), ("graph", True)):
         torch.manual_seed(0)
         net = build_flow_net("fast", init="scratch")
         layers = coarse_then_full(net) if stages == 2 else None
         with online_pipeline(net, pairs[0], stages, layers=layers, devices=["cuda:0"], cuda_graph=graph) as pipe:
             assert (pipe._graphs is not None) == graph
             results = [pipe.step(x, target=x) for x in pairs]
-            outputs[graph] = {r.frame: (r.output, r.loss) for r in results if r.frame is not None}
+            runs[name] = {r.frame: (r.output, r.loss) for r in results if r.frame is not None}
             if graph:
                 assert pipe._graphs._graphs, "no step was captured"
-    assert sorted(outputs[True]) == sorted(outputs[False])
-    for frame, (out, loss) in outputs[False].items():
-        graph_out, graph_loss = outputs[True][frame]
-        torch.testing.assert_close(graph_out, out, rtol=0, atol=1e-5)
-        assert abs(graph_loss - loss) <= 1e-5
+    assert sorted(runs["graph"]) == sorted(runs["eager"]) == sorted(runs["eager again"])
+
+    def gap(other: str) -> tuple[float, float]:
+        """The largest difference from the eager run: in the outputs, in the losses."""
+        pairs_ = [(runs["eager"][f], runs[other][f]) for f in runs["eager"]]
+        return (max(float((b[0] - a[0]).abs().max()) for a, b in pairs_),
+                max(abs(b[1] - a[1]) for a, b in pairs_))  # fmt: skip
+
+    noise_out, noise_loss = gap("eager again")
+    graph_out, graph_loss = gap("graph")
+    assert graph_out <= max(1e-5, 10 * noise_out), (graph_out, noise_out)
+    assert graph_loss <= max(1e-5, 10 * noise_loss), (graph_loss, noise_loss)
