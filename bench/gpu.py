@@ -1,4 +1,4 @@
-"""``make bench-gpu``: the service on a GPU, measured by one command that ends within 10 minutes, into
+"""``make bench-gpu``: the service on a GPU, measured by one command that ends within 6 minutes, into
 ``bench/results/gpu-<card>.{md,json}``.
 
 Parts, each reported even when another fails, in the order ``--parts`` names them; the report is written again after
@@ -6,8 +6,9 @@ each part, so a run stopped at its time limit keeps what it measured:
 
 1. **CUDA tests**: ``pytest -m cuda`` (the engine against its references on CUDA streams and graphs, the flow nets
    in a graph against eager, the device transfers).
-2. **The learning step per size** (``bench.gpu_step``): eager, graph, compiled, compiled + graph; kernels, launches
-   and host syncs per step.
+2. **The learning step per size** (``bench.gpu_step``): eager and graph (what the service runs); with ``--compiled``
+   also compiled and compiled + graph (``--gpu-compile``, off in the service: a cold compile took minutes on an H200,
+   seen in the first run, whose report the time limit cut off); kernels, launches and host syncs per step.
 3. **Learners sharing the GPU** (``bench.gpu_streams``): processes, processes under MPS, threads on CUDA streams.
 4. **The service** on ``box.mp4`` at its own rate (30 fps), sizes left to the service: the learning size chosen,
    drops and latency p95 over a window, first picture cold and warm (``bench.service_clip``'s measures); then
@@ -73,11 +74,9 @@ def cuda_tests(args: argparse.Namespace) -> dict:
 def steps(args: argparse.Namespace) -> dict:
     device = torch.device(args.device)
     if device.type == "cuda":
-        plan = [(way, size, 1) for size in args.sizes for way in ("eager", "graph")]
-        # Compiled + graph first: it decides whether compiling can pay where graphs already remove the launches; a
-        # cold compile takes minutes (bench/results/gpu-nvidia-h200.md), so the budget may stop the rest.
-        plan += [(way, args.sizes[-1], stages) for stages in (1, 2) for way in ("compiled+graph", "compiled")]
-        plan += [("graph", args.sizes[-1], 2)]
+        plan = [(way, size, 1) for size in args.sizes for way in ("eager", "graph")] + [("graph", args.sizes[-1], 2)]
+        if args.compiled:  # compiled + graph first: it decides whether compiling pays where graphs removed the launches
+            plan += [(way, args.sizes[-1], stages) for stages in (1, 2) for way in ("compiled+graph", "compiled")]
     else:
         plan = [("eager", size, 1) for size in args.sizes]
     rows, errors = [], []
@@ -248,11 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parts", nargs="+", choices=list(PARTS), default=list(PARTS), help="run in this order")
     p.add_argument("--window-s", type=float, default=60.0,
                    help="part 4: one stream's window; many streams' is half, each warm-up a quarter")  # fmt: skip
-    p.add_argument("--steps-budget-s", type=float, default=150.0,
-                   help="part 2 starts nothing new after this (a cold compile alone can take minutes)")  # fmt: skip
+    p.add_argument("--compiled", action="store_true", help="part 2 also measures compiled stages (minutes more)")
+    p.add_argument("--steps-budget-s", type=float, default=150.0, help="part 2 starts nothing new after this")
     args = p.parse_args(argv)
-    # Sized to end within one command's 10 minutes on a GPU: tests ~1 min, steps 150 s plus the compile in flight (a
-    # cold one took 213 s on an H200), learners ~1 min, service ~3 min.
+    # Sized to end within 6 minutes on a GPU (a session has 15, its start included): tests under 1 min, steps under
+    # 150 s (a compile in flight runs on: --compiled adds minutes), learners ~1 min, service ~3 min.
     args.step_count, args.rounds, args.stream_seconds, args.tests_timeout = 30, 3, 10.0, 150
     args.seconds, args.many_seconds, args.warmup, args.starts = args.window_s, args.window_s / 2, args.window_s / 4, 2
     if args.quick:
