@@ -1,6 +1,7 @@
 """The learner process's per-frame loop keeps the frame budget: made slow on purpose, it moves to a smaller learning
 size, rebuilds the pipeline there with the same weights, loses no frame on the way (those in flight come out at the
-old size) and says so."""
+old size) and says so. Each test runs as on CPU (a frame's results read at once) and as on a GPU (read one frame
+later, while the next step runs: ``lag`` 1)."""
 
 from __future__ import annotations
 
@@ -30,21 +31,42 @@ class Out(list):
     put = list.append
 
 
-@pytest.fixture
-def loop(tmp_path, monkeypatch):
-    monkeypatch.setattr(budget, "WINDOW_S", 0.6)  # decide on 6 frames, not 20 (a quicker test)
+def make_loop(directory, lag: int, auto: bool = True) -> FrameLoop:
     ladder = tuple(learning_ladder(DISPLAY, 128))
-    lc = LearnerConfig("slow", "fast", "scratch", 2, None, "partime", None, tmp_path / "slow.pt")
-    cfg = LearnerProcessConfig(lc, DISPLAY, FPS, ladder, True, 60.0, 80, None)
-    splits = JsonCache(tmp_path / "splits.json")
+    lc = LearnerConfig("slow", "fast", "scratch", 2, None, "partime", None, directory / "slow.pt")
+    cfg = LearnerProcessConfig(lc, DISPLAY, FPS, ladder, auto, 60.0, 80, None)
+    splits = JsonCache(directory / "splits.json")
     layers = len(FLOW_NETS["fast"]())
     splits.put(key("fast", ladder[0], 2, "cpu"), [layers - layers // 2, layers // 2])  # known: no profiling here
     learner = Learner(lc, ladder[0], splits)
-    controller = budget.BudgetController(ladder, 0, FPS, auto=True)
-    remembered = []
-    frame_loop = FrameLoop(cfg, learner, controller, Ring(), Out(), remembered.append)
+    controller = budget.BudgetController(ladder, 0, FPS, auto=auto)
+    return FrameLoop(cfg, learner, controller, Ring(), Out(), [].append, lag=lag)
+
+
+@pytest.fixture(params=[0, 1], ids=["lag0", "lag1"])
+def loop(request, tmp_path, monkeypatch):
+    monkeypatch.setattr(budget, "WINDOW_S", 0.6)  # decide on 6 frames, not 20 (a quicker test)
+    frame_loop = make_loop(tmp_path, request.param)
     yield frame_loop
-    learner.pipe.close()
+    frame_loop.learner.pipe.close()
+
+
+def test_a_lag_publishes_the_same_results_a_frame_later(tmp_path):
+    """Read one frame later (as on a GPU, where the host paints while the device learns the next frame), a frame's
+    results are those read at once."""
+    loops = [make_loop(tmp_path / str(lag), lag, auto=False) for lag in (0, 1)]
+    pictures = np.random.default_rng(2).integers(0, 255, (8, DISPLAY[1], DISPLAY[0], 3), np.uint8)
+    for i, picture in enumerate(pictures):
+        for frame_loop in loops:
+            frame_loop.on_frame(picture, float(i))
+        at_once, later = ([m for m in fl.out if isinstance(m, FrameLearned)] for fl in loops)
+        assert len(later) == max(0, len(at_once) - 1)
+    assert len(later) >= 4
+    for a, b in zip(at_once, later, strict=False):
+        assert (a.frame, a.capture_time, a.learning_size) == (b.frame, b.capture_time, b.learning_size)
+        assert a.loss == b.loss and a.loss_zero == b.loss_zero and np.array_equal(a.flow, b.flow)
+    for frame_loop in loops:
+        frame_loop.learner.pipe.close()
 
 
 def slow_steps(learner: Learner, seconds_at_largest: float, largest: tuple[int, int]) -> None:

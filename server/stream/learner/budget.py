@@ -20,7 +20,8 @@ proportional to pixels sends a stream that was slow at a large size far too low,
 The step's cost is modelled as affine in the pixels, fitted to the last window of every size measured so far; its
 level follows the current size's latest window (a changed machine load scales every size alike). With one size
 measured, it is scaled by pixels. It only picks the next size to try; the next window measures it, and a larger size
-never measured in the stream is tried when the current one leaves room.
+never measured in the stream is tried when the current one leaves room. (On a GPU the host's part of a frame runs
+beside the next step, ``process.FrameLoop``, so there the sum overstates a frame's work: the next window says.)
 
 Where no size is expected to hold, the stream learns at the cheapest one, and of sizes that cost about the same
 (within ``SAME_COST``) at the largest: on a GPU a small net's step costs nearly the same at every size (launches,

@@ -5,7 +5,9 @@ ordinary (pageable) host memory waits for the device to finish what it was doing
 a frame's work, such waits leave the GPU idle between the pieces of a step. Here frames go up as uint8 (a quarter of
 float32's bytes) through a pinned buffer without blocking, and become floats on the device; what leaves the learner
 for a frame comes down in one batch of copies into pinned buffers, followed by one event, which is the only thing
-the host waits for, once the whole step has been queued. On CPU both are plain tensor views and copies.
+the host waits for, once the whole step has been queued; the learner may queue the next step before it waits
+(``process.FrameLoop``), so the host's work on one frame runs beside the device's on the next. On CPU both are plain
+tensor views and copies.
 """
 
 from __future__ import annotations
@@ -39,27 +41,45 @@ class FrameUpload:
 
 
 class HostCopy:
-    """Named device tensors brought to the host as numpy arrays of their own: every copy queued, then one wait."""
+    """Named device tensors brought to the host as numpy arrays of their own: every copy queued at once (``start``),
+    one wait when they are read (``PendingCopy.result``). Up to ``in_flight`` copies may wait to be read while the
+    next is queued: each has pinned buffers of its own."""
 
-    def __init__(self) -> None:
-        self._pinned: dict[str, Tensor] = {}
+    def __init__(self, in_flight: int = 1) -> None:
+        self._slots: list[dict[str, Tensor]] = [{} for _ in range(in_flight + 1)]
+        self._turn = 0
 
-    def fetch(self, **tensors: Tensor) -> dict[str, np.ndarray]:
+    def start(self, **tensors: Tensor) -> PendingCopy:
+        pinned = self._slots[self._turn]
+        self._turn = (self._turn + 1) % len(self._slots)
         copies: dict[str, Tensor] = {}
         events: list[torch.cuda.Event] = []
         for name, tensor in tensors.items():
             tensor = tensor.detach()
             if tensor.device.type != "cuda":
-                copies[name] = tensor
+                copies[name] = tensor.clone()  # the learner may change it in place before it is read
                 continue
-            buffer = self._pinned.get(name)
+            buffer = pinned.get(name)
             if buffer is None or buffer.shape != tensor.shape or buffer.dtype != tensor.dtype:
-                buffer = self._pinned[name] = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+                buffer = pinned[name] = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
             buffer.copy_(tensor, non_blocking=True)
             copies[name] = buffer
             events.append(torch.cuda.Event())
             events[-1].record(torch.cuda.current_stream(tensor.device))
-        for event in events:
+        return PendingCopy(copies, events)
+
+    def fetch(self, **tensors: Tensor) -> dict[str, np.ndarray]:
+        return self.start(**tensors).result()
+
+
+class PendingCopy:
+    """Copies on their way to the host; ``result`` waits for them."""
+
+    def __init__(self, copies: dict[str, Tensor], events: list[torch.cuda.Event]) -> None:
+        self._copies, self._events = copies, events
+
+    def result(self) -> dict[str, np.ndarray]:
+        for event in self._events:
             event.synchronize()
-        # Arrays of their own: the pinned buffers are refilled for the next frame, the tensors belong to the learner.
-        return {name: np.array(copy.numpy()) for name, copy in copies.items()}
+        # Arrays of their own: the pinned buffers are refilled for a later frame, the tensors belong to the learner.
+        return {name: np.array(copy.numpy()) for name, copy in self._copies.items()}

@@ -3,7 +3,9 @@
 Per frame (the picture, from the ring) it scales the frame down to the learning size, forms the pair (previous,
 current), calls ``Pipeline.step`` once, and publishes what leaves the pipeline (PARTIME: the output of step t belongs
 to frame t-(D-1)): the raw flow field, the pictures viewers want (``pictures.py``), the loss and the loss of zero
-flow on the same pair, ΔP for the whole step and per stage, the whole frame's work, and the frame's capture time.
+flow on the same pair, ΔP for the whole step and per stage, the whole frame's work, and the frame's capture time. On
+a GPU it publishes one frame later still, so that the host's part of a frame runs while the device learns the next
+(``FrameLoop``).
 The budget controller (``budget.py``) sees every frame's work and may move the learning size; the learner then
 rebuilds its pipeline at the new size with the same weights. It checkpoints atomically every N seconds, on request
 and on stop; a non-finite loss restores the last checkpoint and halves the learning rate.
@@ -53,7 +55,7 @@ from ..protocol import (
 from ..ring import FrameRing, RingSpec
 from ..sizing import Size
 from .budget import BudgetController
-from .device_io import FrameUpload, HostCopy
+from .device_io import FrameUpload, HostCopy, PendingCopy
 from .learner import CheckpointMismatch, Learner, LearnerConfig
 from .profile_cache import JsonCache, key
 
@@ -121,21 +123,37 @@ def run_learner_process(cfg: LearnerProcessConfig, ring_spec: RingSpec, slots: A
         ring.close()
 
 
+@dataclass
+class Outgoing:
+    """A frame's results on their way to the host, with what its pictures need."""
+
+    result: StepResult
+    copy: PendingCopy
+    picture: np.ndarray
+    capture_time: float
+
+
 class FrameLoop:
-    """Everything done per frame, and the state it needs between frames."""
+    """Everything done per frame, and the state it needs between frames.
+
+    ``lag``: how many frames' results may wait on their way to the host while the next step is queued. On a GPU one
+    (the default there): the host paints frame t-1 while the device learns frame t, so a frame costs about the larger
+    of the two rather than their sum, for one frame more of latency. On CPU none: the step is the host's work."""
 
     def __init__(self, cfg: LearnerProcessConfig, learner: Learner, controller: BudgetController, ring: FrameRing,
-                 out: Any, remember_size: Any) -> None:  # fmt: skip
+                 out: Any, remember_size: Any, lag: int | None = None) -> None:  # fmt: skip
         self.cfg, self.learner, self.controller, self.ring, self.out = cfg, learner, controller, ring, out
         self.remember_size = remember_size
         self.painter = Painter(cfg.jpeg_quality)
         self.scale = FlowScale()
         self.upload = FrameUpload(learner.device)
-        self.host = HostCopy()
+        self.lag = (1 if learner.device.type == "cuda" else 0) if lag is None else lag
+        self.host = HostCopy(in_flight=max(1, self.lag))
         self.previous: torch.Tensor | None = None  # the previous frame at the learning size, on the learner's device
         self.previous_picture: np.ndarray | None = None
         # Frames inside the pipeline: the picture, its capture time and its pair's zero-flow loss (on the device).
         self.pending: deque[tuple[np.ndarray, float, torch.Tensor]] = deque()
+        self.outgoing: deque[Outgoing] = deque()  # frames out of the pipeline, their results on the way (``lag``)
         self.note = controller.note(cfg.fps)
         self.reserve = self._measure_pictures()  # what every picture of a frame costs, wanted or not
 
@@ -170,19 +188,28 @@ class FrameLoop:
         r = learner.step(x)
         if learner.pipe.epochs != epochs:
             self.pending.clear()  # the pipeline started afresh (a step its CUDA graph could not capture)
-        if r is not None and (costs := self._publish(r, start)) is not None:
-            work_s, pictures_s = costs
-            self._keep_budget(work_s - pictures_s + self.reserve, r.step_seconds)
+        if r is not None:
+            self._send_off(r)
+        while len(self.outgoing) > self.lag:
+            if (costs := self._publish(self.outgoing.popleft(), start)) is not None:
+                work_s, pictures_s, step_s = costs
+                self._keep_budget(work_s - pictures_s + self.reserve, step_s)
 
-    def _publish(self, r: StepResult, start: float) -> tuple[float, float] | None:
-        """Send what left the pipeline for the oldest frame inside it; the frame's work and its pictures' share. A
-        non-finite loss publishes nothing: the learner goes back to its last good weights (None)."""
-        shown, shown_capture, loss_zero = self.pending.popleft()
+    def _send_off(self, r: StepResult) -> None:
+        """Queue the copies to the host of what left the pipeline for the oldest frame inside it."""
+        picture, capture_time, loss_zero = self.pending.popleft()
         assert r.output is not None and r.loss_tensor is not None
-        got = self.host.fetch(
+        copy = self.host.start(
             flow=r.output[0].permute(1, 2, 0).contiguous(),
             losses=torch.stack([r.loss_tensor.float(), loss_zero.to(r.loss_tensor.device, torch.float32)]),
         )
+        self.outgoing.append(Outgoing(r, copy, picture, capture_time))
+
+    def _publish(self, going: Outgoing, start: float) -> tuple[float, float, float] | None:
+        """Send a frame's results; the frame's work, its pictures' share and its step's. A non-finite loss publishes
+        nothing: the learner goes back to its last good weights (None)."""
+        r, shown = going.result, going.picture
+        got = going.copy.result()
         loss, loss_zero = (float(v) for v in got["losses"])
         if not math.isfinite(loss):
             self._recover()
@@ -198,16 +225,17 @@ class FrameLoop:
         work_s = time.perf_counter() - start
         self.out.put(FrameLearned(
             frame=r.frame, loss=loss, loss_zero=loss_zero, dp_s=r.step_seconds, stage_dp_s=list(r.stage_seconds),
-            work_s=work_s, capture_time=shown_capture, learning_size=(flow.shape[1], flow.shape[0]), flow_scale=scale,
-            flow=flow, images=images,
+            work_s=work_s, capture_time=going.capture_time, learning_size=(flow.shape[1], flow.shape[0]),
+            flow_scale=scale, flow=flow, images=images,
         ))  # fmt: skip
-        return work_s, pictures_s
+        return work_s, pictures_s, r.step_seconds
 
     def _recover(self) -> None:
         """After a non-finite loss: the last good weights, half the rate; the frames in flight are gone."""
         learner = self.learner
         learner.recover()
         self.pending.clear()
+        self.outgoing.clear()  # learned with the weights just thrown away
         self.out.put(NonFiniteLoss(learner.lr, learner.nonfinite, learner.resumed_from))
 
     def _keep_budget(self, work_s: float, step_s: float) -> None:
@@ -230,7 +258,9 @@ class FrameLoop:
         """A new pipeline for the learner (another size, compiled stages): the frames inside the old one come out
         first, not lost."""
         for r in self.learner.pipe.flush():
-            self._publish(r, time.perf_counter())
+            self._send_off(r)
+        while self.outgoing:
+            self._publish(self.outgoing.popleft(), time.perf_counter())
         rebuild()
 
 
