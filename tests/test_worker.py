@@ -116,6 +116,23 @@ def test_resize_keeps_weights_optimizer_and_split_and_learns_on(cfg, tmp_path):
     again.pipe.close()
 
 
+def test_a_net_of_another_version_measures_its_split_again_and_refuses_old_checkpoints(cfg, tmp_path):
+    """A split cached, or a checkpoint saved, for a net with another layer count (an older release of it): the split
+    is measured again; the checkpoint is refused in words, not with the engine's complaint about its balance."""
+    splits = JsonCache(tmp_path / "splits.json")
+    splits.put("fast|32x32|2|cpu", [1, 1])  # a two-layer net's
+    learner = Learner(replace(cfg, stages=2), SIZE, splits)
+    assert sum(learner.pipe.balance) == len(learner.pipe.module()) > 2
+    assert splits.get("fast|32x32|2|cpu") == learner.pipe.balance
+    learner.save()
+    learner.pipe.close()
+    state = torch.load(cfg.checkpoint_path, weights_only=False)
+    state["pipeline"]["balance"] = [*state["pipeline"]["balance"][:-1], state["pipeline"]["balance"][-1] - 1]
+    torch.save(state, cfg.checkpoint_path)
+    with pytest.raises(CheckpointMismatch, match="another version of the fast net"):
+        Learner(replace(cfg, stages=2), SIZE, splits)
+
+
 def test_zero_flow_loss_is_the_learners_loss_of_zero_flow(cfg):
     learner = Learner(cfg, SIZE)
     x = pairs(1)[0]

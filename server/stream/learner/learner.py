@@ -70,9 +70,17 @@ class Learner:
         devices = list(cfg.devices) if cfg.devices else None
         split_key = key(cfg.model, size, cfg.stages, resolve_devices(devices)[0])
         # A resumed stream keeps its checkpoint's split (the weights and optimizer states are stored per stage); a
-        # new one takes the cached split or measures one.
-        layers = saved["pipeline"]["balance"] if saved else (splits.get(split_key) if splits else None)
-        self.pipe = self._pipeline(build_flow_net(cfg.model, init=cfg.init), size, layers)
+        # new one takes the cached split, unless it was measured for another version of the net (another layer
+        # count), or measures one.
+        net = build_flow_net(cfg.model, init=cfg.init)
+        cached = splits.get(split_key) if splits is not None and not saved else None
+        layers = saved["pipeline"]["balance"] if saved else (cached if cached and sum(cached) == len(net) else None)
+        if saved and sum(layers) != len(net):
+            raise CheckpointMismatch(
+                f"checkpoint {checkpoints.file_name(cfg.checkpoint_path)} was made with another version of the "
+                f"{cfg.model} net ({sum(layers)} layers; this one has {len(net)}); use another name"
+            )
+        self.pipe = self._pipeline(net, size, layers)
         if splits is not None and not saved and layers is None and cfg.stages > 1:
             splits.put(split_key, self.pipe.balance)
         self.size = size
