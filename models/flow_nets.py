@@ -43,7 +43,7 @@ from torch import Tensor, nn
 
 from .correlation import local_correlation
 from .deep_supervision import supervise
-from .flow_cleanup import EdgeAwareFill, StillGate, frames_of
+from .flow_cleanup import EdgeAwareFill, SmoothFlow, StillGate, frames_of
 from .flow_loss import online_loss, warp
 
 
@@ -240,6 +240,7 @@ def pyramid_flow_net(
     supervision: float = 0.0,
     fill: bool = False,
     still: bool = False,
+    smooth: bool = False,
 ) -> nn.Sequential:
     """Coarse-to-fine levels (features, then cost-volume match), each followed by ``lk_steps``
     Lucas-Kanade steps with ``lk_width`` learned channels (``lk_full_width`` at full resolution, where they cost
@@ -248,9 +249,10 @@ def pyramid_flow_net(
     to zero where nothing moved (``models.flow_cleanup``). The gate comes last: a fill after it took the
     gate's zeros, well matched on the still background, for confident flow and spread them into slow
     movers, halving their motion (on tree's first 30 pairs the moving pixels' mean projection on the
-    pseudo-GT fell from 1.03 to 0.49 in the fill; docs/models.md#the-still-gate-comes-last). Every
-    refinement below full resolution also learns from the loss of its own estimate, weighted
-    ``supervision``. H and W must divide by max(factors)."""
+    pseudo-GT fell from 1.03 to 0.49 in the fill; docs/models.md#the-still-gate-comes-last). With ``smooth``, a
+    blur of 1 px then evens the flow out (``SmoothFlow``). Every refinement below full
+    resolution also learns from the loss of its own estimate, weighted ``supervision``. H and W must divide by
+    max(factors)."""
     layers: list[nn.Module] = [StartFlow()]
     for factor, width, radius, head in zip(factors, widths, radii, heads, strict=True):
         own = supervision if factor > 1 else 0.0  # at full resolution the objective itself supervises
@@ -262,7 +264,7 @@ def pyramid_flow_net(
         for layer in level:  # no stage ends inside the full-resolution level (module docstring)
             layer.keep_with_next = factor == 1
         layers += level
-    return nn.Sequential(*layers, TakeFlow())
+    return nn.Sequential(*layers, TakeFlow(), *([SmoothFlow()] if smooth else []))
 
 
 FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
@@ -271,8 +273,9 @@ FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
     # within a pixel); one Lucas-Kanade step per level for sub-pixel precision (on RGB alone at full resolution,
     # where learned channels cost the most); at full resolution the edge-aware fill (flat regions take the motion
     # of their textured surroundings), then the still gate (a static camera's background stays exactly still, a
-    # mover keeps its motion; docs/models.md#the-still-gate-leaves-changed-places-alone). Shipped pretrained
-    # (models.pretrain); measured on real clips by bench.realflow.
+    # mover keeps its motion; docs/models.md#the-still-gate-leaves-changed-places-alone), and a blur of 1 px that
+    # evens out a mover's mottled interior (models.flow_cleanup). Shipped pretrained (models.pretrain); measured on
+    # real clips by bench.realflow.
     "fast": lambda: pyramid_flow_net(
         factors=(8, 4, 2, 1),
         widths=(32, 16, 16, 4),
@@ -284,6 +287,7 @@ FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
         supervision=0.3,
         still=True,
         fill=True,
+        smooth=True,
     ),
     # The research net of the synthetic benchmark (bench.flow), learned from scratch: two Lucas-Kanade steps
     # per level, and the same fill and still gate as the service's net (the generated streams have flat

@@ -1,11 +1,11 @@
-"""The two evidence layers that clean a learned flow: zero where nothing moves, filled in where nothing is seen."""
+"""The layers that clean a learned flow: zero where nothing moves, filled in where nothing is seen, evened out."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
-from models.flow_cleanup import EdgeAwareFill, StillGate, close_gaps, confidence, neighbour_sum
+from models.flow_cleanup import EdgeAwareFill, SmoothFlow, StillGate, close_gaps, confidence, neighbour_sum
 
 
 def textured(h: int = 32, w: int = 32, seed: int = 0) -> torch.Tensor:
@@ -122,3 +122,12 @@ def test_neighbour_sum_is_the_kernel_weighted_3x3_neighbourhood_with_true_gradie
         windows = F.unfold(padded, 3, dilation=dilation).view(1, 2, 9, 5, 6)
         torch.testing.assert_close(neighbour_sum(t, kernel, dilation), (windows * kernel[:, None]).sum(2))
         assert torch.autograd.gradcheck(neighbour_sum, (t.requires_grad_(), kernel.requires_grad_(), dilation))
+
+
+def test_smooth_flow_evens_out_noise_and_keeps_a_uniform_motion():
+    uniform = torch.tensor([1.5, -0.5]).view(1, 2, 1, 1).expand(1, 2, 32, 32)
+    torch.testing.assert_close(SmoothFlow()(uniform), uniform)
+    noisy = uniform + 0.3 * torch.randn(1, 2, 32, 32, generator=torch.Generator().manual_seed(0))
+    smoothed = SmoothFlow()(noisy)
+    assert (smoothed - uniform).abs().mean() < 0.4 * (noisy - uniform).abs().mean()
+    assert torch.allclose(smoothed.mean((2, 3)), noisy.mean((2, 3)), atol=0.02)  # it moves no motion around
