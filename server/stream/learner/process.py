@@ -258,7 +258,11 @@ class FrameLoop:
         """A new pipeline for the learner (another size, compiled stages): the frames inside the old one come out
         first, not lost."""
         for r in self.learner.pipe.flush():
+            if not self.pending:  # a non-finite loss among them threw the frames in flight away
+                break
             self._send_off(r)
+            while len(self.outgoing) > self.lag:  # no more copies waiting than HostCopy has buffers for
+                self._publish(self.outgoing.popleft(), time.perf_counter())
         while self.outgoing:
             self._publish(self.outgoing.popleft(), time.perf_counter())
         rebuild()
