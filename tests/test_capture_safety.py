@@ -153,9 +153,9 @@ def test_the_service_learner_runs_as_a_cuda_graph_and_learns_as_eagerly(stages):
 
     def gap(other: str) -> tuple[float, float]:
         """The largest difference from the eager run: in the outputs, in the losses."""
-        pairs_ = [(runs["eager"][f], runs[other][f]) for f in runs["eager"]]
-        return (max(float((b[0] - a[0]).abs().max()) for a, b in pairs_),
-                max(abs(b[1] - a[1]) for a, b in pairs_))  # fmt: skip
+        same_frames = [(runs["eager"][f], runs[other][f]) for f in runs["eager"]]
+        return (max(float((b[0] - a[0]).abs().max()) for a, b in same_frames),
+                max(abs(b[1] - a[1]) for a, b in same_frames))  # fmt: skip
 
     noise_out, noise_loss = gap("eager again")
     graph_out, graph_loss = gap("graph")
