@@ -43,6 +43,7 @@ from torch import Tensor, nn
 
 from .correlation import local_correlation
 from .deep_supervision import supervise
+from .exposure import match_exposure
 from .flow_cleanup import EdgeAwareFill, SmoothFlow, StillGate, frames_of
 from .flow_loss import online_loss, warp
 
@@ -106,10 +107,11 @@ def _feature_convs(width: int) -> nn.Sequential:
 
 
 class StartFlow(nn.Module):
-    """frames (B, 6, H, W) -> [zero flow (2), frames (6)]: the estimate every level refines."""
+    """frames (B, 6, H, W) -> [zero flow (2), frames (6)]: the estimate every level refines, beside the frames every
+    layer compares, the current one brought to the previous one's exposure (``match_exposure``)."""
 
     def forward(self, x: Tensor) -> Tensor:
-        return torch.cat([x.new_zeros(x.shape[0], 2, *x.shape[-2:]), x], 1)
+        return torch.cat([x.new_zeros(x.shape[0], 2, *x.shape[-2:]), match_exposure(x)], 1)
 
 
 class PairFeatures(nn.Module):
