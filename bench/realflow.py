@@ -9,9 +9,11 @@ PARTIME output belongs to pair ``r.frame``). No true flow exists, so the referen
 on the source's full-resolution frames, resized to the working size (``dis_refined``, ``resize_flow``). Farneback and
 DIS-fast run at the working size, like the learners, and zero flow is the floor. Scores over the first 30 and 100
 pairs and the whole clip: EPE on all pixels, on moving ones (pseudo-GT > 0.5 px) and on fast ones (pseudo-GT > 4 px
-per frame, ``FAST_MOTION``: what coarse-to-fine nets damp), the moving region's F1 (flow > 0.5 px against pseudo-GT >
-0.5 px; pixels pooled over the window) and the photometric error; and each learner's EPE over that of the better of
-Farneback and DIS-fast, per window (the yardstick a learned flow must beat). Writes
+per frame, ``FAST_MOTION``: what coarse-to-fine nets damp), the last two also over the pixels where the pseudo-GT
+passes its own forward-backward test (``consistent_mask``: elsewhere it is occluded or wrong, as on a fast, blurred
+hand), the moving region's F1 (flow > 0.5 px against pseudo-GT > 0.5 px; pixels pooled over the window) and the
+photometric error; and each learner's EPE over that of the better of Farneback and DIS-fast, per window (the yardstick
+a learned flow must beat). Writes
 ``realflow-<clip>-<W>x<H>.{json,md,png}`` and ``-sheet.png`` (default under bench/results/); the sheet also shows the
 pair with the fastest motion.
 """
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import av
+import cv2
 import numpy as np
 import torch
 
@@ -39,7 +42,15 @@ from bench.realflow_report import (
     versus_classical,
 )
 from models.classical import REFINEMENT, classical_methods, dis_refined, resize_flow
-from models.flow_metrics import FAST_MOTION, end_point_errors, f1_score, mask_counts, motion_mask, photometric_error
+from models.flow_metrics import (
+    FAST_MOTION,
+    consistent_mask,
+    end_point_errors,
+    f1_score,
+    mask_counts,
+    motion_mask,
+    photometric_error,
+)
 from models.flow_nets import FLOW_NETS, INITS, build_flow_net
 from models.online import default_lr, frame_pair, online_pipeline, predict_then_learn
 from pipeline_core import Pipeline
@@ -57,6 +68,7 @@ class Clip:
 
     frames: np.ndarray  # uint8 [T, H, W, 3], working size
     pseudo_gt: np.ndarray  # float32 [T-1, H, W, 2], working-size pixels
+    consistent: np.ndarray  # bool [T-1, H, W]: where the pseudo-GT passes its forward-backward test
     times: list[float]  # source timestamps of the kept frames, seconds
     info: dict  # source size, rate and codec; decoded and kept frame counts
 
@@ -92,9 +104,10 @@ def probe(path: Path) -> dict:
 
 def load_clip(path: Path, fps: float, width: int, height: int) -> Clip:
     """Decode once as the service would (``Resampler`` keeps the frames, ``to_rgb`` scales them), keeping the
-    working-size frames and the pseudo ground truth between consecutive kept frames at full resolution."""
+    working-size frames and the pseudo ground truth between consecutive kept frames at full resolution, with where
+    it is consistent: a working-size pixel whose full-resolution pixels mostly pass the forward-backward test."""
     reference = dis_refined()
-    frames, flows, times, decoded, backwards, last = [], [], [], 0, 0, -np.inf
+    frames, flows, consistent, times, decoded, backwards, last = [], [], [], [], 0, 0, -np.inf
     previous: np.ndarray | None = None
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
@@ -108,7 +121,10 @@ def load_clip(path: Path, fps: float, width: int, height: int) -> Clip:
                 continue
             full = to_rgb(frame)
             if previous is not None:
-                flows.append(resize_flow(reference(previous, full), width, height))
+                forward = reference(previous, full)
+                passed = consistent_mask(forward, reference(full, previous)).astype(np.float32)
+                consistent.append(cv2.resize(passed, (width, height), interpolation=cv2.INTER_AREA) >= 0.5)
+                flows.append(resize_flow(forward, width, height))
             previous = full
             frames.append(to_rgb(frame, width, height))
             times.append(t)
@@ -116,7 +132,7 @@ def load_clip(path: Path, fps: float, width: int, height: int) -> Clip:
         raise ValueError(f"{path}: {len(frames)} frame(s) kept at {fps:g} fps, need 2")
     info = {"decoded": decoded, "kept": len(frames), "backwards_timestamps": backwards,
             "full_size": list(previous.shape[1::-1])}  # fmt: skip
-    return Clip(np.stack(frames), np.stack(flows), times, info)
+    return Clip(np.stack(frames), np.stack(flows), np.stack(consistent), times, info)
 
 
 class PairScores:
@@ -133,6 +149,7 @@ class PairScores:
         self.loss = np.full(pairs, np.nan)
         self.moving = np.zeros((pairs, 5))  # EPE summed over moving pixels, moving pixels, TP, FP, FN
         self.fast = np.zeros((pairs, 2))  # EPE summed over fast pixels, fast pixels
+        self.consistent = np.zeros((pairs, 4))  # the same two over the pixels where the pseudo-GT is consistent
         self.seconds: list[float] = []
         self.shown = shown
         self.flows: dict[int, np.ndarray] = {}  # the pairs drawn on the picture sheet
@@ -145,6 +162,8 @@ class PairScores:
         self.moving[t] = (errors[actual].sum(), actual.sum(), *mask_counts(motion_mask(flow), actual))
         fast = motion_mask(gt, FAST_MOTION)
         self.fast[t] = (errors[fast].sum(), fast.sum())
+        moving, fast = actual & self.clip.consistent[t], fast & self.clip.consistent[t]
+        self.consistent[t] = (errors[moving].sum(), moving.sum(), errors[fast].sum(), fast.sum())
         if loss is not None:
             self.loss[t] = loss
         if t in self.shown:
@@ -154,13 +173,18 @@ class PairScores:
         n = len(self.epe) if pairs is None else min(pairs, len(self.epe))
         err, count, tp, fp, fn = self.moving[:n].sum(axis=0)
         fast_err, fast_count = self.fast[:n].sum(axis=0)
+        sure_err, sure_count, sure_fast_err, sure_fast_count = self.consistent[:n].sum(axis=0)
         return {
             "pairs": n,
             "moving_pixels": int(count),
             "fast_pixels": int(fast_count),
+            "consistent_moving_pixels": int(sure_count),
+            "consistent_fast_pixels": int(sure_fast_count),
             "epe_all": float(np.nanmean(self.epe[:n])),
             "epe_moving": float(err / count) if count else float("nan"),
             "epe_fast": float(fast_err / fast_count) if fast_count else float("nan"),
+            "epe_moving_consistent": float(sure_err / sure_count) if sure_count else float("nan"),
+            "epe_fast_consistent": float(sure_fast_err / sure_fast_count) if sure_fast_count else float("nan"),
             "f1_moving": f1_score(tp, fp, fn),
             "photo": float(np.nanmean(self.photo[:n])),
         }
@@ -306,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
             "mean_magnitude": float(speeds.mean()),
             "moving_fraction": float((speeds > 0.5).mean()),
             "fast_fraction": float((speeds > FAST_MOTION).mean()),
+            "consistent_moving_fraction": float(clip.consistent[speeds > 0.5].mean()) if (speeds > 0.5).any() else 1.0,
             "seconds": gt_seconds,
         },
         "sheet_pairs": sorted(shown),

@@ -17,6 +17,14 @@ if TYPE_CHECKING:
 #: Score windows: the first 30 pairs (how fast a learner gets useful), the first 100 and the whole clip.
 WINDOWS = {"first30": 30, "first100": 100, "all": None}
 CLASSICAL = ("farneback", "dis_fast")  # at the working size; DIS medium is the pseudo-GT's own method
+#: The scores each learner is set against the better classical method on, with their column titles.
+RATIOS = {
+    "epe_all": "EPE all",
+    "epe_moving": "EPE moving",
+    "epe_fast": "EPE fast",
+    "epe_moving_consistent": "moving, consistent",
+    "epe_fast_consistent": "fast, consistent",
+}
 
 
 def sheet_pairs(pairs: int) -> list[int]:
@@ -85,7 +93,9 @@ def markdown(result: dict) -> str:
         f"{clip['full_size'][0]}x{clip['full_size'][1]} → {clip['size'][0]}x{clip['size'][1]}. Pseudo-GT: "
         f"{gt['method']}, mean speed {gt['mean_magnitude']:.2f} px, {100 * gt['moving_fraction']:.0f} % of pixels "
         f"moving (> 0.5 px), {100 * gt['fast_fraction']:.1f} % fast (> {FAST_MOTION:g} px), computed in "
-        f"{gt['seconds']:.0f} s; the fastest pair is {result['fastest_pair']}.",
+        f"{gt['seconds']:.0f} s; the fastest pair is {result['fastest_pair']}. It passes its own forward-backward "
+        f'test on {100 * gt["consistent_moving_fraction"]:.0f} % of the moving pixels: the columns "consistent" '
+        "score only those (elsewhere the reference is occluded or wrong, and an error against it is partly its own).",
     ]
     if clip["backwards_timestamps"]:
         lines[-1] += (
@@ -99,15 +109,18 @@ def markdown(result: dict) -> str:
         lines += [
             "",
             f"### {label} ({first['pairs']} pairs; {first['moving_pixels']:,} moving pixels, "
-            f"{first['fast_pixels']:,} fast)",
+            f"{first['fast_pixels']:,} fast; consistent: {first['consistent_moving_pixels']:,} moving, "
+            f"{first['consistent_fast_pixels']:,} fast)",
             "",
-            "| method | EPE all | EPE moving | EPE fast | F1 moving | photometric | ms/pair |",
-            "|---|---|---|---|---|---|---|",
+            "| method | EPE all | EPE moving | EPE fast | moving, consistent | fast, consistent | F1 moving "
+            "| photometric | ms/pair |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for name, m in result["methods"].items():
             w = m[window]
             lines.append(
-                f"| {name} | {w['epe_all']:.3f} | {w['epe_moving']:.3f} | {w['epe_fast']:.3f} | {w['f1_moving']:.3f} "
+                f"| {name} | {w['epe_all']:.3f} | {w['epe_moving']:.3f} | {w['epe_fast']:.3f} "
+                f"| {w['epe_moving_consistent']:.3f} | {w['epe_fast_consistent']:.3f} | {w['f1_moving']:.3f} "
                 f"| {w['photo']:.4f} | {m['ms_per_pair']:.1f} |"
             )
         lines += ratio_table(result["methods"], window)
@@ -120,14 +133,15 @@ def markdown(result: dict) -> str:
 
 
 def versus_classical(methods: dict[str, dict], window: str) -> dict[str, dict[str, float]]:
-    """Per learner, its EPE (all, moving, fast pixels) over the better of Farneback's and DIS-fast's in ``window``
-    (< 1: the learner wins; NaN where the window has no such pixel)."""
+    """Per learner, its EPE (``RATIOS``: all, moving and fast pixels, the last two also where the pseudo-GT is
+    consistent) over the better of Farneback's and DIS-fast's in ``window`` (< 1: the learner wins; NaN where the
+    window has no such pixel)."""
     ratios = {}
     for name, m in methods.items():
         if "balance" not in m:
             continue
         ratios[name] = {}
-        for score in ("epe_all", "epe_moving", "epe_fast"):
+        for score in RATIOS:
             better = min(methods[c][window][score] for c in CLASSICAL)
             ratios[name][score] = m[window][score] / better if better > 0 else float("nan")
     return ratios
@@ -138,8 +152,8 @@ def ratio_table(methods: dict[str, dict], window: str) -> list[str]:
     ratios = versus_classical(methods, window)
     if not ratios:
         return []
-    lines = ["", "| learner / better of Farneback and DIS-fast | EPE all | EPE moving | EPE fast |"]
-    lines.append("|---|---|---|---|")
+    lines = ["", "| learner / better of Farneback and DIS-fast | " + " | ".join(RATIOS.values()) + " |"]
+    lines.append("|---" * (len(RATIOS) + 1) + "|")
     for name, r in ratios.items():
-        lines.append(f"| {name} | {r['epe_all']:.2f} | {r['epe_moving']:.2f} | {r['epe_fast']:.2f} |")
+        lines.append(f"| {name} | " + " | ".join(f"{r[score]:.2f}" for score in RATIOS) + " |")
     return lines

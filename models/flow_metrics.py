@@ -17,6 +17,9 @@ MIN_MOTION = 0.5
 #: A pixel moves fast above this (px per frame at the working size): beyond the reach of a small search at full
 #: resolution, where coarse-to-fine nets that never saw such motion damp it (a hand waved at a webcam).
 FAST_MOTION = 4.0
+#: UnFlow's forward-backward test (Meister et al. 2018): a flow passes where the backward flow at its end leads back
+#: to within this share of the two vectors' squared lengths plus this many squared pixels.
+CONSISTENCY = (0.01, 0.5)
 
 
 def _check(flow: np.ndarray, name: str = "flow") -> np.ndarray:
@@ -47,6 +50,25 @@ def epe(flow: np.ndarray, gt: np.ndarray) -> float:
 def motion_mask(flow: np.ndarray, min_motion: float = MIN_MOTION) -> np.ndarray:
     """Pixels whose flow is longer than ``min_motion`` px, bool [H, W]."""
     return np.linalg.norm(_check(flow), axis=-1) > min_motion
+
+
+def consistent_mask(forward: np.ndarray, backward: np.ndarray) -> np.ndarray:
+    """Pixels whose ``forward`` flow lands inside the frame and whose ``backward`` flow there leads back
+    (``CONSISTENCY``), bool [H, W]. Why: a reference flow is only a reference where it agrees with itself; where the
+    two disagree, the pixel is occluded in the other frame or one of the two flows is wrong (a fast, blurred hand
+    matched twice over), and scoring against it measures the reference's error as much as the method's."""
+    forward, backward = _check(forward), _check(backward, "backward")
+    if forward.shape != backward.shape:
+        raise ValueError(f"forward {forward.shape} and backward {backward.shape} differ")
+    f = torch.from_numpy(np.ascontiguousarray(forward)).permute(2, 0, 1)[None]
+    b = torch.from_numpy(np.ascontiguousarray(backward)).permute(2, 0, 1)[None]
+    back = warp(b, f)[0].permute(1, 2, 0).numpy()
+    share, floor = CONSISTENCY
+    agree = ((forward + back) ** 2).sum(-1) < share * ((forward**2).sum(-1) + (back**2).sum(-1)) + floor
+    h, w = forward.shape[:2]
+    ys, xs = np.mgrid[0:h, 0:w]
+    x, y = xs + forward[..., 0], ys + forward[..., 1]
+    return agree & (x >= 0) & (x <= w - 1) & (y >= 0) & (y <= h - 1)
 
 
 def mask_counts(predicted: np.ndarray, actual: np.ndarray) -> tuple[int, int, int]:

@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from models.flow_metrics import end_point_errors, epe, f1_score, mask_counts, motion_mask
+from models.flow_metrics import consistent_mask, end_point_errors, epe, f1_score, mask_counts, motion_mask
 
 
 def field(*vectors: tuple[float, float]) -> np.ndarray:
@@ -46,3 +46,18 @@ def test_pooled_counts_weight_frames_by_their_moving_pixels():
     a = mask_counts(np.array([True]), np.array([True]))
     b = mask_counts(np.zeros(3, bool), np.ones(3, bool))
     assert f1_score(*np.add(a, b)) == pytest.approx(0.4)
+
+
+def test_a_flow_is_consistent_where_the_backward_flow_leads_back_and_it_stays_in_the_frame():
+    forward = np.zeros((6, 10, 2), np.float32)
+    forward[:, :] = (2.0, 0.0)  # everything moves 2 px right ...
+    backward = np.zeros((6, 10, 2), np.float32)
+    backward[:, :] = (-2.0, 0.0)  # ... and back
+    backward[:, 5] = (0.0, 0.0)  # except where column 3 lands: the backward flow stays put (an occlusion)
+    backward[:, 6] = (-1.5, 0.0)  # and where column 4 lands, it leads back within half a pixel
+    passed = consistent_mask(forward, backward)
+    assert passed[:, 3].sum() == 0 and passed[:, 4].all()
+    assert passed[:, :3].all() and passed[:, 5:8].all()
+    assert not passed[:, 8:].any()  # they land outside the frame
+    with pytest.raises(ValueError):
+        consistent_mask(forward, backward[:, :5])

@@ -37,13 +37,15 @@ def test_writes_scored_results_for_every_method(clip, tmp_path):
     assert result["clip"]["backwards_timestamps"] == 0
 
     methods = result["methods"]
-    scores = ("epe_all", "epe_moving", "epe_fast", "f1_moving", "photo")
+    scores = ("epe_all", "epe_moving", "epe_fast", "epe_moving_consistent", "epe_fast_consistent", "f1_moving", "photo")
+    counts = ("pairs", "moving_pixels", "fast_pixels", "consistent_moving_pixels", "consistent_fast_pixels")
     learners = [f"{init}/{d}" for init in ("pretrained", "scratch") for d in ("sequential", "partime_d2")]
     assert list(methods) == [*learners, "farneback", "dis_fast", "zero_flow"]
     for name, m in methods.items():
         assert m["scored_pairs"] == 11, name  # PARTIME's last pair comes out of the flush and is scored too
         assert [m[w]["pairs"] for w in ("first30", "first100", "all")] == [11, 11, 11], name
-        assert set(m["all"]) == {"pairs", "moving_pixels", "fast_pixels", *scores}, name
+        assert set(m["all"]) == {*counts, *scores}, name
+        assert m["all"]["consistent_moving_pixels"] <= m["all"]["moving_pixels"], name
     assert len(methods["scratch/partime_d2"]["balance"]) == 2 and methods["scratch/partime_d2"]["lr"] > 0
 
     # Zero flow's EPE is the pseudo-GT's mean speed, and it finds no moving pixel; DIS-fast scores something finite.
@@ -69,7 +71,12 @@ def test_writes_scored_results_for_every_method(clip, tmp_path):
     md = stem.with_suffix(".md").read_text()
     assert f"`{result['command']}`" in md and "load average" in md
     assert md.count("| zero_flow |") == 3  # first 30, first 100, whole clip
-    assert f"(11 pairs; {zero['moving_pixels']:,} moving pixels, {zero['fast_pixels']:,} fast)" in md
+    assert f"(11 pairs; {zero['moving_pixels']:,} moving pixels, {zero['fast_pixels']:,} fast; consistent: " in md
+    # The generated clip's reference agrees with itself on most moving pixels; the pixels counted say how many.
+    assert 0.5 < result["pseudo_gt"]["consistent_moving_fraction"] <= 1
+    assert zero["consistent_moving_pixels"] == pytest.approx(
+        result["pseudo_gt"]["consistent_moving_fraction"] * zero["moving_pixels"], abs=0.5
+    )
     assert md.count("| scratch/partime_d2 |") == 6  # and its ratios to the better classical method
     for png in (stem.with_suffix(".png"), tmp_path / "realflow-moving-64x48-sheet.png"):
         with Image.open(png) as image:
@@ -96,15 +103,21 @@ def test_the_fastest_pair_is_the_one_with_the_fastest_pixels_not_the_largest_mea
     assert realflow_report.fastest_pair(flows) == 2
 
 
-def test_fast_pixels_are_scored_apart_and_a_window_without_them_has_no_score():
+def test_fast_and_consistent_pixels_are_scored_apart_and_a_window_without_them_has_no_score():
     frames = np.zeros((3, 8, 8, 3), np.uint8)
     gt = np.zeros((2, 8, 8, 2), np.float32)
     gt[1, :2] = (5.0, 0.0)  # 16 fast pixels in the second pair
-    scores = realflow.PairScores(realflow.Clip(frames, gt, [0.0, 0.1, 0.2], {}), set())
+    consistent = np.ones((2, 8, 8), bool)
+    consistent[1, 0] = False  # the reference of 8 of them fails its forward-backward test
+    scores = realflow.PairScores(realflow.Clip(frames, gt, consistent, [0.0, 0.1, 0.2], {}), set())
+    flow = np.zeros((8, 8, 2), np.float32)
+    flow[1, :] = (1.0, 0.0)  # 1 px of the 5 on the consistent row, none on the other
     for t in range(2):
-        scores.add(t, np.zeros((8, 8, 2), np.float32))
-    assert np.isnan(scores.window(1)["epe_fast"])
-    assert scores.window(2)["epe_fast"] == pytest.approx(5.0) and scores.window(2)["epe_moving"] == pytest.approx(5.0)
+        scores.add(t, flow)
+    assert np.isnan(scores.window(1)["epe_fast"]) and np.isnan(scores.window(1)["epe_fast_consistent"])
+    whole = scores.window(2)
+    assert whole["epe_fast"] == pytest.approx(4.5) and whole["epe_moving"] == pytest.approx(4.5)
+    assert whole["consistent_fast_pixels"] == 8 and whole["epe_fast_consistent"] == pytest.approx(4.0)
 
 
 def test_sheet_pairs_start_early_and_spread():
