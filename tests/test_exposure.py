@@ -27,6 +27,20 @@ def test_match_exposure_undoes_a_brightness_step_that_a_mover_does_not_mislead()
     torch.testing.assert_close(matched[3:, still], prev[:, still])
 
 
+def test_a_mover_filling_most_of_the_picture_is_no_exposure_step():
+    prev = smooth_picture_with_a_textured_square()
+    cur = prev.clone()
+    cur[:, :, :80] = 0.1  # a dark hand close to the camera covers five eighths of the picture
+    matched = match_exposure(torch.cat([prev, cur])[None])[0]
+    assert torch.equal(matched[3:], cur)
+
+
+def test_a_cut_is_no_exposure_step():
+    prev = smooth_picture_with_a_textured_square()
+    cur = prev - 0.3  # every pixel changes by more than an exposure step would
+    assert torch.equal(match_exposure(torch.cat([prev, cur])[None])[0, 3:], cur)
+
+
 def test_the_shipped_net_reads_an_exposure_step_as_no_motion():
     """Without the matching, the net moved the flat background by up to 5 px for a step of 0.04 (10 of 255)."""
     net = build_flow_net("fast", init="pretrained").eval()
