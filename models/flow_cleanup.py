@@ -22,7 +22,9 @@ in EpicFlow); this layer does it by normalised convolution (Knutsson & Westin): 
 where the image has texture and the current frame, warped back by the flow, matches the previous one; a cascade of
 3x3 averages with growing dilation, weighted by confidence and by colour similarity in the previous frame (so flow
 does not leak across object edges), spreads the confident flow into the unsure pixels, which take it; confident
-pixels keep their own.
+pixels keep their own. Colour, over all three channels: guided by brightness alone, the fill let flow cross edges
+between equally bright colours (shipped net, frozen, box's moving pixels over the whole clip 1.08 times the better
+classical method's error, 1.06 by colour; tree's first 30 pairs 1.45 and 1.44; exploratory).
 
 ``SmoothFlow``: the full-resolution steps estimate each pixel's flow from its own few-pixel window, and their noise
 mottles a mover's interior, which moves as one. A Gaussian blur of the final flow (sigma 1 px) took the shipped net's
@@ -56,17 +58,21 @@ def _offsets(dilation: int) -> tuple[tuple[int, int], ...]:
     return tuple((dy, dx) for dy in (0, dilation, 2 * dilation) for dx in (0, dilation, 2 * dilation))
 
 
-def _neighbours(t: Tensor, dilation: int) -> Tensor:
-    """(B, 9, H, W) the 3x3 neighbourhood of every pixel of the one-channel ``t`` at ``dilation``, edges
-    replicated."""
-    h, w = t.shape[-2:]
-    padded = F.pad(t, [dilation] * 4, mode="replicate")
-    return torch.cat([padded[..., dy : dy + h, dx : dx + w] for dy, dx in _offsets(dilation)], 1)
+def colour_differences(image: Tensor, dilation: int) -> Tensor:
+    """(B, 9, H, W) how far each of a pixel's 3x3 neighbours at ``dilation`` is from it in colour: the mean absolute
+    difference over the channels of ``image`` (edges replicated). Colour, not brightness: a purple object before
+    green leaves, or two flat colours of a cartoon, may be equally bright."""
+    h, w = image.shape[-2:]
+    padded = F.pad(image, [dilation] * 4, mode="replicate")
+    return torch.cat(
+        [(padded[..., dy : dy + h, dx : dx + w] - image).abs().mean(1, keepdim=True) for dy, dx in _offsets(dilation)],
+        1,
+    )
 
 
 def neighbour_sum(t: Tensor, kernel: Tensor, dilation: int) -> Tensor:
     """Each pixel of ``t`` (B, C, H, W) replaced by the sum of its 3x3 neighbours at ``dilation`` (edges replicated)
-    weighted by ``kernel`` (B, 9, H, W, in ``_neighbours``' order)."""
+    weighted by ``kernel`` (B, 9, H, W, in ``_offsets``' order)."""
     return window_mix(kernel, F.pad(t, [dilation] * 4, mode="replicate"), _offsets(dilation))
 
 
@@ -156,7 +162,7 @@ class EdgeAwareFill(nn.Module):
     def __init__(self, dilations: tuple[int, ...] = (1, 2, 4, 8)) -> None:
         super().__init__()
         self.dilations = dilations
-        self.log_edge = nn.Parameter(torch.tensor(2.3))  # colour difference scale: weights e^(-10 |ΔI|)
+        self.log_edge = nn.Parameter(torch.tensor(2.3))  # colour difference scale: weights e^(-10 mean |ΔRGB|)
         self.log_texture = nn.Parameter(torch.tensor(-3.9))  # a gradient of ~0.02 is half-sure
         self.log_residual = nn.Parameter(torch.tensor(-3.0))  # a match error of ~0.05 costs a factor e
         # Whether the three scales learn. Offline (models.pretrain) they do; online they stay as shipped: the fill's
@@ -167,11 +173,10 @@ class EdgeAwareFill(nn.Module):
         flow, (prev, cur) = x[:, :2], frames_of(x).split(3, 1)
         with torch.set_grad_enabled(torch.is_grad_enabled() and self.learn_scales):
             sure = confidence(flow, prev, cur, self.log_texture.exp(), self.log_residual.exp())
-            guide = prev.mean(1, keepdim=True)
             edge = self.log_edge.exp()
             kernels, weight = [], sure
             for d in self.dilations:  # per dilation: the nine neighbours' weights, normalised
-                similar = torch.exp(-edge * (_neighbours(guide, d) - guide).abs())
+                similar = torch.exp(-edge * colour_differences(prev, d))
                 kernels.append(similar / similar.sum(1, keepdim=True))
                 weight = neighbour_sum(weight, kernels[-1], d)
         weighted = flow * sure

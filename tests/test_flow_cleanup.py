@@ -111,6 +111,25 @@ def test_fill_gives_flat_pixels_the_flow_of_their_textured_neighbours():
     assert (out - truth)[..., 2:-2, 2:14].norm(dim=1).mean() < 0.05  # the textured side keeps its flow
 
 
+def test_fill_keeps_flow_from_crossing_an_edge_between_two_equally_bright_colours():
+    """Green texture moving 1 px (left), a flat purple strip, purple texture standing still (right): the flat purple
+    takes the still purple's flow, not the moving green's, though green and purple are equally bright (a fill guided
+    by brightness alone gave the flat strip 0.40 px of the green's motion)."""
+    h, w = 32, 48
+    green, purple = (torch.tensor(c)[:, None, None] for c in ([0.3, 0.7, 0.5], [0.7, 0.3, 0.5]))
+    texture = textured(h, w, seed=1) - 0.5
+    prev = purple.expand(1, 3, h, w).clone()
+    prev[..., :16] = (green + texture)[..., :16]
+    prev[..., 28:] = (purple + texture)[..., 28:]
+    cur = prev.clone()
+    cur[..., :16] = torch.roll(prev, 1, -1)[..., :16]
+    guess = torch.zeros(1, 2, h, w)
+    guess[:, 0, :, :16] = 1.0
+    guess[..., 16:28] = 0.5 * torch.randn(1, 2, h, 12, generator=torch.Generator().manual_seed(2))  # noise where flat
+    out = EdgeAwareFill()(with_flow(guess, prev, cur))[:, :2]
+    assert out[..., 2:-2, 17:27].norm(dim=1).mean() < 0.2
+
+
 def test_neighbour_sum_is_the_kernel_weighted_3x3_neighbourhood_with_true_gradients():
     """The fill's weighted neighbour sum has a hand-written backward: checked against unfold's neighbourhood and
     against finite differences, for the image and for the kernel (pretraining learns the kernel's scale)."""
