@@ -44,16 +44,16 @@ def fastest_pair(pseudo_gt: np.ndarray) -> int:
 
 
 def picture_sheet(clip: Clip, all_scores: dict[str, PairScores], title: str, fastest: int | None = None):
-    """Rows = pairs; columns = frame | each learner | pseudo-GT | Farneback | DIS-fast, one colour scale per row
-    (the pseudo-GT's 99th-percentile speed, at least 1 px: faster vectors are drawn fully saturated); the row of
-    pair ``fastest`` says so."""
+    """Rows = pairs; columns = frame | each learner | pseudo-GT | where it is consistent | Farneback | DIS-fast, one
+    colour scale per row (the pseudo-GT's 99th-percentile speed, at least 1 px: faster vectors are drawn fully
+    saturated; the consistent pixels white, the others grey); the row of pair ``fastest`` says so."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     learners = [name for name in all_scores if name not in (*CLASSICAL, "zero_flow")]
-    columns = ["frame", *learners, "pseudo-GT", *CLASSICAL]
+    columns = ["frame", *learners, "pseudo-GT", "consistent", *CLASSICAL]
     rows = sorted(next(iter(all_scores.values())).flows)
     height, width = clip.frames.shape[1:3]
     cell = 2.0
@@ -66,7 +66,12 @@ def picture_sheet(clip: Clip, all_scores: dict[str, PairScores], title: str, fas
         flows = {name: all_scores[name].flows[t] for name in (*learners, *CLASSICAL)} | {"pseudo-GT": gt}
         for j, column in enumerate(columns):
             ax = axes[i, j]
-            image = clip.frames[t] if column == "frame" else flow_to_color(flows[column], max_magnitude=scale)
+            if column == "frame":
+                image = clip.frames[t]
+            elif column == "consistent":
+                image = np.where(clip.consistent[t][..., None], 255, 128).astype(np.uint8).repeat(3, axis=-1)
+            else:
+                image = flow_to_color(flows[column], max_magnitude=scale)
             ax.imshow(image, interpolation="nearest")
             ax.set_xticks([])
             ax.set_yticks([])
