@@ -35,6 +35,8 @@ did no better on moving pixels, and the fill already keeps flow from leaking acr
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -85,26 +87,24 @@ def confidence(flow: Tensor, prev: Tensor, cur: Tensor, texture: Tensor, residua
     return g2 / (g2 + texture**2) * torch.exp(-error / residual)
 
 
+def _separable(pool: Callable[..., Tensor], t: Tensor, size: int) -> Tensor:
+    """``pool`` (``F.avg_pool2d`` or ``F.max_pool2d``) over ``size`` x ``size`` pixels, edges replicated, along rows
+    then columns: the same result at 2 x size reads a pixel instead of size squared (a 9 px max in a single pooling
+    cost 1 ms at 128x96 on CPU; exploratory)."""
+    half = size // 2
+    rows = pool(F.pad(t, [half, half, 0, 0], mode="replicate"), (1, size), 1)
+    return pool(F.pad(rows, [0, 0, half, half], mode="replicate"), (size, 1), 1)
+
+
 def _box(t: Tensor, window: int) -> Tensor:
-    """Local mean over ``window`` x ``window`` pixels, edges replicated (separable: a wide window costs little)."""
-    half = window // 2
-    rows = F.avg_pool2d(F.pad(t, [half, half, 0, 0], mode="replicate"), (1, window), 1)
-    return F.avg_pool2d(F.pad(rows, [0, 0, half, half], mode="replicate"), (window, 1), 1)
+    """Local mean over ``window`` x ``window`` pixels, edges replicated."""
+    return _separable(F.avg_pool2d, t, window)
 
 
 def close_gaps(t: Tensor, size: int) -> Tensor:
     """Morphological closing (a max over ``size`` x ``size``, then a min): gaps narrower than ``size`` fill in, wider
     ones and the outline stay as they were."""
-    return -_box_max(-_box_max(t, size), size)
-
-
-def _box_max(t: Tensor, size: int) -> Tensor:
-    """Local max over ``size`` x ``size`` pixels, edges replicated, along rows then columns: the same max at 2 x size
-    comparisons a pixel instead of size squared (a 9 px one in a single pooling cost 1 ms at 128x96 on CPU;
-    exploratory)."""
-    half = size // 2
-    rows = F.max_pool2d(F.pad(t, [half, half, 0, 0], mode="replicate"), (1, size), 1)
-    return F.max_pool2d(F.pad(rows, [0, 0, half, half], mode="replicate"), (size, 1), 1)
+    return -_separable(F.max_pool2d, -_separable(F.max_pool2d, t, size), size)
 
 
 def _gradient(image: Tensor) -> Tensor:
