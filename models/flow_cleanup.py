@@ -96,7 +96,7 @@ def _separable(pool: Callable[..., Tensor], t: Tensor, size: int) -> Tensor:
     return pool(F.pad(rows, [0, 0, half, half], mode="replicate"), (size, 1), 1)
 
 
-def _box(t: Tensor, window: int) -> Tensor:
+def box_mean(t: Tensor, window: int) -> Tensor:
     """Local mean over ``window`` x ``window`` pixels, edges replicated."""
     return _separable(F.avg_pool2d, t, window)
 
@@ -148,10 +148,10 @@ class StillGate(nn.Module):
         moved = (prev - warp(cur, flow.detach())).abs().mean(1, keepdim=True)
         still = (prev - cur).abs().mean(1, keepdim=True)
         margin, softness = self.margin / 100, self.log_softness.exp()
-        near, far = (torch.sigmoid((_box(still, w) - _box(moved, w) - margin) / softness) for w in self.windows)
-        texture = _box(_gradient(prev), self.window) ** 2
+        near, far = (torch.sigmoid((box_mean(still, w) - box_mean(moved, w) - margin) / softness) for w in self.windows)
+        texture = box_mean(_gradient(prev), self.window) ** 2
         sure = texture / (texture + STILL_TEXTURE**2)
-        quiet = torch.sigmoid((self.quiet / 100 - _box(still, self.changed)) / softness)
+        quiet = torch.sigmoid((self.quiet / 100 - box_mean(still, self.changed)) / softness)
         keep = close_gaps(1 - quiet * (1 - sure * near - (1 - sure) * far), self.closing)
         return torch.cat([flow * keep, x[:, 2:]], 1)
 

@@ -46,6 +46,7 @@ from .deep_supervision import supervise
 from .exposure import match_exposure
 from .flow_cleanup import EdgeAwareFill, SmoothFlow, StillGate, frames_of
 from .flow_loss import online_loss, warp
+from .propagation import FlowPropagation
 
 
 def _pool(t: Tensor, factor: int) -> Tensor:
@@ -243,6 +244,7 @@ def pyramid_flow_net(
     fill: bool = False,
     still: bool = False,
     smooth: bool = False,
+    propagate: bool = False,
 ) -> nn.Sequential:
     """Coarse-to-fine levels (features, then cost-volume match), each followed by ``lk_steps``
     Lucas-Kanade steps with ``lk_width`` learned channels (``lk_full_width`` at full resolution, where they cost
@@ -252,9 +254,10 @@ def pyramid_flow_net(
     gate's zeros, well matched on the still background, for confident flow and spread them into slow
     movers, halving their motion (on tree's first 30 pairs the moving pixels' mean projection on the
     pseudo-GT fell from 1.03 to 0.49 in the fill; docs/models.md#the-still-gate-comes-last). With ``smooth``, a
-    blur of 1 px then evens the flow out (``SmoothFlow``). Every refinement below full
-    resolution also learns from the loss of its own estimate, weighted ``supervision``. H and W must divide by
-    max(factors)."""
+    blur of 1 px then evens the flow out (``SmoothFlow``). With ``propagate``, the coarsest level's flow is taken
+    back from the background around a fast mover (``models.propagation``) before the finer levels refine it. Every
+    refinement below full resolution also learns from the loss of its own estimate, weighted ``supervision``. H and
+    W must divide by max(factors)."""
     layers: list[nn.Module] = [StartFlow()]
     for factor, width, radius, head in zip(factors, widths, radii, heads, strict=True):
         own = supervision if factor > 1 else 0.0  # at full resolution the objective itself supervises
@@ -263,6 +266,7 @@ def pyramid_flow_net(
         level += [LucasKanadeStep(factor, lk, window, own) for _ in range(lk_steps if lk is not None else 0)]
         level += [EdgeAwareFill()] if fill and factor == 1 else []
         level += [StillGate()] if still and factor == 1 else []
+        level += [FlowPropagation()] if propagate and factor == factors[0] else []
         for layer in level:  # no stage ends inside the full-resolution level (module docstring)
             layer.keep_with_next = factor == 1
         layers += level
@@ -272,7 +276,8 @@ def pyramid_flow_net(
 FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
     # The service's net: real time on 2 CPU cores at the learning sizes the service picks. Small searches
     # at 1/2 and full resolution and a slim full-resolution level (the coarse levels already bring the flow
-    # within a pixel); one Lucas-Kanade step per level for sub-pixel precision (on RGB alone at full resolution,
+    # within a pixel); after the 1/8 level, propagation takes a fast mover's motion back from the background around
+    # it (models.propagation); one Lucas-Kanade step per level for sub-pixel precision (on RGB alone at full resolution,
     # where learned channels cost the most); at full resolution the edge-aware fill (flat regions take the motion
     # of their textured surroundings), then the still gate (a static camera's background stays exactly still, a
     # mover keeps its motion; docs/models.md#the-still-gate-leaves-changed-places-alone), and a blur of 1 px that
@@ -290,6 +295,7 @@ FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
         still=True,
         fill=True,
         smooth=True,
+        propagate=True,
     ),
     # The research net of the synthetic benchmark (bench.flow), learned from scratch: two Lucas-Kanade steps
     # per level, and the same fill and still gate as the service's net (the generated streams have flat
