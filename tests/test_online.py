@@ -8,7 +8,7 @@ from models.online import frame_pair, online_pipeline, predict_then_learn
 from models.stale_gradient import motion_aligned
 from models.streams import generate
 
-SPLITS = {1: None, 2: [10, 7], 3: [7, 3, 7]}  # the fast net: coarse levels, then the full-resolution level
+SPLITS = {1: None, 2: [11, 7], 3: [8, 3, 7]}  # the fast net: coarse levels, then the full-resolution level
 
 
 def outputs_by_pair(stages: int, pairs: list[torch.Tensor], targets: list[torch.Tensor]) -> dict[int, torch.Tensor]:
