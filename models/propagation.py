@@ -69,12 +69,11 @@ class FlowPropagation(nn.Module):
             b, k, _, h, w = candidates.shape
             tried = torch.cat([flow.unsqueeze(1), candidates], 1).flatten(0, 1)  # its own flow first
             prev, cur = (t.unsqueeze(1).expand(-1, k + 1, -1, -1, -1).flatten(0, 1) for t in (prev, cur))
-            cell = (prev - warp(cur, tried)).abs().mean(1, keepdim=True)
-            own, others = box_mean(cell, self.window).view(b, k + 1, h, w).split([1, k], 1)
+            cells = (prev - warp(cur, tried)).abs().mean(1).view(b, k + 1, h, w)  # each flow's error per cell
+            own, others = box_mean(cells, self.window).split([1, k], 1)
             close = (candidates - flow.unsqueeze(1)).square().sum(2) <= self.apart**2
             best, index = others.masked_fill(close, float("inf")).min(1, keepdim=True)
             chosen = candidates.gather(1, index.unsqueeze(2).expand(-1, -1, 2, -1, -1)).squeeze(1)
-            own_cell, other_cells = cell.view(b, k + 1, h, w).split([1, k], 1)
-            better_here = other_cells.gather(1, index) < own_cell
+            better_here = cells[:, 1:].gather(1, index) < cells[:, :1]
             change = torch.where((best < (1 - self.gain) * own) & better_here, chosen - flow, 0.0)
         return torch.cat([x[:, :2] + F.interpolate(change, scale_factor=f) * f, x[:, 2:]], 1)
