@@ -156,12 +156,23 @@ class StillGate(nn.Module):
         return torch.cat([flow * keep, x[:, 2:]], 1)
 
 
-class EdgeAwareFill(nn.Module):
-    """[flow, frames, ...] -> the same tensor with the flow filled in where it is unsure (module docstring)."""
+#: The mean confidence over a reach below which the next, farther reach fills a pixel instead (``EdgeAwareFill``'s
+#: ``farther``): a tenth of the reach well matched and textured.
+FAR_SUPPORT = 0.1
 
-    def __init__(self, dilations: tuple[int, ...] = (1, 2, 4, 8)) -> None:
+
+class EdgeAwareFill(nn.Module):
+    """[flow, frames, ...] -> the same tensor with the flow filled in where it is unsure (module docstring).
+
+    ``farther``: dilations past ``dilations`` (whose cascade reaches 15 px) that fill a pixel as far as the nearer
+    reach lacks confident support (its mean confidence against ``FAR_SUPPORT``): the middle of a flat region wider
+    than the near reach, as a sky, otherwise falls to zero (no confident flow in reach). Only there: averaged over
+    the far reach everywhere, a textured photo's unsure pixels took flow from too far away
+    (docs/models.md#a-flat-sky-is-filled-from-further-away)."""
+
+    def __init__(self, dilations: tuple[int, ...] = (1, 2, 4, 8), farther: tuple[int, ...] = ()) -> None:
         super().__init__()
-        self.dilations = dilations
+        self.dilations, self.farther = dilations, farther
         self.log_edge = nn.Parameter(torch.tensor(2.3))  # colour difference scale: weights e^(-10 mean |ΔRGB|)
         self.log_texture = nn.Parameter(torch.tensor(-3.9))  # a gradient of ~0.02 is half-sure
         self.log_residual = nn.Parameter(torch.tensor(-3.0))  # a match error of ~0.05 costs a factor e
@@ -171,18 +182,25 @@ class EdgeAwareFill(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         flow, (prev, cur) = x[:, :2], frames_of(x).split(3, 1)
+        dilations = self.dilations + self.farther
         with torch.set_grad_enabled(torch.is_grad_enabled() and self.learn_scales):
             sure = confidence(flow, prev, cur, self.log_texture.exp(), self.log_residual.exp())
             edge = self.log_edge.exp()
-            kernels, weight = [], sure
-            for d in self.dilations:  # per dilation: the nine neighbours' weights, normalised
+            kernels, weights, weight = [], [], sure
+            for d in dilations:  # per dilation: the nine neighbours' weights, normalised
                 similar = torch.exp(-edge * colour_differences(prev, d))
                 kernels.append(similar / similar.sum(1, keepdim=True))
                 weight = neighbour_sum(weight, kernels[-1], d)
-        weighted = flow * sure
-        for d, kernel in zip(self.dilations, kernels, strict=True):
+                weights.append(weight)
+        weighted, fills = flow * sure, []
+        for i, (d, kernel) in enumerate(zip(dilations, kernels, strict=True)):
             weighted = neighbour_sum(weighted, kernel, d)
-        filled = weighted / weight.clamp_min(1e-6)
+            if i >= len(self.dilations) - 1:  # the near reach's fill and each farther one's
+                fills.append((weighted / weights[i].clamp_min(1e-6), weights[i]))
+        filled = fills[-1][0]
+        for fill, weight in reversed(fills[:-1]):  # from the farthest reach in: a nearer one with support wins
+            nearer = weight / (weight + FAR_SUPPORT)
+            filled = nearer * fill + (1 - nearer) * filled
         return torch.cat([sure * flow + (1 - sure) * filled, x[:, 2:]], 1)
 
 

@@ -242,6 +242,7 @@ def pyramid_flow_net(
     window: int = 7,
     supervision: float = 0.0,
     fill: bool = False,
+    fill_farther: tuple[int, ...] = (),
     still: bool = False,
     smooth: bool = False,
     propagate: bool = False,
@@ -249,22 +250,22 @@ def pyramid_flow_net(
     """Coarse-to-fine levels (features, then cost-volume match), each followed by ``lk_steps``
     Lucas-Kanade steps with ``lk_width`` learned channels (``lk_full_width`` at full resolution, where they cost
     the most: 0 for RGB alone, None for no steps there); at full resolution ``fill`` carries flow from
-    textured, well-matched pixels into flat ones along the image's edges, then ``still`` gates the flow
-    to zero where nothing moved (``models.flow_cleanup``). The gate comes last: a fill after it took the
-    gate's zeros, well matched on the still background, for confident flow and spread them into slow
-    movers, halving their motion (on tree's first 30 pairs the moving pixels' mean projection on the
-    pseudo-GT fell from 1.03 to 0.49 in the fill; docs/models.md#the-still-gate-comes-last). With ``smooth``, a
-    blur of 1 px then evens the flow out (``SmoothFlow``). With ``propagate``, the coarsest level's flow is taken
-    back from the background around a fast mover (``models.propagation``) before the finer levels refine it. Every
-    refinement below full resolution also learns from the loss of its own estimate, weighted ``supervision``. H and
-    W must divide by max(factors)."""
+    textured, well-matched pixels into flat ones along the image's edges (from ``fill_farther`` dilations too where
+    nothing confident is near), then ``still`` gates the flow to zero where nothing moved (``models.flow_cleanup``).
+    The gate comes last: a fill after it took the gate's zeros, well matched on the still background, for confident
+    flow and spread them into slow movers, halving their motion (on tree's first 30 pairs the moving pixels' mean
+    projection on the pseudo-GT fell from 1.03 to 0.49 in the fill; docs/models.md#the-still-gate-comes-last). With
+    ``smooth``, a blur of 1 px then evens the flow out (``SmoothFlow``). With ``propagate``, the coarsest level's
+    flow is taken back from the background around a fast mover (``models.propagation``) before the finer levels
+    refine it. Every refinement below full resolution also learns from the loss of its own estimate, weighted
+    ``supervision``. H and W must divide by max(factors)."""
     layers: list[nn.Module] = [StartFlow()]
     for factor, width, radius, head in zip(factors, widths, radii, heads, strict=True):
         own = supervision if factor > 1 else 0.0  # at full resolution the objective itself supervises
         level = [PairFeatures(factor, width), CostVolumeMatch(factor, width, radius, head, own)]
         lk = lk_width if factor > 1 else lk_full_width
         level += [LucasKanadeStep(factor, lk, window, own) for _ in range(lk_steps if lk is not None else 0)]
-        level += [EdgeAwareFill()] if fill and factor == 1 else []
+        level += [EdgeAwareFill(farther=fill_farther)] if fill and factor == 1 else []
         level += [StillGate()] if still and factor == 1 else []
         level += [FlowPropagation()] if propagate and factor == factors[0] else []
         for layer in level:  # no stage ends inside the full-resolution level (module docstring)
@@ -299,9 +300,10 @@ FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
     ),
     # The research net of the synthetic benchmark (bench.flow), learned from scratch: two Lucas-Kanade steps
     # per level, and the same fill and still gate as the service's net (the generated streams have flat
-    # regions too; bench/results/flow-*.md). Both nets' coarse levels also learn from their own loss (deep
-    # supervision), which keeps a stale stage stable.
-    "strong": lambda: pyramid_flow_net(lk_steps=2, supervision=0.3, still=True, fill=True),
+    # regions too; bench/results/flow-*.md), the fill reaching up to 127 px where nothing confident is nearer (a photo's
+    # sky; docs/models.md#a-flat-sky-is-filled-from-further-away). Both nets' coarse levels also learn from their own
+    # loss (deep supervision), which keeps a stale stage stable.
+    "strong": lambda: pyramid_flow_net(lk_steps=2, supervision=0.3, still=True, fill=True, fill_farther=(16, 32, 64)),
 }
 
 

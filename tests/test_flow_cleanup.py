@@ -111,6 +111,29 @@ def test_fill_gives_flat_pixels_the_flow_of_their_textured_neighbours():
     assert (out - truth)[..., 2:-2, 2:14].norm(dim=1).mean() < 0.05  # the textured side keeps its flow
 
 
+def test_farther_reaches_fill_the_middle_of_a_wide_flat_region_and_leave_the_rest_to_the_near_one():
+    """A flat 72 px square inside a textured frame, all moving 1 px down: its middle, over 15 px from any texture, is
+    out of the near reach, which has no confident flow to give it (it falls to zero); farther dilations give it the
+    frame's motion, while near the texture, where the near reach has support, the fill stays as it was."""
+    size, border = 96, 12
+    prev = textured(size, size, seed=1)
+    prev[..., border:-border, border:-border] = 0.5
+    cur = torch.roll(prev, shifts=1, dims=-2)
+    truth = torch.zeros(1, 2, size, size)
+    truth[:, 1] = 1.0
+    guess = truth.clone()
+    guess[..., border:-border, border:-border] += torch.randn(1, 2, 72, 72, generator=torch.Generator().manual_seed(2))
+    x = with_flow(guess, prev, cur)
+    near, far = EdgeAwareFill()(x)[:, :2], EdgeAwareFill(farther=(16, 32))(x)[:, :2]
+    middle = (..., slice(34, -34), slice(34, -34))
+    assert (near - truth)[middle].norm(dim=1).mean() > 0.5
+    assert (far - truth)[middle].norm(dim=1).mean() < 0.1
+    rim = torch.zeros(size, size, dtype=torch.bool)
+    rim[border - 2 : -border + 2, border - 2 : -border + 2] = True
+    rim[border + 4 : -border - 4, border + 4 : -border - 4] = False  # the flat square's outer 4 px and the edge
+    assert (far - near)[..., rim].norm(dim=1).mean() < 0.05
+
+
 def test_fill_keeps_flow_from_crossing_an_edge_between_two_equally_bright_colours():
     """Green texture moving 1 px (left), a flat purple strip, purple texture standing still (right): the flat purple
     takes the still purple's flow, not the moving green's, though green and purple are equally bright (a fill guided
