@@ -156,8 +156,8 @@ class StillGate(nn.Module):
         return torch.cat([flow * keep, x[:, 2:]], 1)
 
 
-#: The mean confidence over a reach below which the next, farther reach fills a pixel instead (``EdgeAwareFill``'s
-#: ``farther``): a tenth of the reach well matched and textured.
+#: The mean confidence over a reach at which it fills a pixel half and the farther reaches the other half
+#: (``EdgeAwareFill``'s ``farther``): a tenth of the reach well matched and textured.
 FAR_SUPPORT = 0.1
 
 
