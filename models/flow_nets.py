@@ -44,7 +44,7 @@ from torch import Tensor, nn
 from .correlation import local_correlation
 from .deep_supervision import supervise
 from .exposure import match_exposure
-from .flow_cleanup import EdgeAwareFill, SmoothFlow, StillGate, frames_of
+from .flow_cleanup import EdgeAwareFill, SmoothFlow, StillGate, box_mean, frames_of
 from .flow_loss import online_loss, warp
 from .propagation import FlowPropagation
 
@@ -215,8 +215,7 @@ class LucasKanadeStep(nn.Module):
         it = i1 - i0
         products = (ix * ix, ix * iy, iy * iy, ix * it, iy * it)
         terms = torch.stack([p.sum(1) for p in products], 1)
-        half = self.window // 2
-        sxx, sxy, syy, sxt, syt = F.avg_pool2d(F.pad(terms, [half] * 4, mode="replicate"), self.window, 1).unbind(1)
+        sxx, sxy, syy, sxt, syt = box_mean(terms, self.window).unbind(1)
         damping = self.log_damping.exp()
         sxx, syy = sxx + damping, syy + damping
         det = sxx * syy - sxy * sxy
@@ -243,6 +242,7 @@ def pyramid_flow_net(
     supervision: float = 0.0,
     fill: bool = False,
     fill_farther: tuple[int, ...] = (),
+    fill_verified: tuple[int, ...] = (),
     still: bool = False,
     smooth: bool = False,
     propagate: bool = False,
@@ -265,7 +265,7 @@ def pyramid_flow_net(
         level = [PairFeatures(factor, width), CostVolumeMatch(factor, width, radius, head, own)]
         lk = lk_width if factor > 1 else lk_full_width
         level += [LucasKanadeStep(factor, lk, window, own) for _ in range(lk_steps if lk is not None else 0)]
-        level += [EdgeAwareFill(farther=fill_farther)] if fill and factor == 1 else []
+        level += [EdgeAwareFill(farther=fill_farther, verified=fill_verified)] if fill and factor == 1 else []
         level += [StillGate()] if still and factor == 1 else []
         level += [FlowPropagation()] if propagate and factor == factors[0] else []
         for layer in level:  # no stage ends inside the full-resolution level (module docstring)
@@ -297,6 +297,7 @@ FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
         fill=True,
         smooth=True,
         propagate=True,
+        fill_verified=(8,),
     ),
     # The research net of the synthetic benchmark (bench.flow), learned from scratch: two Lucas-Kanade steps
     # per level, and the same fill and still gate as the service's net (the generated streams have flat

@@ -25,8 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .flow_cleanup import box_mean, frames_of
-from .flow_loss import warp
+from .flow_cleanup import box_mean, candidate_errors, frames_of
 
 
 def _shifted(flow: Tensor, dx: int, dy: int) -> Tensor:
@@ -66,11 +65,9 @@ class FlowPropagation(nn.Module):
             flow = F.avg_pool2d(x[:, :2], f) / f
             candidates = torch.stack([_shifted(flow, dx, dy) for dx, dy in self.offsets], 1)  # (B, K, 2, h, w)
             prev, cur = F.avg_pool2d(frames_of(x), f).split(3, 1)
-            b, k, _, h, w = candidates.shape
-            tried = torch.cat([flow.unsqueeze(1), candidates], 1).flatten(0, 1)  # its own flow first
-            prev, cur = (t.unsqueeze(1).expand(-1, k + 1, -1, -1, -1).flatten(0, 1) for t in (prev, cur))
-            cells = (prev - warp(cur, tried)).abs().mean(1).view(b, k + 1, h, w)  # each flow's error per cell
-            own, others = box_mean(cells, self.window).split([1, k], 1)
+            tried = torch.cat([flow.unsqueeze(1), candidates], 1)  # its own flow first
+            cells = candidate_errors(prev, cur, tried)  # each flow's error per cell
+            own, others = box_mean(cells, self.window).split([1, candidates.shape[1]], 1)
             close = (candidates - flow.unsqueeze(1)).square().sum(2) <= self.apart**2
             best, index = others.masked_fill(close, float("inf")).min(1, keepdim=True)
             chosen = candidates.gather(1, index.unsqueeze(2).expand(-1, -1, 2, -1, -1)).squeeze(1)
