@@ -15,16 +15,18 @@ frames differ clearly is not still, whatever zero flow explains (a fast mover's 
 no better). A mover has no still holes: where the test gates specks inside one (a patch of its texture matched as
 well by standing still), the gaps narrower than 9 px close again; a still background is wider than that.
 
-``EdgeAwareFill``: a cost volume has nothing to say where the image has no texture (a white table, the sky, a
-wall) or where the match fails (occlusions, noise, compression): there a learned net answers with noise. Classical
-methods fill these regions in from their surroundings (variational smoothing in DIS, edge-preserving interpolation
-in EpicFlow); this layer does it by normalised convolution (Knutsson & Westin): each pixel's confidence is high
-where the image has texture and the current frame, warped back by the flow, matches the previous one; a cascade of
-3x3 averages with growing dilation, weighted by confidence and by colour similarity in the previous frame (so flow
-does not leak across object edges), spreads the confident flow into the unsure pixels, which take it; confident
-pixels keep their own. Colour, over all three channels: guided by brightness alone, the fill let flow cross edges
-between equally bright colours (shipped net, frozen, box's moving pixels over the whole clip 1.08 times the better
-classical method's error, 1.06 by colour; tree's first 30 pairs 1.45 and 1.44; exploratory).
+``EdgeAwareFill``: a cost volume has nothing to say where the image has no texture (a white table, the sky, a wall)
+or where the match fails (occlusions, noise, compression): there a learned net answers with noise. Classical methods
+fill these regions in from their surroundings (variational smoothing in DIS, edge-preserving interpolation in
+EpicFlow); this layer does it by normalised convolution (Knutsson & Westin): each pixel's confidence is high where
+the image has texture and the current frame, warped back by the flow, matches the previous one; a cascade of 3x3
+averages with growing dilation, weighted by confidence and by colour similarity in the previous frame (so flow does
+not leak across object edges), spreads the confident flow into the unsure pixels, which take it; confident pixels
+keep their own. Colour, over all three channels: guided by brightness alone, the fill let flow cross edges between
+equally bright colours (shipped net, frozen, box's moving pixels over the whole clip 1.08 times the better classical
+method's error, 1.06 by colour; tree's first 30 pairs 1.45 and 1.44; exploratory). At the widest dilations colour is
+not enough (a swaying branch before still leaves of the same green): there a neighbour's flow counts only as far as
+it explains the pixel's window about as well as the best of its nine neighbours' flows does (``verified``).
 
 ``SmoothFlow``: the full-resolution steps estimate each pixel's flow from its own few-pixel window, and their noise
 mottles a mover's interior, which moves as one. A Gaussian blur of the final flow (sigma 1 px) took the shipped net's

@@ -275,15 +275,16 @@ def pyramid_flow_net(
 
 
 FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
-    # The service's net: real time on 2 CPU cores at the learning sizes the service picks. Small searches
-    # at 1/2 and full resolution and a slim full-resolution level (the coarse levels already bring the flow
-    # within a pixel); after the 1/8 level, propagation takes a fast mover's motion back from the background around
-    # it (models.propagation); one Lucas-Kanade step per level for sub-pixel precision (on RGB alone at full resolution,
-    # where learned channels cost the most); at full resolution the edge-aware fill (flat regions take the motion
-    # of their textured surroundings), then the still gate (a static camera's background stays exactly still, a
-    # mover keeps its motion; docs/models.md#the-still-gate-leaves-changed-places-alone), and a blur of 1 px that
-    # evens out a mover's mottled interior (models.flow_cleanup). Shipped pretrained (models.pretrain); measured on
-    # real clips by bench.realflow.
+    # The service's net: real time on 2 CPU cores at the learning sizes the service picks. Small searches at 1/2 and
+    # full resolution and a slim full-resolution level (the coarse levels already bring the flow within a pixel);
+    # after the 1/8 level, propagation takes a fast mover's motion back from the background around it
+    # (models.propagation); one Lucas-Kanade step per level for sub-pixel precision (on RGB alone at full
+    # resolution, where learned channels cost the most); at full resolution the edge-aware fill (flat regions take
+    # the motion of their textured surroundings; from 8 px away only a flow that explains them), then the still gate
+    # (a static camera's background stays exactly still, a mover keeps its motion;
+    # docs/models.md#the-still-gate-leaves-changed-places-alone), and a blur of 1 px that evens out a mover's
+    # mottled interior (models.flow_cleanup). Shipped pretrained (models.pretrain); measured on real clips by
+    # bench.realflow.
     "fast": lambda: pyramid_flow_net(
         factors=(8, 4, 2, 1),
         widths=(32, 16, 16, 4),
