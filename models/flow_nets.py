@@ -247,18 +247,18 @@ def pyramid_flow_net(
     smooth: bool = False,
     propagate: bool = False,
 ) -> nn.Sequential:
-    """Coarse-to-fine levels (features, then cost-volume match), each followed by ``lk_steps``
-    Lucas-Kanade steps with ``lk_width`` learned channels (``lk_full_width`` at full resolution, where they cost
-    the most: 0 for RGB alone, None for no steps there); at full resolution ``fill`` carries flow from
-    textured, well-matched pixels into flat ones along the image's edges (from ``fill_farther`` dilations too where
-    nothing confident is near), then ``still`` gates the flow to zero where nothing moved (``models.flow_cleanup``).
-    The gate comes last: a fill after it took the gate's zeros, well matched on the still background, for confident
-    flow and spread them into slow movers, halving their motion (on tree's first 30 pairs the moving pixels' mean
-    projection on the pseudo-GT fell from 1.03 to 0.49 in the fill; docs/models.md#the-still-gate-comes-last). With
-    ``smooth``, a blur of 1 px then evens the flow out (``SmoothFlow``). With ``propagate``, the coarsest level's
-    flow is taken back from the background around a fast mover (``models.propagation``) before the finer levels
-    refine it. Every refinement below full resolution also learns from the loss of its own estimate, weighted
-    ``supervision``. H and W must divide by max(factors)."""
+    """Coarse-to-fine levels (features, then cost-volume match), each followed by ``lk_steps`` Lucas-Kanade steps with
+    ``lk_width`` learned channels (``lk_full_width`` at full resolution, where they cost the most: 0 for RGB alone,
+    None for no steps there); at full resolution ``fill`` carries flow from textured, well-matched pixels into flat
+    ones along the image's edges (from ``fill_farther`` dilations too where nothing confident is near; at
+    ``fill_verified`` dilations only a neighbour's flow that explains the pixel), then ``still`` gates the flow to
+    zero where nothing moved (``models.flow_cleanup``). The gate comes last: a fill after it took the gate's zeros,
+    well matched on the still background, for confident flow and spread them into slow movers, halving their motion
+    (on tree's first 30 pairs the moving pixels' mean projection on the pseudo-GT fell from 1.03 to 0.49 in the
+    fill; docs/models.md#the-still-gate-comes-last). With ``smooth``, a blur of 1 px then evens the flow out
+    (``SmoothFlow``). With ``propagate``, the coarsest level's flow is taken back from the background around a fast
+    mover (``models.propagation``) before the finer levels refine it. Every refinement below full resolution also
+    learns from the loss of its own estimate, weighted ``supervision``. H and W must divide by max(factors)."""
     layers: list[nn.Module] = [StartFlow()]
     for factor, width, radius, head in zip(factors, widths, radii, heads, strict=True):
         own = supervision if factor > 1 else 0.0  # at full resolution the objective itself supervises
