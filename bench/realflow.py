@@ -34,7 +34,6 @@ import torch
 from bench.flow import learner_name, parse_stages, plot
 from bench.realflow_report import (
     CLASSICAL,
-    SECOND_REFERENCE,
     WINDOWS,
     fastest_pair,
     markdown,
@@ -42,7 +41,7 @@ from bench.realflow_report import (
     sheet_pairs,
     versus_classical,
 )
-from models.classical import REFINEMENT, classical_methods, dis_refined, farneback_full_resolution, resize_flow
+from models.classical import REFINEMENT, classical_methods, dis_refined, resize_flow
 from models.flow_metrics import (
     FAST_MOTION,
     consistent_mask,
@@ -70,7 +69,6 @@ class Clip:
     frames: np.ndarray  # uint8 [T, H, W, 3], working size
     pseudo_gt: np.ndarray  # float32 [T-1, H, W, 2], working-size pixels
     consistent: np.ndarray  # bool [T-1, H, W]: where the pseudo-GT passes its forward-backward test
-    second_reference: np.ndarray  # float32 [T-1, H, W, 2]: Farneback on the full-resolution frames, resized
     times: list[float]  # source timestamps of the kept frames, seconds
     info: dict  # source size, rate and codec; decoded and kept frame counts
 
@@ -107,11 +105,9 @@ def probe(path: Path) -> dict:
 def load_clip(path: Path, fps: float, width: int, height: int) -> Clip:
     """Decode once as the service would (``Resampler`` keeps the frames, ``to_rgb`` scales them), keeping the
     working-size frames and the pseudo ground truth between consecutive kept frames at full resolution, with where
-    it is consistent: a working-size pixel whose full-resolution pixels mostly pass the forward-backward test; and
-    the second reference, from the same full-resolution frames."""
+    it is consistent: a working-size pixel whose full-resolution pixels mostly pass the forward-backward test."""
     reference = dis_refined()
-    frames, flows, consistent, seconds, times = [], [], [], [], []
-    decoded, backwards, last = 0, 0, -np.inf
+    frames, flows, consistent, times, decoded, backwards, last = [], [], [], [], 0, 0, -np.inf
     previous: np.ndarray | None = None
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
@@ -129,7 +125,6 @@ def load_clip(path: Path, fps: float, width: int, height: int) -> Clip:
                 passed = consistent_mask(forward, reference(full, previous)).astype(np.float32)
                 consistent.append(cv2.resize(passed, (width, height), interpolation=cv2.INTER_AREA) >= 0.5)
                 flows.append(resize_flow(forward, width, height))
-                seconds.append(resize_flow(farneback_full_resolution(previous, full), width, height))
             previous = full
             frames.append(to_rgb(frame, width, height))
             times.append(t)
@@ -137,7 +132,7 @@ def load_clip(path: Path, fps: float, width: int, height: int) -> Clip:
         raise ValueError(f"{path}: {len(frames)} frame(s) kept at {fps:g} fps, need 2")
     info = {"decoded": decoded, "kept": len(frames), "backwards_timestamps": backwards,
             "full_size": list(previous.shape[1::-1])}  # fmt: skip
-    return Clip(np.stack(frames), np.stack(flows), np.stack(consistent), np.stack(seconds), times, info)
+    return Clip(np.stack(frames), np.stack(flows), np.stack(consistent), times, info)
 
 
 class PairScores:
@@ -232,8 +227,7 @@ def learn(
 
 
 def run_references(clip: Clip, shown: set[int]) -> dict[str, PairScores]:
-    """Farneback and DIS-fast on the working-size frames, zero flow, and the second reference (computed as the clip
-    was decoded, so untimed)."""
+    """Farneback and DIS-fast on the working-size frames, and zero flow."""
     methods = classical_methods()
     out = {}
     for name in CLASSICAL:
@@ -244,10 +238,8 @@ def run_references(clip: Clip, shown: set[int]) -> dict[str, PairScores]:
             scores.seconds.append(time.perf_counter() - start)
             scores.add(t, flow)
     zero = out["zero_flow"] = PairScores(clip, shown)
-    second = out[SECOND_REFERENCE] = PairScores(clip, shown)
     for t in range(len(clip.pseudo_gt)):
         zero.add(t, np.zeros_like(clip.pseudo_gt[t]))
-        second.add(t, clip.second_reference[t])
     return out
 
 

@@ -17,10 +17,6 @@ if TYPE_CHECKING:
 #: Score windows: the first 30 pairs (how fast a learner gets useful), the first 100 and the whole clip.
 WINDOWS = {"first30": 30, "first100": 100, "all": None}
 CLASSICAL = ("farneback", "dis_fast")  # at the working size; DIS medium is the pseudo-GT's own method
-#: Farneback on the source's full-resolution frames, resized as the pseudo-GT is: an independent method with the
-#: reference's pixels. Its ratio to the better classical method says how far below them a window's reference still
-#: tells better flow from worse: where it is not clearly below 1, the window measures the reference's own noise.
-SECOND_REFERENCE = "farneback_full_resolution"
 #: The scores each learner is set against the better classical method on, with their column titles.
 RATIOS = {
     "epe_all": "EPE all",
@@ -56,7 +52,7 @@ def picture_sheet(clip: Clip, all_scores: dict[str, PairScores], title: str, fas
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    learners = [name for name in all_scores if name not in (*CLASSICAL, "zero_flow", SECOND_REFERENCE)]
+    learners = [name for name in all_scores if name not in (*CLASSICAL, "zero_flow")]
     columns = ["frame", *learners, "pseudo-GT", "consistent", *CLASSICAL]
     rows = sorted(next(iter(all_scores.values())).flows)
     height, width = clip.frames.shape[1:3]
@@ -111,15 +107,7 @@ def markdown(result: dict) -> str:
             f" {clip['backwards_timestamps']} decoded frames carry a timestamp earlier than the frame before them "
             "(container timestamps in decode order); the service's resampler drops those, and so does this bench."
         )
-    lines += [
-        "",
-        "ms/pair: median step time on this shared machine at the load above, not a speed measurement.",
-        "",
-        f"{SECOND_REFERENCE}: Farneback on the source's {clip['full_size'][0]}x{clip['full_size'][1]} frames, "
-        "resized as the pseudo-GT is (untimed: computed as the clip is decoded). An independent method with the "
-        "reference's pixels: where it is not clearly below the better classical method at the working size, the "
-        "window's scores are within the reference's own noise.",
-    ]
+    lines += ["", "ms/pair: median step time on this shared machine at the load above, not a speed measurement."]
     for window, pairs in WINDOWS.items():
         first = next(iter(result["methods"].values()))[window]
         label = "whole clip" if pairs is None else f"first {pairs} pairs"
@@ -150,12 +138,12 @@ def markdown(result: dict) -> str:
 
 
 def versus_classical(methods: dict[str, dict], window: str) -> dict[str, dict[str, float]]:
-    """Per learner and for the second reference (``SECOND_REFERENCE``), its EPE (``RATIOS``: all, moving and fast
-    pixels, the last two also where the pseudo-GT is consistent) over the better of Farneback's and DIS-fast's in
-    ``window`` (< 1: it wins; NaN where the window has no such pixel)."""
+    """Per learner, its EPE (``RATIOS``: all, moving and fast pixels, the last two also where the pseudo-GT is
+    consistent) over the better of Farneback's and DIS-fast's in ``window`` (< 1: the learner wins; NaN where the
+    window has no such pixel)."""
     ratios = {}
     for name, m in methods.items():
-        if "balance" not in m and name != SECOND_REFERENCE:
+        if "balance" not in m:
             continue
         ratios[name] = {}
         for score in RATIOS:
@@ -165,9 +153,11 @@ def versus_classical(methods: dict[str, dict], window: str) -> dict[str, dict[st
 
 
 def ratio_table(methods: dict[str, dict], window: str) -> list[str]:
-    """``versus_classical`` as markdown rows."""
+    """``versus_classical`` as markdown rows (none without a learner)."""
     ratios = versus_classical(methods, window)
-    lines = ["", "| method / better of Farneback and DIS-fast | " + " | ".join(RATIOS.values()) + " |"]
+    if not ratios:
+        return []
+    lines = ["", "| learner / better of Farneback and DIS-fast | " + " | ".join(RATIOS.values()) + " |"]
     lines.append("|---" * (len(RATIOS) + 1) + "|")
     for name, r in ratios.items():
         lines.append(f"| {name} | " + " | ".join(f"{r[score]:.2f}" for score in RATIOS) + " |")

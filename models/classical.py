@@ -26,13 +26,6 @@ def farneback(prev: np.ndarray, cur: np.ndarray) -> np.ndarray:
     return cv2.calcOpticalFlowFarneback(_gray(prev), _gray(cur), None, 0.5, 3, 15, 3, 5, 1.2, 0)
 
 
-def farneback_full_resolution(prev: np.ndarray, cur: np.ndarray) -> np.ndarray:
-    """Farneback for a source's full-resolution frames: 5 levels and 21 px windows (4 times the working size's
-    reach), and the wider polynomial (7 px, sigma 1.5) OpenCV's documentation gives for larger frames. A second
-    reference beside ``dis_refined``: an independent method with the reference's pixels."""
-    return cv2.calcOpticalFlowFarneback(_gray(prev), _gray(cur), None, 0.5, 5, 21, 5, 7, 1.5, 0)
-
-
 def _dis(preset: int) -> FlowMethod:
     return _dis_engine(cv2.DISOpticalFlow_create(preset))
 
