@@ -280,8 +280,8 @@ FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
     # after the 1/8 level, propagation takes a fast mover's motion back from the background around it
     # (models.propagation); one Lucas-Kanade step per level for sub-pixel precision (on RGB alone at full
     # resolution, where learned channels cost the most); at full resolution the edge-aware fill (flat regions take
-    # the motion of their textured surroundings; from 8 px away only a flow that explains them), then the still gate
-    # (a static camera's background stays exactly still, a mover keeps its motion;
+    # the motion of their textured surroundings; from 4 and 8 px away only a flow that explains them), then the still
+    # gate (a static camera's background stays exactly still, a mover keeps its motion;
     # docs/models.md#the-still-gate-leaves-changed-places-alone), and a blur of 1 px that evens out a mover's
     # mottled interior (models.flow_cleanup). Shipped pretrained (models.pretrain); measured on real clips by
     # bench.realflow.
@@ -298,7 +298,7 @@ FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
         fill=True,
         smooth=True,
         propagate=True,
-        fill_verified=(8,),
+        fill_verified=(4, 8),
     ),
     # The research net of the synthetic benchmark (bench.flow), learned from scratch: two Lucas-Kanade steps
     # per level, and the same fill and still gate as the service's net (the generated streams have flat
