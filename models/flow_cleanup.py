@@ -182,11 +182,18 @@ def candidate_errors(prev: Tensor, cur: Tensor, flows: Tensor) -> Tensor:
     return (prev - warp(cur, flows.flatten(0, 1))).abs().mean(1).view(b, k, h, w)
 
 
+def neighbours(t: Tensor, offsets: list[tuple[int, int]]) -> Tensor:
+    """(B, K, C, H, W): for every pixel of ``t`` (B, C, H, W), the values of the pixels (dx, dy) away, edges
+    replicated; one padding, the K windows are views of it."""
+    h, w = t.shape[-2:]
+    reach = max(max(abs(dx), abs(dy)) for dx, dy in offsets)
+    padded = F.pad(t, [reach] * 4, mode="replicate")
+    return torch.stack([padded[..., reach + dy : reach + dy + h, reach + dx : reach + dx + w] for dx, dy in offsets], 1)
+
+
 def neighbour_flows(flow: Tensor, dilation: int) -> Tensor:
     """(B, 9, 2, H, W): each pixel's 3x3 neighbours' flows at ``dilation`` (edges replicated, ``_offsets``' order)."""
-    h, w = flow.shape[-2:]
-    padded = F.pad(flow, [dilation] * 4, mode="replicate")
-    return torch.stack([padded[..., dy : dy + h, dx : dx + w] for dy, dx in _offsets(dilation)], 1)
+    return neighbours(flow, [(dx - dilation, dy - dilation) for dy, dx in _offsets(dilation)])
 
 
 def explains(prev: Tensor, cur: Tensor, flow: Tensor, dilation: int) -> Tensor:

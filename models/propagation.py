@@ -35,17 +35,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .flow_cleanup import box_mean, candidate_errors, frames_of
+from .flow_cleanup import box_mean, candidate_errors, frames_of, neighbours
 from .flow_loss import warp
 
 
-def neighbours(t: Tensor, offsets: list[tuple[int, int]]) -> Tensor:
-    """(B, K, C, H, W): for every pixel of ``t`` (B, C, H, W), the values of the pixels (dx, dy) away, edges
-    replicated; one padding, the K windows are views of it."""
-    h, w = t.shape[-2:]
-    reach = max(max(abs(dx), abs(dy)) for dx, dy in offsets)
-    padded = F.pad(t, [reach] * 4, mode="replicate")
-    return torch.stack([padded[..., reach + dy : reach + dy + h, reach + dx : reach + dx + w] for dx, dy in offsets], 1)
+def _chosen(candidates: Tensor, index: Tensor) -> Tensor:
+    """(B, 2, h, w): per cell, the flow among ``candidates`` (B, K, 2, h, w) that ``index`` (B, 1, h, w) names."""
+    return candidates.gather(1, index.unsqueeze(2).expand(-1, -1, 2, -1, -1)).squeeze(1)
 
 
 def backward_flow(prev: Tensor, cur: Tensor, radius: int, window: int) -> Tensor:
@@ -68,8 +64,7 @@ def fill_occluded(flow: Tensor, prev: Tensor, occluded: Tensor, offsets: list[tu
         unlike = (colours - prev.unsqueeze(1)).abs().mean(2).masked_fill(blocked.squeeze(2) > 0, float("inf"))
         nearest, index = unlike.min(1, keepdim=True)
         taken = occluded & nearest.isfinite()
-        chosen = candidates.gather(1, index.unsqueeze(2).expand(-1, -1, 2, -1, -1)).squeeze(1)
-        flow, occluded = torch.where(taken, chosen, flow), occluded & ~taken
+        flow, occluded = torch.where(taken, _chosen(candidates, index), flow), occluded & ~taken
     return flow
 
 
@@ -115,9 +110,8 @@ class FlowPropagation(nn.Module):
             own, others = box_mean(cells, self.window).split([1, candidates.shape[1]], 1)
             close = (candidates - flow.unsqueeze(1)).square().sum(2) <= self.apart**2
             best, index = others.masked_fill(close, float("inf")).min(1, keepdim=True)
-            chosen = candidates.gather(1, index.unsqueeze(2).expand(-1, -1, 2, -1, -1)).squeeze(1)
             better_here = cells[:, 1:].gather(1, index) < cells[:, :1]
-            swapped = torch.where((best < (1 - self.gain) * own) & better_here, chosen, flow)
+            swapped = torch.where((best < (1 - self.gain) * own) & better_here, _chosen(candidates, index), flow)
             back = backward_flow(prev, cur, self.reach, self.window)
             mismatch = (swapped + warp(back, swapped)).norm(dim=1, keepdim=True)
             occluded = mismatch > self.tolerance + self.relative * swapped.norm(dim=1, keepdim=True)
