@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+import cv2
 import numpy as np
 import pytest
 import torch
@@ -31,10 +32,10 @@ class Out(list):
     put = list.append
 
 
-def make_loop(directory, lag: int, auto: bool = True) -> FrameLoop:
-    ladder = tuple(learning_ladder(DISPLAY, 128))
-    lc = LearnerConfig("slow", "fast", "scratch", 2, None, "partime", None, directory / "slow.pt")
-    cfg = LearnerProcessConfig(lc, DISPLAY, FPS, ladder, auto, 60.0, 80, None)
+def make_loop(directory, lag: int, auto: bool = True, display=DISPLAY, init: str = "scratch") -> FrameLoop:
+    ladder = tuple(learning_ladder(display, max(display)))
+    lc = LearnerConfig("slow", "fast", init, 2, None, "partime", None, directory / "slow.pt")
+    cfg = LearnerProcessConfig(lc, display, FPS, ladder, auto, 60.0, 80, None)
     splits = JsonCache(directory / "splits.json")
     layers = len(FLOW_NETS["fast"]())
     splits.put(key("fast", ladder[0], 2, "cpu"), [layers - layers // 2, layers // 2])  # known: no profiling here
@@ -120,3 +121,25 @@ def test_a_non_finite_loss_restores_the_last_good_weights_says_so_and_learns_on(
     assert all(np.isfinite(m.loss) for m in frames)
     after = loop.out.index(failure)
     assert any(isinstance(m, FrameLearned) for m in loop.out[after:])  # it learns on
+
+
+def test_fast_motion_moves_a_large_learning_size_down_to_where_the_net_follows_it(tmp_path):
+    """A picture larger than the size the nets were made for is learned at its own size while the motion is slow,
+    but a pan of 24 px a frame at 320x240 would outrun the net's search there: the loop rebuilds at 160x120, where it
+    is 12 px, and says why."""
+    loop = make_loop(tmp_path, lag=0, display=(320, 240), init="pretrained")
+    rng = np.random.default_rng(3)
+    texture = cv2.GaussianBlur(rng.integers(0, 255, (240, 320 + 24 * 12, 3), np.uint8), (0, 0), 2.0)
+    try:
+        for i in range(12):
+            loop.on_frame(np.ascontiguousarray(texture[:, 24 * i : 24 * i + 320]), float(i))
+            if loop.learner.size != (320, 240):
+                break
+        assert loop.learner.size == (160, 120), [m for m in loop.out if not isinstance(m, FrameLearned)]
+        frames = [m for m in loop.out if isinstance(m, FrameLearned)]
+        assert tuple(frames[-1].learning_size) == (320, 240)  # the frame that showed the motion, at the old size
+        assert np.percentile(np.hypot(*frames[-1].flow.transpose(2, 0, 1)), 50) > 12  # the net saw the pan
+        (budget_note,) = [m for m in loop.out if isinstance(m, BudgetChanged)]
+        assert budget_note.learning_size == (160, 120) and "motion is this fast" in budget_note.note
+    finally:
+        loop.learner.pipe.close()

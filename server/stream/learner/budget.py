@@ -27,6 +27,9 @@ Where no size is expected to hold, the stream learns at the cheapest one, and of
 (within ``SAME_COST``) at the largest: on a GPU a small net's step costs nearly the same at every size (launches,
 not pixels), and a fit without a positive slope is taken as such a flat cost. A stream there once fell to the
 smallest size, as slow as the largest, and stayed.
+
+Sizes above a cap are off limits while a stream's motion would outrun the net's search there (``reach.MotionCap``,
+``limit``): the controller moves under the cap at once, and when the cap lifts it goes back to the size it left.
 """
 
 from __future__ import annotations
@@ -75,6 +78,8 @@ class BudgetController:
         self._over = True  # the last window at this size was over the target, or none held it yet (see _move)
         self._steps: dict[int, float] = {}  # ladder index -> a step's cost in the last window at that size
         self.hopeless = False  # no size was expected to hold the budget at the last decision
+        self.top = 0  # the largest size allowed (``limit``)
+        self.resume: int | None = None  # the size a cap moved the stream from, to go back to when it lifts
 
     @property
     def size(self) -> Size:
@@ -100,6 +105,28 @@ class BudgetController:
             return None
         self._move(choice)
         return choice
+
+    def limit(self, top: int) -> int | None:
+        """Sizes larger than ``ladder[top]`` are off limits from now on (automatic sizing only); the ladder index to
+        rebuild at when the size must change: under a new cap, or back to where the last cap found it once it lifts."""
+        if not self.auto:
+            return None
+        self.top = top
+        if top > self.index:
+            self.resume = self.index if self.resume is None else self.resume
+            self._move(top)
+            return top
+        if self.resume is not None and top < self.index:
+            back = max(top, self.resume)
+            self.resume = None if back == self.resume else self.resume
+            self._move(back)
+            return back
+        return None
+
+    @property
+    def capped(self) -> bool:
+        """The size is below where the budget had it because of a cap (``limit``)."""
+        return self.resume is not None
 
     def predict(self, index: int) -> float:
         """A frame's work at ``ladder[index]``: the current size's fixed part plus the step there (module docstring)."""
@@ -132,7 +159,7 @@ class BudgetController:
             self.hopeless = True
             return self._cheapest()
         up = self.index - 1
-        if over or up < 0 or self._waiting(up):
+        if over or up < self.top or self._waiting(up):
             return self.index
         if up in self._steps:
             return up if self.predict(up) <= GROW_MARGIN * limit else self.index
@@ -145,9 +172,9 @@ class BudgetController:
     def _cheapest(self) -> int:
         """Where no size holds: the largest size predicted to cost about as little as the cheapest (every size is too
         slow alike, so none is waited for)."""
-        predicted = [self.predict(j) for j in range(len(self.ladder))]
-        least = min(predicted)
-        return next(j for j, cost in enumerate(predicted) if cost <= SAME_COST * least)
+        allowed = range(self.top, len(self.ladder))
+        least = min(self.predict(j) for j in allowed)
+        return next(j for j in allowed if self.predict(j) <= SAME_COST * least)
 
     def _mark_too_slow(self, index: int) -> None:
         before = self._too_slow.get(index)
@@ -172,11 +199,12 @@ class BudgetController:
         """The state of the budget in words, as the API and the page show it."""
         w, h = self.size
         ds_ms = self.ds * 1e3
+        why = "; no larger while the motion is this fast (it would outrun the net's search)" if self.capped else ""
         if self.estimate is None:
-            return f"learning at {w}×{h}; measuring what a frame costs"
+            return f"learning at {w}×{h}; measuring what a frame costs{why}"
         cost = f"a frame's work takes {self.estimate * 1e3:.0f} ms of {ds_ms:.0f} ms"
         if self.estimate <= TARGET * self.ds:
-            return f"learning at {w}×{h} {'to keep' if self.auto else 'as asked, keeping'} {fps:g} fps ({cost})"
+            return f"learning at {w}×{h} {'to keep' if self.auto else 'as asked, keeping'} {fps:g} fps ({cost}){why}"
         holdable = max(0.1, int(10 * TARGET / self.estimate) / 10)
         dropped = round(100 * (1 - self.ds / self.estimate)) if self.estimate > self.ds else 0
         if self.auto and (self.hopeless or self.index == len(self.ladder) - 1):

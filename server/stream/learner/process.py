@@ -6,8 +6,9 @@ to frame t-(D-1)): the raw flow field, the pictures viewers want (``pictures.py`
 flow on the same pair, ΔP for the whole step and per stage, the whole frame's work, and the frame's capture time. On
 a GPU it publishes one frame later still, so that the host's part of a frame runs while the device learns the next
 (``FrameLoop``).
-The budget controller (``budget.py``) sees every frame's work and may move the learning size; the learner then
-rebuilds its pipeline at the new size with the same weights. It checkpoints atomically every N seconds, on request
+The budget controller (``budget.py``) sees every frame's work and may move the learning size, under the cap that
+keeps the motion within the net's reach (``reach.py``, which sees every frame's flow); the learner then rebuilds its
+pipeline at the new size with the same weights. It checkpoints atomically every N seconds, on request
 and on stop; a non-finite loss restores the last checkpoint and halves the learning rate.
 
 Threads: torch gets one intra-op thread in this process (each pipeline stage one of its own). Measured on the
@@ -53,11 +54,12 @@ from ..protocol import (
     Phase,
 )
 from ..ring import FrameRing, RingSpec
-from ..sizing import Size
+from ..sizing import CPU_LEARNING_SIDE, Size
 from .budget import BudgetController
 from .device_io import FrameUpload, HostCopy, PendingCopy
 from .learner import CheckpointMismatch, Learner, LearnerConfig
 from .profile_cache import JsonCache, key
+from .reach import MotionCap
 
 log = logging.getLogger(__name__)
 POLL_S = 0.2
@@ -146,6 +148,7 @@ class FrameLoop:
         self.remember_size = remember_size
         self.painter = Painter(cfg.jpeg_quality)
         self.scale = FlowScale()
+        self.reach = MotionCap(cfg.ladder, CPU_LEARNING_SIDE)
         self.upload = FrameUpload(learner.device)
         self.lag = (1 if learner.device.type == "cuda" else 0) if lag is None else lag
         self.host = HostCopy(in_flight=max(1, self.lag))
@@ -215,6 +218,7 @@ class FrameLoop:
             self._recover()
             return None
         flow = got["flow"]
+        self.reach.observe(flow)
         scale = self.scale.update(flow, shown.shape[1] / flow.shape[1])
         kinds = mask_kinds(self.ring.wanted)
         painted = time.perf_counter()
@@ -240,14 +244,16 @@ class FrameLoop:
 
     def _keep_budget(self, work_s: float, step_s: float) -> None:
         controller = self.controller
-        choice = controller.observe(work_s, step_s)
+        choice = controller.limit(self.reach.top)
+        if choice is None:
+            choice = controller.observe(work_s, step_s)
         if choice is not None:
             self._rebuild(lambda: self.learner.resize(controller.size))
             self.previous = None if self.previous_picture is None else self.scaled(self.previous_picture)
         elif self.learner.compiled_ready:
             self._rebuild(self.learner.adopt_compiled)
             log.info("the learner's stages are compiled: it goes on with them at %dx%d", *self.learner.size)
-        elif controller.settled and self.cfg.auto:
+        elif controller.settled and self.cfg.auto and not controller.capped:  # a cap is the motion's, not the budget's
             self.remember_size(controller.size)
         note = controller.note(self.cfg.fps)
         if note != self.note or choice is not None:

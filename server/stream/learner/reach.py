@@ -1,0 +1,69 @@
+"""The largest learning size at which a stream's motion stays within the net's reach.
+
+Why: the service's net searches a fixed number of pixels at whatever size it learns (its 1/8 level ±32 px, the
+propagation's block matching ±48 px; ``models.flow_nets``), so the same motion needs twice the reach at twice the
+size. On a GPU, where every size costs about the same, the frame budget alone learns at the picture's own size, and
+there a fast hand outruns the search: on tree.avi the net learning at 320×240 erred more on the moving pixels than
+the same net learning at 160×120 with its flow scaled up (docs/operations.md#gpus). Slow motion gains from the larger
+size (box.mp4: the reverse), so the size is capped only while the motion is fast.
+
+The measure is the 99th percentile of a frame's flow speed, in long sides per frame (the same at every size). Down at
+once, to the largest size where that speed is within ``REACH_PX``; back up only after ``CALM_S`` in which every frame
+would have stayed within ``GROW_SHARE`` of it at the larger size (the flow at a capped size is the better estimate of
+the motion, and each move costs a rebuild). Never below ``floor_side``, the long side the nets were made for (their
+pretraining, and the CPU's largest learning size): a ladder that starts there is never capped.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from ..sizing import Size
+
+REACH_PX = 12.0  # a frame's fast motion (99th percentile of its speed) kept within this at the learning size
+GROW_SHARE = 0.5  # grow only where the recent motion would take at most this share of REACH_PX
+CALM_S = 3.0  # ... over this long
+QUANTILE = 99.0
+SUBSAMPLE = 2  # every other pixel each way: the percentile of a quarter of the pixels, a quarter of the host's work
+
+
+def speed(flow: np.ndarray) -> float:
+    """A frame's fast motion in long sides per frame: the ``QUANTILE`` of the flow's speed over its long side."""
+    sample = flow[::SUBSAMPLE, ::SUBSAMPLE]
+    return float(np.percentile(np.hypot(sample[..., 0], sample[..., 1]), QUANTILE)) / max(flow.shape[:2])
+
+
+class MotionCap:
+    """Which sizes of ``ladder`` (largest first) keep the motion within reach: ``top``, the index of the largest."""
+
+    def __init__(self, ladder: Sequence[Size], floor_side: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ladder = list(ladder)
+        self.floor = max((i for i, size in enumerate(self.ladder) if max(size) >= floor_side), default=0)
+        self.clock = clock
+        self.top = 0
+        self.recent: deque[tuple[float, float]] = deque()  # (when, speed) over the last CALM_S
+        self.since = clock()  # the last move of the cap: the calm that lets it grow counts from here
+
+    def observe(self, flow: np.ndarray) -> int:
+        """A frame's flow (at the learning size, H x W x 2); the index of the largest size now allowed."""
+        now, fast = self.clock(), speed(flow)
+        self.recent.append((now, fast))
+        while self.recent[0][0] < now - CALM_S:
+            self.recent.popleft()
+        if fast * max(self.ladder[self.top]) > REACH_PX:
+            self._move(self._largest_within(fast, REACH_PX), now)
+        elif self.top > 0 and now - self.since >= CALM_S:
+            recent = max(s for _, s in self.recent)
+            self._move(min(self.top, self._largest_within(recent, GROW_SHARE * REACH_PX)), now)
+        return self.top
+
+    def _largest_within(self, fast: float, reach_px: float) -> int:
+        return next((i for i in range(self.floor) if fast * max(self.ladder[i]) <= reach_px), self.floor)
+
+    def _move(self, top: int, now: float) -> None:
+        if top != self.top:
+            self.top, self.since = top, now
