@@ -10,7 +10,8 @@ Three online learners of the shipped weights, sequential, each pair scored befor
   flow; its clock is the clip's), flow scaled up. One learner whose size changes from pair to pair, as the service's
   does (it rebuilds with the same weights), without the frames a rebuild costs there.
 
-Farneback, DIS-fast and zero flow at the picture's size beside them. → ``bench/results/learning-size-<clip>.{md,json}``.
+Farneback, DIS-fast and zero flow at the picture's size beside them. The learners run where the service's would (on
+a GPU when there is one, as CUDA graphs). → ``bench/results/learning-size-<clip>.{md,json}``.
 
     python -m bench.learning_size --video ../shared/clips/tree.avi [--size 320x240]
 """
@@ -71,7 +72,7 @@ def learn(
                 pipe.load_state_dict(state)
             x = scaled(clip.frames, t, size)
             result = pipe.step(x, target=x)  # sequential: pair t's flow, then pair t learned (predict_then_learn)
-            flow = result.output[0].detach().permute(1, 2, 0).numpy()
+            flow = result.output[0].detach().permute(1, 2, 0).cpu().numpy()
             if on_flow is not None:
                 on_flow(t, flow)
             scores.add(t, resize_flow(flow, width, height))
