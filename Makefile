@@ -8,11 +8,13 @@ PORT   ?= 8000
 # Ground-truth flow streams for bench-flow are generated, never committed (see models/streams.py).
 STREAMS := $(VENV)/streams
 FLOW_STREAMS ?= 1:coffee 2:chelsea 3:rocket 4:hubble_deep_field 5:astronaut
+# Streams no setting was chosen on (other seeds, and the two colour photos the five leave out): bench-flow-heldout.
+FLOW_STREAMS_HELDOUT ?= 6:immunohistochemistry 7:colorwheel 8:astronaut 9:coffee
 # Real clips for bench-realflow live outside the repository (a fresh clone has none).
 CLIPS ?= ../shared/clips
 
 .PHONY: run test lint docs clean screenshots up up-gpu down \
-	bench bench-engine bench-flow bench-realflow bench-realflow-heldout bench-schedules bench-memory bench-processes \
+	bench bench-engine bench-flow bench-flow-heldout flow-streams bench-realflow bench-realflow-heldout bench-schedules bench-memory bench-processes \
 	bench-service bench-load bench-soak bench-outage bench-cluster bench-gpu gpu-wheels docker-check pretrain
 
 $(VENV)/.installed: pyproject.toml
@@ -49,11 +51,19 @@ bench-engine: $(VENV)/.installed
 	$(PY) -m bench.engine
 
 bench-flow: $(VENV)/.installed
-	@mkdir -p $(STREAMS)
-	@for s in $(FLOW_STREAMS); do \
-	  seed=$${s%%:*}; photo=$${s##*:}; f=$(STREAMS)/s256_$${seed}_$${photo}.npz; \
+	@$(MAKE) --no-print-directory flow-streams STREAM_SET="$(FLOW_STREAMS)" FLOW_STAGES=1,2,4 FLOW_OUT=bench/results
+
+## bench-flow's measure on FLOW_STREAMS_HELDOUT (sequential and D = 2) into bench/results/flow-heldout/.
+bench-flow-heldout: $(VENV)/.installed
+	@$(MAKE) --no-print-directory flow-streams STREAM_SET="$(FLOW_STREAMS_HELDOUT)" FLOW_STAGES=1,2 \
+	  FLOW_OUT=bench/results/flow-heldout
+
+flow-streams:
+	@mkdir -p $(STREAMS) $(FLOW_OUT)
+	@for s in $(STREAM_SET); do \
+	  seed=$${s%%:*}; photo=$${s##*:}; name=s256_$${seed}_$${photo}; f=$(STREAMS)/$$name.npz; \
 	  [ -f $$f ] || $(PY) -m models.streams --out $$f --size 256 --frames 300 --seed $$seed --photo $$photo || exit 1; \
-	  $(PY) -m bench.flow --stream $$f --stages 1,2,4 || exit 1; \
+	  $(PY) -m bench.flow --stream $$f --stages $(FLOW_STAGES) --out $(FLOW_OUT)/flow-$$name || exit 1; \
 	done
 
 bench-realflow: $(VENV)/.installed
