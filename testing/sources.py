@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -10,6 +11,9 @@ import psutil
 
 from testing.net import HOST, free_port
 from testing.poll import until
+
+#: Why the live sources cannot play here, or None: they are Debian's ffmpeg command (``.ci/run`` installs it).
+NO_FFMPEG = None if shutil.which("ffmpeg") else "needs the ffmpeg command (apt-get install ffmpeg)"
 
 
 class LiveSource:

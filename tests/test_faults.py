@@ -25,6 +25,7 @@ from testing.api import Api
 from testing.media import make_video
 from testing.outage import outage
 from testing.server import ServerProcess, small_server
+from testing.sources import NO_FFMPEG
 
 pytestmark = pytest.mark.timeout(240)
 OUTAGE_S = float(os.environ.get("OVERTIME_TEST_OUTAGE_S", "5"))  # bench/outage.py runs the documented 40 s
@@ -179,6 +180,7 @@ def test_corrupt_bytes_mid_file_are_skipped_and_counted(srv, api):
     api.delete(sid)
 
 
+@pytest.mark.skipif(NO_FFMPEG is not None, reason=str(NO_FFMPEG))
 def test_live_source_outage_reconnects(srv, api):
     result = outage(api, srv.media_dir / "clip.mp4", pause_s=OUTAGE_S, name="outage")
     assert result["reconnected"], result

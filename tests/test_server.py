@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import signal
 
 import cv2
@@ -23,7 +22,7 @@ from models.streams import generate
 from server.stream.flow_formats import read_flo, read_kitti_png
 from server.stream.pictures import OPACITY
 from testing.media import LOOP, SIZE
-from testing.sources import LiveSource
+from testing.sources import NO_FFMPEG, LiveSource
 from testing.viewers import watch, watch_images
 
 # The fast net matches and cleans up flow before it learns anything, so from scratch it starts well and learning
@@ -140,7 +139,7 @@ def test_sizes_and_rate_follow_a_4_3_source_and_history_survives_a_reconnect(ser
 
 
 # -- a live HTTP MPEG-TS source --------------------------------------------------------------------
-@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the ffmpeg command (apt-get install ffmpeg)")
+@pytest.mark.skipif(NO_FFMPEG is not None, reason=str(NO_FFMPEG))
 def test_live_mpegts_source_learns(server, media):
     with LiveSource(media / "loop.mp4") as live:  # returns once ffmpeg listens
         sid = create(server, source=live.url, name="live", fps=15)["id"]
@@ -152,7 +151,7 @@ def test_live_mpegts_source_learns(server, media):
 
 
 # -- a live RTSP source -----------------------------------------------------------------------------
-@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs the ffmpeg command (apt-get install ffmpeg)")
+@pytest.mark.skipif(NO_FFMPEG is not None, reason=str(NO_FFMPEG))
 def test_live_rtsp_source_learns_then_reconnects_when_it_goes_away(server, media):
     with RtspCamera(media / "loop.mp4") as camera:
         sid = create(server, source=camera.url, name="rtsp", fps=15)["id"]
