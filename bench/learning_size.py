@@ -65,12 +65,12 @@ def learn(
     pipe = build_learner("pretrained", "fast", scaled(clip.frames, 0, size), 1, default_lr("pretrained"), 0)
     try:
         for t in range(len(clip.pseudo_gt)):
+            x = scaled(clip.frames, t, size_of(t))
             if size_of(t) != size:
                 size, state, module = size_of(t), pipe.state_dict(), pipe.module()
                 pipe.close()
-                pipe = online_pipeline(module, scaled(clip.frames, t, size), 1, default_lr("pretrained"))
+                pipe = online_pipeline(module, x, 1, default_lr("pretrained"))
                 pipe.load_state_dict(state)
-            x = scaled(clip.frames, t, size)
             result = pipe.step(x, target=x)  # sequential: pair t's flow, then pair t learned (predict_then_learn)
             flow = result.output[0].detach().permute(1, 2, 0).cpu().numpy()
             if on_flow is not None:
