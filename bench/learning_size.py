@@ -11,7 +11,7 @@ Three online learners of the shipped weights, sequential, each pair scored befor
   does (it rebuilds with the same weights), without the frames a rebuild costs there.
 
 Farneback, DIS-fast and zero flow at the picture's size beside them. The learners run where the service's would (on
-a GPU when there is one, as CUDA graphs). → ``bench/results/learning-size-<clip>.{md,json}``.
+a GPU when there is one, as CUDA graphs). → ``bench/results/learning-size-<clip>-<W>x<H>.{md,json}``.
 
     python -m bench.learning_size --video ../shared/clips/tree.avi [--size 320x240]
 """
@@ -155,7 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     }
     title = f"{args.video.name}: the service's net learning at 160 or at the picture's {picture[0]}×{picture[1]}"
     data = {"picture": list(picture), "small": list(small), "sizes_used": [list(s) for s in used], "rows": summary}
-    run.write(f"learning-size-{args.video.stem}", title, markdown(summary, used, picture, small), data)
+    run.write(
+        f"learning-size-{args.video.stem}-{picture[0]}x{picture[1]}",
+        title,
+        markdown(summary, used, picture, small),
+        data,
+    )
     return 0
 
 

@@ -19,7 +19,7 @@ def test_writes_the_three_learners_and_the_references(tmp_path):
         assert learning_size.main(["--video", str(clip), "--out", str(tmp_path)]) == 0
     finally:
         torch.set_num_threads(threads)
-    result = json.loads((tmp_path / "learning-size-moving.json").read_text())
+    result = json.loads((tmp_path / "learning-size-moving-256x192.json").read_text())
     assert result["picture"] == [256, 192] and result["small"] == [160, 120]
     rows = result["rows"]
     assert list(rows) == ["at 160×120, scaled up", "at 256×192", "capped (the service)",
@@ -31,7 +31,7 @@ def test_writes_the_three_learners_and_the_references(tmp_path):
     assert set(used) <= set(ladder[: ladder.index((160, 120)) + 1])  # never below the nets' own size
     if set(used) == {(256, 192)}:  # never capped: the capped learner is the fixed learner at the picture's size
         assert rows["capped (the service)"] == rows["at 256×192"]
-    assert (tmp_path / "learning-size-moving.md").read_text().count("| capped (the service) |") == 3
+    assert (tmp_path / "learning-size-moving-256x192.md").read_text().count("| capped (the service) |") == 3
 
 
 def test_a_picture_no_larger_than_the_nets_size_is_refused(tmp_path):
