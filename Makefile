@@ -14,7 +14,8 @@ FLOW_STREAMS_HELDOUT ?= 6:immunohistochemistry 7:colorwheel 8:astronaut 9:coffee
 CLIPS ?= ../shared/clips
 
 .PHONY: run test lint docs clean screenshots up up-gpu down \
-	bench bench-engine bench-flow bench-flow-heldout flow-streams bench-realflow bench-realflow-heldout bench-schedules bench-memory bench-processes \
+	bench bench-engine bench-flow bench-flow-heldout flow-streams bench-realflow bench-realflow-heldout \
+	bench-schedules bench-memory bench-processes \
 	bench-service bench-load bench-soak bench-outage bench-cluster bench-gpu gpu-wheels docker-check pretrain
 
 $(VENV)/.installed: pyproject.toml
