@@ -41,6 +41,7 @@ from bench.realflow import (
 from bench.realflow_report import WINDOWS
 from models.classical import resize_flow
 from models.online import default_lr, frame_pair, online_pipeline
+from models.scene_cuts import SceneCuts
 from server.stream.learner.reach import MotionCap
 from server.stream.sizing import CPU_LEARNING_SIDE, Size, fit, learning_ladder
 from testing.report import Run, command_line
@@ -48,10 +49,11 @@ from testing.report import Run, command_line
 COLUMNS = ("epe_all", "epe_moving", "epe_fast", "epe_moving_consistent", "epe_fast_consistent")
 
 
-def scaled(frames: np.ndarray, t: int, size: Size) -> torch.Tensor:
-    """Pair t at ``size``, scaled as the service scales the picture (``FrameLoop.scaled``)."""
+def scaled(frames: np.ndarray, t: int, size: Size, cut: bool = False) -> torch.Tensor:
+    """Pair t at ``size``, scaled as the service scales the picture (``FrameLoop.scaled``); at a scene ``cut`` the
+    second frame paired with itself, as the service pairs it (``models.online.stream_pairs``)."""
     a, b = (cv2.resize(f, size, interpolation=cv2.INTER_AREA) for f in frames[t : t + 2])
-    return frame_pair(a, b)
+    return frame_pair(b if cut else a, b)
 
 
 def learn(
@@ -63,9 +65,11 @@ def learn(
     scores = PairScores(clip, set())
     size = size_of(0)
     pipe = build_learner("pretrained", "fast", scaled(clip.frames, 0, size), 1, default_lr("pretrained"), 0)
+    cuts = SceneCuts()
+    cuts(clip.frames[0])
     try:
         for t in range(len(clip.pseudo_gt)):
-            x = scaled(clip.frames, t, size_of(t))
+            x = scaled(clip.frames, t, size_of(t), cuts(clip.frames[t + 1]))
             if size_of(t) != size:
                 size, state, module = size_of(t), pipe.state_dict(), pipe.module()
                 pipe.close()

@@ -34,6 +34,7 @@ import torch
 from bench.flow import learner_name, parse_stages, plot
 from bench.realflow_report import (
     CLASSICAL,
+    MATCHED_SHARE,
     WINDOWS,
     fastest_pair,
     markdown,
@@ -52,7 +53,7 @@ from models.flow_metrics import (
     photometric_error,
 )
 from models.flow_nets import FLOW_NETS, INITS, build_flow_net
-from models.online import default_lr, frame_pair, online_pipeline, predict_then_learn
+from models.online import default_lr, frame_pair, online_pipeline, predict_then_learn, stream_pairs
 from pipeline_core import Pipeline
 from server.stream.sizing import NET_MULTIPLE, fit
 from server.stream.source.resample import FrameClock, Resampler, to_rgb
@@ -71,6 +72,11 @@ class Clip:
     consistent: np.ndarray  # bool [T-1, H, W]: where the pseudo-GT passes its forward-backward test
     times: list[float]  # source timestamps of the kept frames, seconds
     info: dict  # source size, rate and codec; decoded and kept frame counts
+
+    @property
+    def unmatched(self) -> np.ndarray:
+        """bool [T-1]: the pairs with no correspondence to score (``MATCHED_SHARE``)."""
+        return self.consistent.reshape(len(self.consistent), -1).mean(axis=1) < MATCHED_SHARE
 
 
 def working_size(width: int, height: int, long_side: int = LONG_SIDE) -> tuple[int, int]:
@@ -170,23 +176,26 @@ class PairScores:
             self.flows[t] = flow
 
     def window(self, pairs: int | None) -> dict[str, float]:
+        """Scores pooled over the first ``pairs`` pairs (None: all) that have a correspondence (``Clip.unmatched``)."""
         n = len(self.epe) if pairs is None else min(pairs, len(self.epe))
-        err, count, tp, fp, fn = self.moving[:n].sum(axis=0)
-        fast_err, fast_count = self.fast[:n].sum(axis=0)
-        sure_err, sure_count, sure_fast_err, sure_fast_count = self.consistent[:n].sum(axis=0)
+        kept = ~self.clip.unmatched[:n]
+        err, count, tp, fp, fn = self.moving[:n][kept].sum(axis=0)
+        fast_err, fast_count = self.fast[:n][kept].sum(axis=0)
+        sure_err, sure_count, sure_fast_err, sure_fast_count = self.consistent[:n][kept].sum(axis=0)
         return {
-            "pairs": n,
+            "pairs": int(kept.sum()),
+            "unmatched_pairs": int(n - kept.sum()),
             "moving_pixels": int(count),
             "fast_pixels": int(fast_count),
             "consistent_moving_pixels": int(sure_count),
             "consistent_fast_pixels": int(sure_fast_count),
-            "epe_all": float(np.nanmean(self.epe[:n])),
+            "epe_all": float(np.nanmean(self.epe[:n][kept])),
             "epe_moving": float(err / count) if count else float("nan"),
             "epe_fast": float(fast_err / fast_count) if fast_count else float("nan"),
             "epe_moving_consistent": float(sure_err / sure_count) if sure_count else float("nan"),
             "epe_fast_consistent": float(sure_fast_err / sure_fast_count) if sure_fast_count else float("nan"),
             "f1_moving": f1_score(tp, fp, fn),
-            "photo": float(np.nanmean(self.photo[:n])),
+            "photo": float(np.nanmean(self.photo[:n][kept])),
         }
 
     def summary(self) -> dict:
@@ -214,8 +223,9 @@ def init_label(init: str) -> str:
 def learn(
     clip: Clip, init: str, stages: int, lr: float | None, args: argparse.Namespace, shown: set[int]
 ) -> tuple[PairScores, dict]:
-    """One pass over the clip, each pair scored before the learner learns from it; ``lr`` None: by init."""
-    pairs = (frame_pair(clip.frames[t], clip.frames[t + 1]) for t in range(len(clip.pseudo_gt)))
+    """One pass over the clip, each pair scored before the learner learns from it; ``lr`` None: by init. Paired as
+    the service pairs frames: one that begins a new shot with itself (``stream_pairs``)."""
+    pairs = (x for x, _ in stream_pairs(clip.frames))
     scores = PairScores(clip, shown)
     lr = lr or default_lr(init)
     with build_learner(init, args.net, frame_pair(clip.frames[0], clip.frames[1]), stages, lr, args.seed) as pipe:
@@ -298,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     clip = load_clip(args.video, fps, width, height)
     gt_seconds = time.perf_counter() - start
     pairs = len(clip.pseudo_gt)
-    fastest = fastest_pair(clip.pseudo_gt)
+    fastest = fastest_pair(clip.pseudo_gt, clip.unmatched)
     shown = {*sheet_pairs(pairs), fastest}
     all_scores: dict[str, PairScores] = {}
     info: dict[str, dict] = {}
@@ -333,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
             "consistent_moving_fraction": float(clip.consistent[speeds > 0.5].mean()) if (speeds > 0.5).any() else 1.0,
             "seconds": gt_seconds,
         },
+        "unmatched_pairs": np.flatnonzero(clip.unmatched).tolist(),
         "sheet_pairs": sorted(shown),
         "fastest_pair": fastest,
         "methods": {name: {**scores.summary(), **info.get(name, {})} for name, scores in all_scores.items()},

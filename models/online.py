@@ -16,6 +16,7 @@ from pipeline_core import Pipeline, Schedule, StepResult
 from pipeline_core.stage import GradAlign
 
 from .flow_loss import guarded_flow_loss
+from .scene_cuts import SceneCuts
 from .stale_gradient import motion_aligned
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
@@ -63,6 +64,17 @@ def frame_pair(prev: np.ndarray, cur: np.ndarray, device: str | torch.device = "
         raise ValueError(f"frames must both be [H, W, 3], got {prev.shape} and {cur.shape}")
     pair = np.concatenate([prev, cur], axis=2).transpose(2, 0, 1)
     return torch.from_numpy(np.ascontiguousarray(pair)).to(device=device, dtype=torch.float32).div_(255.0)[None]
+
+
+def stream_pairs(frames: Iterable[np.ndarray]) -> Iterator[tuple[torch.Tensor, bool]]:
+    """Consecutive uint8 RGB frames as the learner's pairs (``frame_pair``), each with whether its second frame
+    begins a new shot; such a frame is paired with itself, as the service pairs it (``models.scene_cuts``)."""
+    cuts, previous = SceneCuts(), None
+    for frame in frames:
+        cut = cuts(frame)
+        if previous is not None:
+            yield frame_pair(frame if cut else previous, frame), cut
+        previous = frame
 
 
 def online_pipeline(

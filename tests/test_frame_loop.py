@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from models.flow_nets import FLOW_NETS
+from models.streams import load_photo
 from server.stream.learner import budget
 from server.stream.learner.learner import Learner, LearnerConfig
 from server.stream.learner.process import FrameLoop, LearnerProcessConfig
@@ -143,3 +144,19 @@ def test_fast_motion_moves_a_large_learning_size_down_to_where_the_net_follows_i
         assert budget_note.learning_size == (160, 120) and "motion is this fast" in budget_note.note
     finally:
         loop.learner.pipe.close()
+
+
+def test_a_frame_that_begins_a_new_shot_is_paired_with_itself(loop):
+    """A cut from one photo to another: the first frame of the new shot has no flow to find, and nothing to learn."""
+    shots = [load_photo(name) for name in ("astronaut", "coffee")]
+    pictures = [
+        np.clip(cv2.resize(shot[8 * i : 8 * i + 192, :256], DISPLAY, interpolation=cv2.INTER_AREA), 0, 255)
+        for shot in shots
+        for i in range(3)
+    ]
+    for i, picture in enumerate(pictures + pictures[-1:]):
+        loop.on_frame(picture.astype(np.uint8), float(i))
+    frames = {m.frame: m for m in loop.out if isinstance(m, FrameLearned)}
+    assert [frames[f].scene_cut for f in sorted(frames)] == [f == 2 for f in sorted(frames)]
+    # Its pair is the frame and itself: zero flow explains it (the loss's floor), unlike its neighbours' pairs.
+    assert frames[2].loss_zero < 0.1 * min(frames[1].loss_zero, frames[3].loss_zero)

@@ -34,11 +34,12 @@ def test_writes_scored_results_for_every_method(clip, tmp_path):
     assert len(result["load_average_before"]) == len(result["load_average_after"]) == 3
     assert result["clip"]["decoded"] == result["clip"]["kept"] == 12 and result["clip"]["pairs"] == 11
     assert result["clip"]["fps"] == 15 and result["clip"]["size"] == [64, 48]
-    assert result["clip"]["backwards_timestamps"] == 0
+    assert result["clip"]["backwards_timestamps"] == 0 and result["unmatched_pairs"] == []
 
     methods = result["methods"]
     scores = ("epe_all", "epe_moving", "epe_fast", "epe_moving_consistent", "epe_fast_consistent", "f1_moving", "photo")
-    counts = ("pairs", "moving_pixels", "fast_pixels", "consistent_moving_pixels", "consistent_fast_pixels")
+    counts = ("pairs", "unmatched_pairs", "moving_pixels", "fast_pixels")
+    counts += ("consistent_moving_pixels", "consistent_fast_pixels")
     learners = [f"{init}/{d}" for init in ("pretrained", "scratch") for d in ("sequential", "partime_d2")]
     assert list(methods) == [*learners, "farneback", "dis_fast", "zero_flow"]
     for name, m in methods.items():
@@ -100,7 +101,24 @@ def test_the_fastest_pair_is_the_one_with_the_fastest_pixels_not_the_largest_mea
     flows[1] += 1.0  # everything moves a little: the largest mean
     flows[2, :3, :4] = (6.0, 0.0)  # 12 % of the picture moves fast
     flows[3, 0, 0] = (50.0, 0.0)  # one wild vector
-    assert realflow_report.fastest_pair(flows) == 2
+    assert realflow_report.fastest_pair(flows, np.zeros(4, bool)) == 2
+    flows[3] = 9.0  # a scene cut: the reference's vectors are wild everywhere
+    assert realflow_report.fastest_pair(flows, np.array([False, False, False, True])) == 2
+
+
+def test_a_pair_without_correspondence_is_scored_for_no_method():
+    frames = np.zeros((4, 8, 8, 3), np.uint8)
+    gt = np.ones((3, 8, 8, 2), np.float32)
+    consistent = np.ones((3, 8, 8), bool)
+    consistent[1, 1:] = False  # the reference fails its own test on 7/8 of the second pair: a cut
+    clip = realflow.Clip(frames, gt, consistent, [0.0, 0.1, 0.2, 0.3], {})
+    assert clip.unmatched.tolist() == [False, True, False]
+    scores = realflow.PairScores(clip, set())
+    for t, error in enumerate((1.0, 50.0, 3.0)):
+        scores.add(t, gt[t] + np.array([error, 0.0], np.float32))
+    whole = scores.window(None)
+    assert whole["pairs"] == 2 and whole["unmatched_pairs"] == 1
+    assert whole["epe_all"] == pytest.approx(2.0) and whole["epe_moving"] == pytest.approx(2.0)
 
 
 def test_fast_and_consistent_pixels_are_scored_apart_and_a_window_without_them_has_no_score():

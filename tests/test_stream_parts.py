@@ -30,11 +30,14 @@ from server.stream.status import StreamStatus
 SID = "unit"
 
 
-def frame_learned(frame: int = 0, learning_size: tuple[int, int] = (32, 24)) -> protocol.FrameLearned:
+def frame_learned(
+    frame: int = 0, learning_size: tuple[int, int] = (32, 24), cut: bool = False
+) -> protocol.FrameLearned:
     w, h = learning_size
     return protocol.FrameLearned(frame=frame, loss=0.5, loss_zero=0.7, dp_s=0.02, stage_dp_s=[0.01, None], work_s=0.03,
                                  capture_time=1.0, learning_size=learning_size, flow_scale=2.0,
-                                 flow=np.zeros((h, w, 2), np.float32), images={"overlay": b"jpeg"})  # fmt: skip
+                                 flow=np.zeros((h, w, 2), np.float32), images={"overlay": b"jpeg"},
+                                 scene_cut=cut)  # fmt: skip
 
 
 EXAMPLES = [
@@ -176,6 +179,14 @@ def test_first_frame_makes_the_stream_run_and_reaches_the_viewers(parts):
     message, pictures = parts.shown[-1]
     assert message["type"] == "frame" and message["learning_size"] == [32, 24] and message["ds_s"] == 0.04
     assert parts.notices[-1] == {"type": "state", "state": "running", "error": None, "phase": None}
+
+
+def test_a_frame_that_began_a_new_shot_is_counted_and_said(parts):
+    parts.dispatcher.handle(EXAMPLES[0])
+    parts.dispatcher.handle(frame_learned(0))
+    parts.dispatcher.handle(frame_learned(1, cut=True))
+    assert [message["scene_cut"] for message, _ in parts.shown[-2:]] == [False, True]
+    assert parts.metric("overtime_scene_cuts_total") == 1
 
 
 def test_messages_that_end_a_generation_say_why(parts):

@@ -29,6 +29,8 @@ class FrameRecord:
         metrics.step.observe(m.dp_s)
         metrics.work.observe(m.work_s)
         metrics.budget_ratio.set(m.work_s / ds)
+        if m.scene_cut:
+            metrics.scene_cuts.inc()
         for stage, seconds in enumerate(m.stage_dp_s):
             if seconds is not None:
                 metrics.stage_step(stage).observe(seconds)
@@ -39,6 +41,7 @@ class FrameRecord:
             "type": "frame", "frame": m.frame, "loss": m.loss, "loss_zero": m.loss_zero, "dp_s": m.dp_s,
             "work_s": m.work_s, "ds_s": ds, "stage_dp_s": m.stage_dp_s, "dropped": dropped,
             "capture_time": m.capture_time, "learning_size": list(m.learning_size), "flow_scale": m.flow_scale,
+            "scene_cut": m.scene_cut,
         }  # fmt: skip
         pictures = FramePictures(m.images, m.flow)
         self.latest = (m.frame, pictures)

@@ -65,6 +65,12 @@ class StreamMetrics:
         self.nonfinite = Counter(
             "overtime_nonfinite_losses", "non-finite losses (checkpoint restored, lr halved)", ["stream"], registry=r
         ).labels(sid)
+        self.scene_cuts = Counter(
+            "overtime_scene_cuts",
+            "frames that began a new shot: shown without flow, not learned from",
+            ["stream"],
+            registry=r,
+        ).labels(sid)
         self.checkpoint_failures = Counter(
             "overtime_checkpoint_failures", "checkpoint writes that failed (disk full, ...)", ["stream"], registry=r
         ).labels(sid)

@@ -80,6 +80,7 @@ class FrameLearned:
     flow_scale: float
     flow: Any  # float32 [H, W, 2] at the learning size
     images: dict[str, bytes]  # the pictures some viewer wants, by kind
+    scene_cut: bool  # the frame began a new shot: paired with itself, no flow (``models.scene_cuts``)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ import cv2
 import numpy as np
 import torch
 
+from models.scene_cuts import SceneCuts
 from pipeline_core import StepResult
 from pipeline_core.partition import resolve_devices
 from pipeline_core.worker import settle_process
@@ -133,6 +134,7 @@ class Outgoing:
     copy: PendingCopy
     picture: np.ndarray
     capture_time: float
+    scene_cut: bool
 
 
 class FrameLoop:
@@ -154,8 +156,10 @@ class FrameLoop:
         self.host = HostCopy(in_flight=max(1, self.lag))
         self.previous: torch.Tensor | None = None  # the previous frame at the learning size, on the learner's device
         self.previous_picture: np.ndarray | None = None
-        # Frames inside the pipeline: the picture, its capture time and its pair's zero-flow loss (on the device).
-        self.pending: deque[tuple[np.ndarray, float, torch.Tensor]] = deque()
+        self.cuts = SceneCuts()  # a frame that begins a new shot is paired with itself: no flow, nothing to learn
+        # Frames inside the pipeline: the picture, its capture time, its pair's zero-flow loss (on the device) and
+        # whether it began a new shot.
+        self.pending: deque[tuple[np.ndarray, float, torch.Tensor, bool]] = deque()
         self.outgoing: deque[Outgoing] = deque()  # frames out of the pipeline, their results on the way (``lag``)
         self.note = controller.note(cfg.fps)
         self.reserve = self._measure_pictures()  # what every picture of a frame costs, wanted or not
@@ -180,13 +184,14 @@ class FrameLoop:
 
     def on_frame(self, picture: np.ndarray, capture_time: float) -> None:
         start = time.perf_counter()
+        cut = self.cuts(picture)
         frame = self.scaled(picture)
         previous, self.previous, self.previous_picture = self.previous, frame, picture
         if previous is None:
             return
-        x = torch.cat([previous, frame])[None]
+        x = torch.cat([frame if cut else previous, frame])[None]
         learner = self.learner
-        self.pending.append((picture, capture_time, learner.zero_flow_loss(x)))
+        self.pending.append((picture, capture_time, learner.zero_flow_loss(x), cut))
         epochs = learner.pipe.epochs
         r = learner.step(x)
         if learner.pipe.epochs != epochs:
@@ -200,13 +205,13 @@ class FrameLoop:
 
     def _send_off(self, r: StepResult) -> None:
         """Queue the copies to the host of what left the pipeline for the oldest frame inside it."""
-        picture, capture_time, loss_zero = self.pending.popleft()
+        picture, capture_time, loss_zero, cut = self.pending.popleft()
         assert r.output is not None and r.loss_tensor is not None
         copy = self.host.start(
             flow=r.output[0].permute(1, 2, 0).contiguous(),
             losses=torch.stack([r.loss_tensor.float(), loss_zero.to(r.loss_tensor.device, torch.float32)]),
         )
-        self.outgoing.append(Outgoing(r, copy, picture, capture_time))
+        self.outgoing.append(Outgoing(r, copy, picture, capture_time, cut))
 
     def _publish(self, going: Outgoing, start: float) -> tuple[float, float, float] | None:
         """Send a frame's results; the frame's work, its pictures' share and its step's. A non-finite loss publishes
@@ -230,7 +235,7 @@ class FrameLoop:
         self.out.put(FrameLearned(
             frame=r.frame, loss=loss, loss_zero=loss_zero, dp_s=r.step_seconds, stage_dp_s=list(r.stage_seconds),
             work_s=work_s, capture_time=going.capture_time, learning_size=(flow.shape[1], flow.shape[0]),
-            flow_scale=scale, flow=flow, images=images,
+            flow_scale=scale, flow=flow, images=images, scene_cut=going.scene_cut,
         ))  # fmt: skip
         return work_s, pictures_s, r.step_seconds
 
