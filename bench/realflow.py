@@ -321,7 +321,8 @@ def main(argv: list[str] | None = None) -> int:
     print("classical references ...", file=sys.stderr, flush=True)
     all_scores.update(run_references(clip, shown))
 
-    speeds = np.linalg.norm(clip.pseudo_gt, axis=-1)
+    matched = ~clip.unmatched  # the reference's statistics, like the scores, over the pairs with a correspondence
+    speeds, consistent = np.linalg.norm(clip.pseudo_gt[matched], axis=-1), clip.consistent[matched]
     result = {
         "title": f"{args.video.name} at {width}x{height}, {fps:g} fps: online flow vs a pseudo ground truth",
         "torch_threads": torch.get_num_threads(),
@@ -340,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
             "mean_magnitude": float(speeds.mean()),
             "moving_fraction": float((speeds > 0.5).mean()),
             "fast_fraction": float((speeds > FAST_MOTION).mean()),
-            "consistent_moving_fraction": float(clip.consistent[speeds > 0.5].mean()) if (speeds > 0.5).any() else 1.0,
+            "consistent_moving_fraction": float(consistent[speeds > 0.5].mean()) if (speeds > 0.5).any() else 1.0,
             "seconds": gt_seconds,
         },
         "unmatched_pairs": np.flatnonzero(clip.unmatched).tolist(),
