@@ -6,12 +6,13 @@ motion that means nothing, and the overlay shows it; the online learner would le
 contradicts brightness constancy. So the learner treats the frame after a cut as the first of a new stream: it pairs
 it with itself (no motion, nothing to learn) and says so.
 
-The test is the one shot-boundary detectors are built on (PySceneDetect's content detector compares the same
-colour statistics): the hue-saturation histograms of the two frames. Motion, even fast, mostly rearranges the same
-colours, and brightness (exposure, flicker) is left out; a cut replaces them. On the real clips at hand, pairs
-within a shot correlate 0.955 or more, the five cuts of a held-out street clip 0.23-0.60 (bench/results/heldout/
-realflow-bikes-160x72.md lists them: its pseudo ground truth passes its own forward-backward test on 1-8 % of their
-pixels, on 90 % of a typical pair's).
+The test is the classic one of shot-boundary detection (PySceneDetect's histogram detector is another of its
+kind): the correlation of the two frames' hue-saturation histograms. Motion, even fast, mostly rearranges the same
+colours, and brightness (exposure, flicker) is left out; a cut replaces them. On the real clips at hand, at their own
+size, pairs within a shot correlate 0.92 or more, the five cuts of a held-out street clip 0.27-0.62
+(bench/results/heldout/realflow-bikes-160x72.md lists them: its pseudo ground truth passes its own forward-backward
+test on 1-8 % of their pixels, on 90 % of a typical pair's). docs/models.md#scene-cuts has the false cuts on
+generated clips.
 """
 
 from __future__ import annotations
