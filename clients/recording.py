@@ -73,10 +73,10 @@ class FlowFiles:
 
 
 class MetricsCsv:
-    """frame, capture_time, loss, loss_zero, dp_s, work_s, ds_s, latency_s, dropped, stage_0_dp_s, ... (the stage
-    columns fixed by the first frame)."""
+    """frame, capture_time, loss, loss_zero, dp_s, work_s, ds_s, latency_s, dropped, scene_cut (1 where the frame
+    began a new shot), stage_0_dp_s, ... (the stage columns fixed by the first frame)."""
 
-    BASE = ["frame", "capture_time", "loss", "loss_zero", "dp_s", "work_s", "ds_s", "latency_s", "dropped"]
+    BASE = ["frame", "capture_time", "loss", "loss_zero", "dp_s", "work_s", "ds_s", "latency_s", "dropped", "scene_cut"]
 
     def __init__(self, path: Path):
         self.file = path.open("w", newline="")
@@ -89,7 +89,9 @@ class MetricsCsv:
             self.stages = len(stages)
             self.writer.writerow(self.BASE + [f"stage_{k}_dp_s" for k in range(self.stages)])
         stages = (stages + [None] * self.stages)[: self.stages]
-        self.writer.writerow([m.get(key) for key in self.BASE] + stages)
+        row = [m.get(key) for key in self.BASE]
+        row[self.BASE.index("scene_cut")] = int(bool(m.get("scene_cut")))
+        self.writer.writerow(row + stages)
 
     def close(self) -> None:
         self.file.close()

@@ -48,6 +48,7 @@ def test_watch_demo_saves_video_flow_and_metrics(server, tmp_path):
     assert all(math.isfinite(float(r["loss"])) and float(r["ds_s"]) == pytest.approx(0.1) for r in rows)
     assert all(math.isfinite(float(r["loss_zero"])) and float(r["work_s"]) > 0 for r in rows)
     assert any(name.startswith("stage_") for name in rows[0])
+    assert {r["scene_cut"] for r in rows} == {"0"}  # the demo is one shot
 
     captured = np.array([float(r["capture_time"]) for r in rows])
     with av.open(str(video)) as container:
