@@ -33,3 +33,11 @@ def test_the_frame_after_a_cut_is_paired_with_itself():
     torch.testing.assert_close(pairs[0][0], frame_pair(frames[0], frames[1]))
     torch.testing.assert_close(pairs[1][0], frame_pair(frames[2], frames[2]))
     torch.testing.assert_close(pairs[2][0], frame_pair(frames[2], frames[3]))
+
+
+def test_a_dark_noisy_camera_is_not_taken_for_a_run_of_cuts():
+    """In the dark a pixel's hue is mostly sensor noise, new in every frame; the histogram of many such pixels is not."""
+    rng = np.random.default_rng(0)
+    dark = _view("chelsea", 60).astype(np.float32) * 0.05
+    cuts = SceneCuts()
+    assert not any(cuts(np.clip(dark + rng.normal(0, 2, dark.shape), 0, 255).astype(np.uint8)) for _ in range(10))
