@@ -25,7 +25,7 @@ from models.classical import classical_methods
 from models.flow_loss import flow_loss
 from models.flow_metrics import epe, moving_mask, photometric_error, reconstruction_accuracy
 from models.flow_nets import FLOW_NETS, INITS, build_flow_net, size_multiple
-from models.online import BASE_LR, frame_pair, online_pipeline, predict_then_learn
+from models.online import BASE_LR, frame_pair, online_pipeline, predict_then_learn, stream_pairs
 from models.stale_gradient import motion_aligned
 from models.streams import Stream, load_npz
 from testing.report import RESULTS, Run
@@ -105,7 +105,7 @@ def learn_online(
         schedule=schedule,
         align_stale_grad=STALE_GRADIENT[stale_gradient],
     )
-    inputs = (frame_pair(stream.frames[t], stream.frames[t + 1]) for t in range(pairs))
+    inputs = (x for x, _ in stream_pairs(stream.frames))  # as the service pairs frames
     with pipe:
         for r in predict_then_learn(pipe, inputs):
             scores.seconds.append(r.step_seconds)
