@@ -36,7 +36,7 @@ def test_the_frame_after_a_cut_is_paired_with_itself():
 
 
 def test_a_dark_noisy_camera_is_not_taken_for_a_run_of_cuts():
-    """In the dark a pixel's hue is mostly sensor noise, new in every frame; the histogram of many such pixels is not."""
+    """In the dark a pixel's hue is mostly sensor noise, new every frame; the histogram of many such pixels is not."""
     rng = np.random.default_rng(0)
     dark = _view("chelsea", 60).astype(np.float32) * 0.05
     cuts = SceneCuts()
