@@ -29,7 +29,8 @@ not enough (a swaying branch before still leaves of the same green): there a nei
 it explains the pixel's window about as well as the best of its nine neighbours' flows does (``verified``).
 
 ``SmoothFlow``: the full-resolution steps estimate each pixel's flow from its own few-pixel window, and their noise
-mottles a mover's interior, which moves as one. A Gaussian blur of the final flow (sigma 1 px) took the shipped net's
+mottles a mover's interior, which moves as one. A Gaussian blur of the final flow (sigma 1 px at 160x120, as wide
+in the scene at larger sizes) took the shipped net's
 moving-pixel error on box's first 100 pairs from 1.10 to 1.04 times the better classical method's, on tree's first
 30 from 1.48 to 1.45, and every all-pixel ratio down (frozen net, exploratory); blurs guided by colour (cross-bilateral)
 did no better on moving pixels, and the fill already keeps flow from leaking across edges.
@@ -257,17 +258,34 @@ class EdgeAwareFill(nn.Module):
         return torch.cat([sure * flow + (1 - sure) * filled, x[:, 2:]], 1)
 
 
+#: The long side the nets' layers were made and pretrained for (``models.pretrain``'s clips are 160x120).
+MADE_FOR_SIDE = 160
+
+
 class SmoothFlow(nn.Module):
-    """flow (B, 2, H, W) -> the flow blurred by a Gaussian of 1 px (module docstring): the binomial filter 1 4 6 4 1
-    along each axis, whose variance is exactly 1, as sums of shifted slices (a depthwise convolution cost twice as
-    much on CPU, forward and backward: 2.6 vs 1.2 ms at 128x96 on one thread; exploratory). It takes the net's final
-    flow alone, after ``TakeFlow``: passing the frames along too cost another 0.4 ms."""
+    """flow (B, 2, H, W) -> the flow blurred by a Gaussian of 1 px at the size the nets were made for (module
+    docstring), and as wide in the scene at a larger size: sigma = long side / ``MADE_FOR_SIDE`` px. At 320 or 640 a
+    mover's interior spans two or four times the pixels and the full-resolution steps' noise is as much finer, so a
+    1 px blur there evened out too little (docs/models.md#a-blur-evens-out-a-movers-interior: tree's first 30 pairs
+    0.356 → 0.321 px learning at 320x240, an animation's moving pixels 3 % worse). At 160 and below (every size a CPU
+    learns at), the binomial filter 1 4 6 4 1 along each axis, whose variance is exactly 1, as sums of shifted slices
+    (a depthwise convolution cost twice as much on CPU, forward and backward: 2.6 vs 1.2 ms at 128x96 on one thread;
+    exploratory); larger, a sampled Gaussian as two depthwise convolutions, two kernels however wide it is. It takes
+    the net's final flow alone, after ``TakeFlow``: passing the frames along too cost another 0.4 ms."""
 
     TAPS = (1 / 16, 4 / 16, 6 / 16, 4 / 16, 1 / 16)
 
     def forward(self, flow: Tensor) -> Tensor:
         h, w = flow.shape[-2:]
-        padded = F.pad(flow, [2, 2, 0, 0], mode="replicate")
-        flow = sum(c * padded[..., i : i + w] for i, c in enumerate(self.TAPS))
-        padded = F.pad(flow, [0, 0, 2, 2], mode="replicate")
-        return sum(c * padded[..., i : i + h, :] for i, c in enumerate(self.TAPS))
+        sigma = max(h, w) / MADE_FOR_SIDE
+        if sigma <= 1:
+            padded = F.pad(flow, [2, 2, 0, 0], mode="replicate")
+            flow = sum(c * padded[..., i : i + w] for i, c in enumerate(self.TAPS))
+            padded = F.pad(flow, [0, 0, 2, 2], mode="replicate")
+            return sum(c * padded[..., i : i + h, :] for i, c in enumerate(self.TAPS))
+        radius = int(3 * sigma + 0.5)
+        offsets = torch.arange(-radius, radius + 1, device=flow.device, dtype=flow.dtype)
+        taps = torch.exp(-0.5 * (offsets / sigma) ** 2)
+        taps = (taps / taps.sum()).expand(2, 1, -1)
+        flow = F.conv2d(F.pad(flow, [radius, radius, 0, 0], mode="replicate"), taps[..., None, :], groups=2)
+        return F.conv2d(F.pad(flow, [0, 0, radius, radius], mode="replicate"), taps[..., None], groups=2)

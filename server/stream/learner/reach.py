@@ -3,8 +3,8 @@
 Why: the service's net searches a fixed number of pixels at whatever size it learns (its 1/8 level ±32 px, the
 propagation's block matching ±48 px; ``models.flow_nets``), so the same motion needs twice the reach at twice the
 size. On a GPU, where every size costs about the same, the frame budget alone learns at the picture's own size, and
-there a fast hand outruns the search: tree.avi scaled to 640×480 errs 7.24 px on its moving pixels learned at that
-size, 4.39 under this cap (docs/operations.md#why-the-motion-cap, every clip measured). Slow motion gains from the
+there a fast hand outruns the search: tree.avi scaled to 640×480 errs 7.09 px on its moving pixels learned at that
+size, 4.32 under this cap (docs/operations.md#why-the-motion-cap, every clip measured). Slow motion gains from the
 larger size (box.mp4), so the size is capped only while the motion is fast.
 
 The measure is the 99th percentile of a frame's flow speed, in long sides per frame (the same at every size). Down at
