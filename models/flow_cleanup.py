@@ -286,6 +286,6 @@ class SmoothFlow(nn.Module):
         radius = int(3 * sigma + 0.5)
         offsets = torch.arange(-radius, radius + 1, device=flow.device, dtype=flow.dtype)
         taps = torch.exp(-0.5 * (offsets / sigma) ** 2)
-        taps = (taps / taps.sum()).expand(2, 1, -1)
+        taps = (taps / taps.sum()).repeat(2, 1, 1)  # (2, 1, taps): one filter per flow channel
         flow = F.conv2d(F.pad(flow, [radius, radius, 0, 0], mode="replicate"), taps[..., None, :], groups=2)
         return F.conv2d(F.pad(flow, [0, 0, radius, radius], mode="replicate"), taps[..., None], groups=2)
