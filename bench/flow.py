@@ -105,7 +105,7 @@ def learn_online(
         schedule=schedule,
         align_stale_grad=STALE_GRADIENT[stale_gradient],
     )
-    inputs = (x for x, _ in stream_pairs(stream.frames))  # as the service pairs frames
+    inputs = stream_pairs(stream.frames)  # as the service pairs frames
     with pipe:
         for r in predict_then_learn(pipe, inputs):
             scores.seconds.append(r.step_seconds)

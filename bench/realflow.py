@@ -226,7 +226,7 @@ def learn(
 ) -> tuple[PairScores, dict]:
     """One pass over the clip, each pair scored before the learner learns from it; ``lr`` None: by init. Paired as
     the service pairs frames: one that begins a new shot with itself (``stream_pairs``)."""
-    pairs = (x for x, _ in stream_pairs(clip.frames))
+    pairs = stream_pairs(clip.frames)
     scores = PairScores(clip, shown)
     lr = lr or default_lr(init)
     with build_learner(init, args.net, frame_pair(clip.frames[0], clip.frames[1]), stages, lr, args.seed) as pipe:

@@ -66,14 +66,14 @@ def frame_pair(prev: np.ndarray, cur: np.ndarray, device: str | torch.device = "
     return torch.from_numpy(np.ascontiguousarray(pair)).to(device=device, dtype=torch.float32).div_(255.0)[None]
 
 
-def stream_pairs(frames: Iterable[np.ndarray]) -> Iterator[tuple[torch.Tensor, bool]]:
-    """Consecutive uint8 RGB frames as the learner's pairs (``frame_pair``), each with whether its second frame
-    begins a new shot; such a frame is paired with itself, as the service pairs it (``models.scene_cuts``)."""
+def stream_pairs(frames: Iterable[np.ndarray]) -> Iterator[torch.Tensor]:
+    """Consecutive uint8 RGB frames as the learner's pairs (``frame_pair``); a frame that begins a new shot is paired
+    with itself, as the service pairs it (``models.scene_cuts``)."""
     cuts, previous = SceneCuts(), None
     for frame in frames:
         cut = cuts(frame)
         if previous is not None:
-            yield frame_pair(frame if cut else previous, frame), cut
+            yield frame_pair(frame if cut else previous, frame)
         previous = frame
 
 

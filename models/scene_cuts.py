@@ -45,11 +45,9 @@ class SceneCuts:
 
     def __init__(self) -> None:
         self.previous: np.ndarray | None = None
-        self.count = 0
 
     def __call__(self, frame: np.ndarray) -> bool:
         hist = colour_histogram(frame)
         cut = self.previous is not None and is_cut(self.previous, hist)
         self.previous = hist
-        self.count += cut
         return cut

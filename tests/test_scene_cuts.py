@@ -23,16 +23,15 @@ def test_a_cut_between_two_photos_is_found_and_a_fast_pan_or_a_flash_is_not():
     brighter = np.clip(pan[-1].astype(np.int16) + 60, 0, 255).astype(np.uint8)  # a flash, an exposure step
     found = [cuts(frame) for frame in [*pan, brighter, _view("coffee", 100), _view("coffee", 130)]]
     assert found == [False] * 6 + [True, False]
-    assert cuts.count == 1
 
 
 def test_the_frame_after_a_cut_is_paired_with_itself():
     frames = [_view("astronaut", 0), _view("astronaut", 8), _view("coffee", 100), _view("coffee", 108)]
     pairs = list(stream_pairs(frames))
-    assert [cut for _, cut in pairs] == [False, True, False]
-    torch.testing.assert_close(pairs[0][0], frame_pair(frames[0], frames[1]))
-    torch.testing.assert_close(pairs[1][0], frame_pair(frames[2], frames[2]))
-    torch.testing.assert_close(pairs[2][0], frame_pair(frames[2], frames[3]))
+    assert len(pairs) == 3
+    torch.testing.assert_close(pairs[0], frame_pair(frames[0], frames[1]))
+    torch.testing.assert_close(pairs[1], frame_pair(frames[2], frames[2]))
+    torch.testing.assert_close(pairs[2], frame_pair(frames[2], frames[3]))
 
 
 def test_a_dark_noisy_camera_is_not_taken_for_a_run_of_cuts():
