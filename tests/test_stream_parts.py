@@ -186,7 +186,7 @@ def test_a_frame_that_began_a_new_shot_is_counted_and_said(parts):
     parts.dispatcher.handle(frame_learned(0))
     parts.dispatcher.handle(frame_learned(1, cut=True))
     assert [message["scene_cut"] for message, _ in parts.shown[-2:]] == [False, True]
-    assert parts.metric("overtime_scene_cuts_total") == 1
+    assert parts.metric("overtime_scene_cuts_total") == 1 and parts.counts.counters.scene_cuts == 1
 
 
 def test_messages_that_end_a_generation_say_why(parts):

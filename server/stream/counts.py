@@ -17,6 +17,7 @@ class Counters(BaseModel):
     reconnects: int = 0
     worker_restarts: int = 0
     nonfinite_losses: int = 0
+    scene_cuts: int = 0  # frames that began a new shot: shown without flow, not learned from
     ws_clients: int = 0  # filled in by the API process, which holds the viewers
 
 
@@ -39,6 +40,10 @@ class StreamCounts:
 
     def processed(self) -> None:
         self.counters.processed += 1  # its series: ``FrameRecord.add``, with the frame's timings
+
+    def scene_cut(self) -> None:
+        self.counters.scene_cuts += 1
+        self.metrics.scene_cuts.inc()
 
     def reconnect(self) -> None:
         self.counters.reconnects += 1

@@ -89,6 +89,8 @@ class MessageDispatcher:
     def _on_frame(self, m: FrameLearned) -> None:
         status = self.status
         self.counts.processed()
+        if m.scene_cut:
+            self.counts.scene_cut()
         status.loss, status.learning_size = m.loss, tuple(m.learning_size)
         if status.state != "running":
             status.set_phase(None)

@@ -29,8 +29,6 @@ class FrameRecord:
         metrics.step.observe(m.dp_s)
         metrics.work.observe(m.work_s)
         metrics.budget_ratio.set(m.work_s / ds)
-        if m.scene_cut:
-            metrics.scene_cuts.inc()
         for stage, seconds in enumerate(m.stage_dp_s):
             if seconds is not None:
                 metrics.stage_step(stage).observe(seconds)
