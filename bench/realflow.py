@@ -57,7 +57,7 @@ from models.flow_nets import FLOW_NETS, INITS, build_flow_net
 from models.online import default_lr, frame_pair, online_pipeline, predict_then_learn, stream_pairs
 from pipeline_core import Pipeline
 from server.stream.sizing import NET_MULTIPLE, fit
-from server.stream.source.resample import FrameClock, Resampler, to_rgb
+from server.stream.source.resample import FrameClock, Resampler, to_rgb, upright_size
 from testing.report import Run, command_line
 
 LONG_SIDE = 160  # default working size: the source's aspect ratio with this long side
@@ -95,18 +95,18 @@ def parse_size(text: str) -> tuple[int, int]:
 
 
 def probe(path: Path) -> dict:
-    """The first video stream's width, height, nominal rate (None if unknown) and codec."""
+    """The first video stream's width and height as shown (its first frame upright, as the service shows it:
+    ``upright_size``), nominal rate (None if unknown) and codec."""
     with av.open(str(path)) as container:
         if not container.streams.video:
             raise ValueError(f"{path} has no video stream")
         vs = container.streams.video[0]
         rate = vs.average_rate or vs.guessed_rate
-        return {
-            "width": vs.width,
-            "height": vs.height,
-            "fps": float(rate) if rate else None,
-            "codec": vs.codec_context.name,
-        }
+        first = next(container.decode(vs), None)
+        if first is None:
+            raise ValueError(f"{path} has no frame to decode")
+        width, height = upright_size(first)
+        return {"width": width, "height": height, "fps": float(rate) if rate else None, "codec": vs.codec_context.name}
 
 
 def load_clip(path: Path, fps: float, width: int, height: int) -> Clip:

@@ -3,6 +3,8 @@ footage from outside the repository."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import cv2
@@ -23,7 +25,8 @@ def make_video(path: Path, frames: int = 60, size: int = SIZE, fps: int = 15, se
 
 def make_media(work: Path) -> Path:
     """Every clip the server tests stream, under ``work/media`` (the server's media root): good files at several
-    rates and shapes, a loop, a non-video, a truncated file and one whose frame size changes mid-stream."""
+    rates and shapes, a loop, a non-video, a truncated file, one whose frame size changes mid-stream and, where
+    ffmpeg is installed, a portrait video stored turned (``turned_copy``)."""
     media = work / "media"
     media.mkdir()
     frames = generate(SIZE, 300, seed=1).frames
@@ -39,4 +42,19 @@ def make_media(work: Path) -> Path:
     big = np.stack([cv2.resize(f, (96, 96)) for f in frames[40:80]])
     write_mp4(big, work / "b.ts", fps=25)
     (media / "resized.ts").write_bytes((work / "a.ts").read_bytes() + (work / "b.ts").read_bytes())
+    if shutil.which("ffmpeg"):  # a phone's portrait video: landscape pictures marked to be turned a quarter
+        write_mp4(np.stack([cv2.resize(f, (96, 64)) for f in frames[:60]]), work / "landscape.mp4", fps=15)
+        turned_copy(work / "landscape.mp4", media / "portrait.mp4", 90)
     return media
+
+
+def turned_copy(video: Path, path: Path, degrees: int) -> Path:
+    """A copy of ``video`` whose display matrix says to turn it by ``degrees`` (as a phone marks a portrait video),
+    the pictures untouched; by Debian's ffmpeg (``testing.sources.NO_FFMPEG``), which PyAV cannot do. FFmpeg 6 and
+    later take ``-display_rotation``; FFmpeg 5 (Debian 12) takes the container's ``rotate`` tag."""
+    for how in (["-display_rotation:v:0", str(degrees), "-i", str(video)],
+                ["-i", str(video), "-metadata:s:v:0", f"rotate={degrees}"]):  # fmt: skip
+        command = ["ffmpeg", "-nostdin", "-loglevel", "error", "-y", *how, "-c", "copy", str(path)]
+        if subprocess.run(command, capture_output=True).returncode == 0:
+            return path
+    raise RuntimeError(f"ffmpeg could not mark {video.name} as turned by {degrees} degrees")

@@ -11,6 +11,8 @@ from PIL import Image
 from bench import realflow, realflow_report
 from models.flow_nets import build_flow_net
 from models.streams import generate, write_mp4
+from testing.media import turned_copy
+from testing.sources import NO_FFMPEG
 
 
 @pytest.fixture(scope="module")
@@ -94,6 +96,14 @@ def test_default_size_follows_the_aspect_ratio():
     for odd in ("66x48", "68x48"):  # not a multiple of 8: the fast net's coarsest level is 1/8
         with pytest.raises(ValueError):
             realflow.parse_size(odd)
+
+
+@pytest.mark.skipif(NO_FFMPEG is not None, reason=str(NO_FFMPEG))
+def test_a_portrait_phone_video_is_measured_upright(clip, tmp_path):
+    turned = turned_copy(clip, tmp_path / "portrait.mp4", 90)  # 64x48 pictures that players show as 48x64
+    assert (realflow.probe(turned)["width"], realflow.probe(turned)["height"]) == (48, 64)
+    loaded = realflow.load_clip(turned, 15, 48, 64)
+    assert loaded.frames.shape[1:] == (64, 48, 3) and loaded.info["full_size"] == [48, 64]
 
 
 def test_the_fastest_pair_is_the_one_with_the_fastest_pixels_not_the_largest_mean():

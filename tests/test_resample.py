@@ -1,13 +1,19 @@
 """The decoder's frame selection (``server.stream.source.resample``, shared with ``bench.realflow``): timestamps in,
 frames out."""
 
+import subprocess
 from fractions import Fraction
+from pathlib import Path
 
 import av
+import cv2
 import numpy as np
 import pytest
 
-from server.stream.source.resample import FrameClock, Resampler, to_rgb
+from models.streams import generate, write_mp4
+from server.stream.source.resample import FrameClock, Resampler, to_rgb, upright_size
+from testing.media import turned_copy
+from testing.sources import NO_FFMPEG
 
 
 def kept(times: list[float], fps: float) -> list[float]:
@@ -70,3 +76,29 @@ def test_frame_time_and_scaling():
     assert to_rgb(frame).shape == (48, 64, 3)
     small = to_rgb(frame, 32, 24)
     assert small.shape == (24, 32, 3) and small.dtype == np.uint8 and abs(int(small[12, 16, 0]) - 100) <= 2
+
+
+def shown_by_ffmpeg(path: Path, size: tuple[int, int]) -> np.ndarray:
+    """The first frame as FFmpeg's own player shows it (it turns a video by its display matrix by default), RGB of
+    the ``size`` it shows it at."""
+    out = subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-i", str(path), "-frames:v", "1", "-f",
+                          "rawvideo", "-pix_fmt", "rgb24", "-"], capture_output=True, check=True).stdout  # fmt: skip
+    return np.frombuffer(out, np.uint8).reshape(size[1], size[0], 3)
+
+
+@pytest.mark.skipif(NO_FFMPEG is not None, reason=str(NO_FFMPEG))
+@pytest.mark.parametrize("degrees", [90, 180, 270])
+def test_a_turned_video_comes_out_upright_as_players_show_it(tmp_path, degrees):
+    frames = np.stack([cv2.resize(f, (96, 64)) for f in generate(64, 2, seed=3).frames])
+    write_mp4(frames, tmp_path / "landscape.mp4", fps=10)
+    turned = turned_copy(tmp_path / "landscape.mp4", tmp_path / "turned.mp4", degrees)
+    with av.open(str(turned)) as container:
+        frame = next(container.decode(video=0))
+    size = (64, 96) if degrees % 180 else (96, 64)
+    assert upright_size(frame) == size
+    rgb = to_rgb(frame)
+    expected = shown_by_ffmpeg(turned, size)
+    assert rgb.shape == expected.shape == (size[1], size[0], 3)
+    assert np.abs(rgb.astype(int) - expected).mean() < 3  # the same picture, up to the colour conversion
+    assert np.abs(np.rot90(rgb, 2).astype(int) - expected).mean() > 20  # turned the other way it would not be
+    assert to_rgb(frame, size[0] // 2, size[1] // 2).shape == (size[1] // 2, size[0] // 2, 3)  # scaled upright

@@ -113,6 +113,16 @@ def test_file_stream_learns_and_recovers(server):
     assert server.client.get(f"/api/streams/{sid}").status_code == 404
 
 
+@pytest.mark.skipif(NO_FFMPEG is not None, reason=str(NO_FFMPEG))
+def test_a_portrait_phone_video_is_shown_and_learned_upright(server):
+    sid = create(server, source="file:portrait.mp4", name="portrait", loop=True)["id"]
+    seen = watch(server, sid, 2)  # stored as 96x64 pictures marked to be turned a quarter, as phones store them
+    info = server.stream(sid)
+    assert (info["width"], info["height"]) == (64, 96) and decode(seen[-1][1]).shape == (96, 64, 3)
+    assert info["learning_size"]["height"] > info["learning_size"]["width"]
+    delete(server, sid)
+
+
 # -- the picture and the rate follow the source; the history outlives a viewer ------------------------------------
 def test_sizes_and_rate_follow_a_4_3_source_and_history_survives_a_reconnect(server):
     info = create(server, source="file:four_three.mp4", name="four-three", loop=True)

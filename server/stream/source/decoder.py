@@ -33,7 +33,7 @@ from ..protocol import DecoderFailed, DecoderMessage, DecoderStats, SourceEnded,
 from ..ring import FrameRing, RingSpec
 from ..sizing import display_size, stream_fps
 from .http_io import DEMUXER_OPTIONS, HttpOpener
-from .resample import FrameClock, Resampler, to_rgb
+from .resample import FrameClock, Resampler, to_rgb, upright_size
 from .sources import SourceSpec, check_host
 
 log = logging.getLogger(__name__)
@@ -127,9 +127,10 @@ def _emit(
             return
         report.decoded += 1
         if grid is None:
-            width, height = display_size(frame.width, frame.height, cfg.display_side)
+            upright = upright_size(frame)
+            width, height = display_size(*upright, cfg.display_side)
             fps = stream_fps(cfg.fps, described.get("fps"), cfg.max_fps)
-            info = {**described, "width": frame.width, "height": frame.height}
+            info = {**described, "width": upright[0], "height": upright[1]}
             report.send(SourceOpened(info, fps, (width, height)))
             grid = Resampler(fps)
             while not ring.ready:

@@ -65,6 +65,22 @@ class FrameClock:
         return float(best * frame.time_base)
 
 
+def quarter_turns(frame: av.VideoFrame) -> int:
+    """How many quarter turns counterclockwise show ``frame`` upright: its display matrix's rotation. Phones store
+    a portrait video as landscape pictures and say so there; every player turns them, and so must we."""
+    return round(frame.rotation / 90) % 4
+
+
+def upright_size(frame: av.VideoFrame) -> tuple[int, int]:
+    """(width, height) of ``frame`` as it is shown (``quarter_turns``)."""
+    return (frame.height, frame.width) if quarter_turns(frame) % 2 else (frame.width, frame.height)
+
+
 def to_rgb(frame: av.VideoFrame, width: int | None = None, height: int | None = None) -> np.ndarray:
-    """uint8 [H, W, 3] RGB of ``frame``, scaled by FFmpeg's swscale to width × height (default: the frame's own)."""
-    return frame.reformat(width=width, height=height, format="rgb24").to_ndarray()
+    """uint8 [H, W, 3] RGB of ``frame`` upright (``quarter_turns``), scaled by FFmpeg's swscale to width × height of
+    the upright picture (default: the frame's own)."""
+    turns = quarter_turns(frame)
+    if turns % 2:
+        width, height = height, width
+    rgb = frame.reformat(width=width, height=height, format="rgb24").to_ndarray()
+    return np.ascontiguousarray(np.rot90(rgb, turns)) if turns else rgb
