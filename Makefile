@@ -14,7 +14,7 @@ FLOW_STREAMS_HELDOUT ?= 6:immunohistochemistry 7:colorwheel 8:astronaut 9:coffee
 CLIPS ?= ../shared/clips
 
 .PHONY: run test lint docs clean screenshots up up-gpu down \
-	bench bench-engine bench-flow bench-flow-heldout flow-streams bench-realflow bench-realflow-heldout \
+	bench bench-engine bench-flow bench-flow-heldout flow-streams bench-realflow bench-realflow-heldout bench-scene-flow \
 	bench-schedules bench-memory bench-processes \
 	bench-service bench-load bench-soak bench-outage bench-cluster bench-gpu gpu-wheels docker-check pretrain
 
@@ -78,6 +78,11 @@ bench-realflow: $(VENV)/.installed
 ## .clips-heldout/): bench/results/heldout/.
 bench-realflow-heldout: $(VENV)/.installed
 	$(PY) -m bench.heldout_clips
+
+## The shipped net against the classical methods on the generator's fresh clips, where the flow is exact, by kind of
+## pixel (the ground a fast mover covers apart): bench/results/scene-flow.md.
+bench-scene-flow: $(VENV)/.installed
+	$(PY) -m bench.scene_flow
 
 # Trains the shipped weights (models/weights/fast.pt + fast.json: data, time, result); about 70 min on one core of a
 # shared machine (fast.json: data_seconds, train_seconds).
