@@ -101,7 +101,8 @@ def test_default_size_follows_the_aspect_ratio():
 @pytest.mark.skipif(NO_FFMPEG is not None, reason=str(NO_FFMPEG))
 def test_a_portrait_phone_video_is_measured_upright(clip, tmp_path):
     turned = turned_copy(clip, tmp_path / "portrait.mp4", 90)  # 64x48 pictures that players show as 48x64
-    assert (realflow.probe(turned)["width"], realflow.probe(turned)["height"]) == (48, 64)
+    probed = realflow.probe(turned)
+    assert (probed["width"], probed["height"]) == (48, 64)
     loaded = realflow.load_clip(turned, 15, 48, 64)
     assert loaded.frames.shape[1:] == (64, 48, 3) and loaded.info["full_size"] == [48, 64]
 
