@@ -38,6 +38,7 @@ from bench.realflow_report import (
     MATCHED_SHARE,
     WINDOWS,
     fastest_pair,
+    losing_pairs,
     markdown,
     picture_sheet,
     sheet_pairs,
@@ -351,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
         "methods": {name: {**scores.summary(), **info.get(name, {})} for name, scores in all_scores.items()},
     }
     result["versus_classical"] = {window: versus_classical(result["methods"], window) for window in WINDOWS}
+    if info:  # the first learner's
+        result["losing_pairs"] = losing_pairs(all_scores, next(iter(info)))
     result["seconds"] = time.perf_counter() - start
     stem = f"realflow-{args.video.stem}-{width}x{height}"
     run.png(f"{stem}.png", plot(all_scores, result["title"]))

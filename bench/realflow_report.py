@@ -142,12 +142,62 @@ def markdown(result: dict) -> str:
                 f"| {w['photo']:.4f} | {m['ms_per_pair']:.1f} |"
             )
         lines += ratio_table(result["methods"], window)
+    if result.get("losing_pairs"):
+        lines += losing_pairs_table(result["losing_pairs"])
     learned = [(name, m) for name, m in result["methods"].items() if "balance" in m]
     if learned:
         lines.append("")
         for name, m in learned:
             lines.append(f"- {name}: net {m['net']}, balance {m['balance']}, lr {m['lr']:.2g} for every stage")
     return "\n".join(lines) + "\n"
+
+
+#: How many pairs ``losing_pairs`` lists.
+LOSING_PAIRS = 3
+
+
+def losing_pairs(all_scores: dict[str, PairScores], learner: str) -> dict:
+    """The pairs where ``learner`` loses most to the better classical method of the whole clip on the moving pixels
+    (their EPE summed, px), each with the share of its moving pixels where the reference passes its own test: what
+    the whole clip's ratio hinges on, and how far the reference can be trusted there (tree.avi's hinges on one pair
+    of a fast, blurred hand)."""
+    ours = all_scores[learner]
+    classical = min(CLASSICAL, key=lambda name: all_scores[name].window(None)["epe_moving"])
+    theirs = all_scores[classical]
+    matched = ~ours.clip.unmatched
+    excess = np.where(matched, ours.moving[:, 0] - theirs.moving[:, 0], -np.inf)
+    rows = [
+        {
+            "pair": int(t),
+            "moving_pixels": int(ours.moving[t, 1]),
+            "consistent_share": float(ours.consistent[t, 1] / ours.moving[t, 1]),
+            "learner": float(ours.moving[t, 0]),
+            "classical": float(theirs.moving[t, 0]),
+        }
+        for t in np.argsort(-excess)[:LOSING_PAIRS]
+        if excess[t] > 0
+    ]
+    difference = float(ours.moving[matched, 0].sum() - theirs.moving[matched, 0].sum())
+    return {"learner": learner, "classical": classical, "clip_difference": difference, "pairs": rows}
+
+
+def losing_pairs_table(losing: dict) -> list[str]:
+    """``losing_pairs`` in words and as a markdown table."""
+    learner, classical = losing["learner"], losing["classical"]
+    said = (
+        f"Over the whole clip {learner}'s moving pixels hold {losing['clip_difference']:+,.0f} px of EPE (summed) "
+        f"against {classical}'s, the better classical method there"
+    )
+    if not losing["pairs"]:
+        return ["", said + "; it loses on no pair."]
+    lines = ["", said + "; the pairs where it loses most:", "",
+             f"| pair | moving pixels | reference consistent | {learner} | {classical} | difference |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in losing["pairs"]:
+        cells = (r["pair"], f"{r['moving_pixels']:,}", f"{100 * r['consistent_share']:.0f} %", f"{r['learner']:,.0f}",
+                 f"{r['classical']:,.0f}", f"{r['learner'] - r['classical']:+,.0f}")  # fmt: skip
+        lines.append("| " + " | ".join(map(str, cells)) + " |")
+    return lines
 
 
 def versus_classical(methods: dict[str, dict], window: str) -> dict[str, dict[str, float]]:

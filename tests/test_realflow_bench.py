@@ -50,6 +50,8 @@ def test_writes_scored_results_for_every_method(clip, tmp_path):
         assert set(m["all"]) == {*counts, *scores}, name
         assert m["all"]["consistent_moving_pixels"] <= m["all"]["moving_pixels"], name
     assert len(methods["scratch/partime_d2"]["balance"]) == 2 and methods["scratch/partime_d2"]["lr"] > 0
+    assert result["losing_pairs"]["learner"] == "pretrained/sequential"  # the first learner's, said in the report
+    assert "pretrained/sequential's moving pixels hold" in stem.with_suffix(".md").read_text()
 
     # Zero flow's EPE is the pseudo-GT's mean speed, and it finds no moving pixel; DIS-fast scores something finite.
     zero = methods["zero_flow"]["all"]
@@ -130,6 +132,29 @@ def test_a_pair_without_correspondence_is_scored_for_no_method():
     whole = scores.window(None)
     assert whole["pairs"] == 2 and whole["unmatched_pairs"] == 1
     assert whole["epe_all"] == pytest.approx(2.0) and whole["epe_moving"] == pytest.approx(2.0)
+
+
+def test_the_pairs_a_learner_loses_most_on_are_listed_with_the_references_own_confidence():
+    frames = np.zeros((6, 8, 8, 3), np.uint8)
+    gt = np.ones((5, 8, 8, 2), np.float32)  # every pixel moves 1.4 px
+    consistent = np.ones((5, 8, 8), bool)
+    consistent[3, :2] = False  # the reference fails its own test on a quarter of pair 3
+    consistent[4, 1:] = False  # pair 4: a scene cut, scored for nobody
+    clip = realflow.Clip(frames, gt, consistent, [0.1 * t for t in range(6)], {})
+    off = {"learned": (0.1, 0.2, 0.1, 3.0, 90.0), "farneback": (0.5, 0.1, 0.5, 1.0, 0.0), "dis_fast": (9, 9, 9, 9, 9)}
+    scores = {name: realflow.PairScores(clip, set()) for name in off}
+    for name, errors in off.items():
+        for t, error in enumerate(errors):
+            scores[name].add(t, gt[t] + np.array([error, 0.0], np.float32))
+    losing = realflow_report.losing_pairs(scores, "learned")
+    assert losing["classical"] == "farneback"
+    assert [r["pair"] for r in losing["pairs"]] == [3, 1]  # by how much it loses; never the cut, nor where it wins
+    assert losing["pairs"][0]["consistent_share"] == pytest.approx(0.75) and losing["pairs"][0]["moving_pixels"] == 64
+    assert losing["clip_difference"] == pytest.approx(64 * (3.4 - 2.1))
+    table = "\n".join(realflow_report.losing_pairs_table(losing))
+    assert "| 3 | 64 | 75 % | 192 | 64 | +128 |" in table
+    losing["pairs"] = []
+    assert "loses on no pair" in "\n".join(realflow_report.losing_pairs_table(losing))
 
 
 def test_fast_and_consistent_pixels_are_scored_apart_and_a_window_without_them_has_no_score():
