@@ -14,7 +14,7 @@ passes its own forward-backward test (``consistent_mask``: elsewhere it is occlu
 hand), the moving region's F1 (flow > 0.5 px against pseudo-GT > 0.5 px; pixels pooled over the window) and the
 photometric error; and each learner's EPE over that of the better of Farneback and DIS-fast, per window (the yardstick
 a learned flow must beat). A pair where the reference has no correspondence (a scene cut: ``MATCHED_SHARE``) is
-scored for no method and listed. Writes
+scored for no method and listed; so are the pairs the first learner loses most on (``losing_pairs``). Writes
 ``realflow-<clip>-<W>x<H>.{json,md,png}`` and ``-sheet.png`` (default under bench/results/); the sheet also shows the
 pair with the fastest motion.
 """
