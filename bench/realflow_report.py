@@ -184,13 +184,14 @@ def losing_pairs(all_scores: dict[str, PairScores], learner: str) -> dict:
 def losing_pairs_table(losing: dict) -> list[str]:
     """``losing_pairs`` in words and as a markdown table."""
     learner, classical = losing["learner"], losing["classical"]
+    difference = losing["clip_difference"]
     said = (
-        f"Over the whole clip {learner}'s moving pixels hold {losing['clip_difference']:+,.0f} px of EPE (summed) "
-        f"against {classical}'s, the better classical method there"
+        f"Over the whole clip the EPE of {learner} summed over the moving pixels is {abs(difference):,.0f} px "
+        f"{'below' if difference < 0 else 'above'} that of {classical}, the better classical method there"
     )
     if not losing["pairs"]:
-        return ["", said + "; it loses on no pair."]
-    lines = ["", said + "; the pairs where it loses most:", "",
+        return ["", said + "; it is above on no pair."]
+    lines = ["", said + "; the pairs where it is furthest above:", "",
              f"| pair | moving pixels | reference consistent | {learner} | {classical} | difference |",
              "|---|---|---|---|---|---|"]  # fmt: skip
     for r in losing["pairs"]:
