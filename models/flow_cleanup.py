@@ -29,11 +29,11 @@ not enough (a swaying branch before still leaves of the same green): there a nei
 it explains the pixel's window about as well as the best of its nine neighbours' flows does (``verified``).
 
 ``SmoothFlow``: the full-resolution steps estimate each pixel's flow from its own few-pixel window, and their noise
-mottles a mover's interior, which moves as one. A Gaussian blur of the final flow (sigma 1 px at 160x120, as wide
-in the scene at larger sizes) took the shipped net's
-moving-pixel error on box's first 100 pairs from 1.10 to 1.04 times the better classical method's, on tree's first
-30 from 1.48 to 1.45, and every all-pixel ratio down (frozen net, exploratory); blurs guided by colour (cross-bilateral)
-did no better on moving pixels, and the fill already keeps flow from leaking across edges.
+mottles a mover's interior, which moves as one. A Gaussian blur of the final flow (sigma 1 px at 160x120, as wide in
+the scene at larger sizes) took the shipped net's moving-pixel error on box's first 100 pairs from 1.10 to 1.04 times
+the better classical method's, on tree's first 30 from 1.48 to 1.45, and every all-pixel ratio down (frozen net,
+exploratory); blurs guided by colour (cross-bilateral) did no better on moving pixels, and the fill already keeps flow
+from leaking across edges.
 """
 
 from __future__ import annotations
