@@ -129,11 +129,9 @@ def test_fast_motion_moves_a_large_learning_size_down_to_where_the_net_follows_i
     but a pan of 24 px a frame at 320x240 would outrun the net's search there: the loop rebuilds at 160x120, where it
     is 12 px, and says why."""
     loop = make_loop(tmp_path, lag=0, display=(320, 240), init="pretrained")
-    rng = np.random.default_rng(3)
-    texture = cv2.GaussianBlur(rng.integers(0, 255, (240, 320 + 24 * 12, 3), np.uint8), (0, 0), 2.0)
     try:
-        for i in range(12):
-            loop.on_frame(np.ascontiguousarray(texture[:, 24 * i : 24 * i + 320]), float(i))
+        for i, picture in enumerate(pan(12)):
+            loop.on_frame(picture, i / FPS)
             if loop.learner.size != (320, 240):
                 break
         assert loop.learner.size == (160, 120), [m for m in loop.out if not isinstance(m, FrameLearned)]
@@ -144,6 +142,27 @@ def test_fast_motion_moves_a_large_learning_size_down_to_where_the_net_follows_i
         assert budget_note.learning_size == (160, 120) and "motion is this fast" in budget_note.note
     finally:
         loop.learner.pipe.close()
+
+
+def test_a_pan_seen_through_skipped_frames_is_as_slow_as_it_is(tmp_path):
+    """The same 24 px between the frames the worker got, but 4 frames of the stream apart (the worker skipped the
+    others, as while a rebuild runs): 6 px a frame, within reach at 320x240, so the size stays."""
+    loop = make_loop(tmp_path, lag=0, display=(320, 240), init="pretrained")
+    try:
+        for i, picture in enumerate(pan(8)):
+            loop.on_frame(picture, 4 * i / FPS)
+        frames = [m for m in loop.out if isinstance(m, FrameLearned)]
+        assert len(frames) == 6 and all(tuple(m.learning_size) == (320, 240) for m in frames)  # 1 in the pipeline
+        assert np.percentile(np.hypot(*frames[-1].flow.transpose(2, 0, 1)), 50) > 12  # the net saw 24 px a pair
+    finally:
+        loop.learner.pipe.close()
+
+
+def pan(count: int, px: int = 24) -> list[np.ndarray]:
+    """``count`` 320x240 views of a blurred noise texture, each ``px`` further right."""
+    rng = np.random.default_rng(3)
+    texture = cv2.GaussianBlur(rng.integers(0, 255, (240, 320 + px * count, 3), np.uint8), (0, 0), 2.0)
+    return [np.ascontiguousarray(texture[:, px * i : px * i + 320]) for i in range(count)]
 
 
 def test_a_frame_that_begins_a_new_shot_is_paired_with_itself(loop):

@@ -127,14 +127,23 @@ def run_learner_process(cfg: LearnerProcessConfig, ring_spec: RingSpec, slots: A
 
 
 @dataclass
+class InPipeline:
+    """A frame inside the pipeline: what its results need once they come out."""
+
+    picture: np.ndarray
+    capture_time: float
+    loss_zero: torch.Tensor  # its pair's zero-flow loss, on the learner's device
+    scene_cut: bool  # it began a new shot (paired with itself)
+    frames: int  # how many frames of the stream its pair spans: more than one where the worker skipped some
+
+
+@dataclass
 class Outgoing:
     """A frame's results on their way to the host, with what its pictures need."""
 
     result: StepResult
     copy: PendingCopy
-    picture: np.ndarray
-    capture_time: float
-    scene_cut: bool
+    frame: InPipeline
 
 
 class FrameLoop:
@@ -156,10 +165,9 @@ class FrameLoop:
         self.host = HostCopy(in_flight=max(1, self.lag))
         self.previous: torch.Tensor | None = None  # the previous frame at the learning size, on the learner's device
         self.previous_picture: np.ndarray | None = None
+        self.previous_time: float | None = None  # its capture time
         self.cuts = SceneCuts()  # a frame that begins a new shot is paired with itself: no flow, nothing to learn
-        # Frames inside the pipeline: the picture, its capture time, its pair's zero-flow loss (on the device) and
-        # whether it began a new shot.
-        self.pending: deque[tuple[np.ndarray, float, torch.Tensor, bool]] = deque()
+        self.pending: deque[InPipeline] = deque()  # frames inside the pipeline
         self.outgoing: deque[Outgoing] = deque()  # frames out of the pipeline, their results on the way (``lag``)
         self.note = controller.note(cfg.fps)
         self.reserve = self._measure_pictures()  # what every picture of a frame costs, wanted or not
@@ -185,13 +193,15 @@ class FrameLoop:
     def on_frame(self, picture: np.ndarray, capture_time: float) -> None:
         start = time.perf_counter()
         cut = self.cuts(picture)
-        frame = self.scaled(picture)
-        previous, self.previous, self.previous_picture = self.previous, frame, picture
-        if previous is None:
+        current = self.scaled(picture)
+        previous, self.previous, self.previous_picture = self.previous, current, picture
+        previous_time, self.previous_time = self.previous_time, capture_time
+        if previous is None or previous_time is None:
             return
-        x = torch.cat([frame if cut else previous, frame])[None]
+        x = torch.cat([current if cut else previous, current])[None]
         learner = self.learner
-        self.pending.append((picture, capture_time, learner.zero_flow_loss(x), cut))
+        frames = max(1, round((capture_time - previous_time) * self.cfg.fps))
+        self.pending.append(InPipeline(picture, capture_time, learner.zero_flow_loss(x), cut, frames))
         epochs = learner.pipe.epochs
         r = learner.step(x)
         if learner.pipe.epochs != epochs:
@@ -205,25 +215,26 @@ class FrameLoop:
 
     def _send_off(self, r: StepResult) -> None:
         """Queue the copies to the host of what left the pipeline for the oldest frame inside it."""
-        picture, capture_time, loss_zero, cut = self.pending.popleft()
+        frame = self.pending.popleft()
         assert r.output is not None and r.loss_tensor is not None
         copy = self.host.start(
             flow=r.output[0].permute(1, 2, 0).contiguous(),
-            losses=torch.stack([r.loss_tensor.float(), loss_zero.to(r.loss_tensor.device, torch.float32)]),
+            losses=torch.stack([r.loss_tensor.float(), frame.loss_zero.to(r.loss_tensor.device, torch.float32)]),
         )
-        self.outgoing.append(Outgoing(r, copy, picture, capture_time, cut))
+        self.outgoing.append(Outgoing(r, copy, frame))
 
     def _publish(self, going: Outgoing, start: float) -> tuple[float, float, float] | None:
         """Send a frame's results; the frame's work, its pictures' share and its step's. A non-finite loss publishes
         nothing: the learner goes back to its last good weights (None)."""
-        r, shown = going.result, going.picture
+        r, frame = going.result, going.frame
+        shown = frame.picture
         got = going.copy.result()
         loss, loss_zero = (float(v) for v in got["losses"])
         if not math.isfinite(loss):
             self._recover()
             return None
         flow = got["flow"]
-        self.reach.observe(flow)
+        self.reach.observe(flow, frame.frames)
         scale = self.scale.update(flow, shown.shape[1] / flow.shape[1])
         kinds = mask_kinds(self.ring.wanted)
         painted = time.perf_counter()
@@ -234,8 +245,8 @@ class FrameLoop:
         work_s = time.perf_counter() - start
         self.out.put(FrameLearned(
             frame=r.frame, loss=loss, loss_zero=loss_zero, dp_s=r.step_seconds, stage_dp_s=list(r.stage_seconds),
-            work_s=work_s, capture_time=going.capture_time, learning_size=(flow.shape[1], flow.shape[0]),
-            flow_scale=scale, flow=flow, images=images, scene_cut=going.scene_cut,
+            work_s=work_s, capture_time=frame.capture_time, learning_size=(flow.shape[1], flow.shape[0]),
+            flow_scale=scale, flow=flow, images=images, scene_cut=frame.scene_cut,
         ))  # fmt: skip
         return work_s, pictures_s, r.step_seconds
 

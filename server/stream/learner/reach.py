@@ -7,11 +7,19 @@ there a fast hand outruns the search: tree.avi scaled to 640×480 errs 7.09 px o
 size, 4.32 under this cap (docs/operations.md#why-the-motion-cap, every clip measured). Slow motion gains from the
 larger size (box.mp4), so the size is capped only while the motion is fast.
 
-The measure is the 99th percentile of a frame's flow speed, in long sides per frame (the same at every size). Down at
-once, to the largest size where that speed is within ``REACH_PX``; back up only after ``CALM_S`` in which every frame
-would have stayed within ``GROW_SHARE`` of it at the larger size (the flow at a capped size is the better estimate of
-the motion, and each move costs a rebuild). Never below ``floor_side``, the long side the nets were made for (their
+The measure is the 99th percentile of a frame's flow speed, in long sides per frame of the stream (the same at every
+size; a pair that spans frames the worker skipped is divided by their count). Down when two frames in a row are beyond
+``REACH_PX`` at the current size, to the largest size where the slower of the two is within it; back up only after
+``CALM_S`` in which every frame would have stayed within ``GROW_SHARE`` of it at the larger size (the flow at a capped
+size is the better estimate of the motion). Never below ``floor_side``, the long side the nets were made for (their
 pretraining, and the CPU's largest learning size): a ladder that starts there is never capped.
+
+Each move costs a rebuild, about 0.7 s of frames on a GPU (a new graph: bench.gpu's "first steps"), so neither a gap
+nor a single frame moves the cap. A gap: frames skipped while a rebuild runs make the next pair span several frames
+(a pair of box.mp4 8 frames apart reads 19 px at 640×480, one frame apart 1.6-2.5), which capped the size again and
+again: one stream of box.mp4 on an H100 went through ten sizes with 217 of 894 frames dropped (docs/operations.md#gpus,
+the third run). A single frame: a cut the cut detector misses (box.mp4's loop seam reads 71 px at 640×480), a flash;
+a hand that is fast stays fast.
 """
 
 from __future__ import annotations
@@ -47,17 +55,20 @@ class MotionCap:
         self.top = 0
         self.recent: deque[tuple[float, float]] = deque()  # (when, speed) over the last CALM_S
         self.since = clock()  # the last move of the cap: the calm that lets it grow counts from here
+        self.last = 0.0  # the frame before's speed
 
-    def observe(self, flow: np.ndarray) -> int:
-        """A frame's flow (at the learning size, H x W x 2); the index of the largest size now allowed."""
+    def observe(self, flow: np.ndarray, frames: int = 1) -> int:
+        """A frame's flow (at the learning size, H x W x 2) from a pair ``frames`` frames of the stream apart; the
+        index of the largest size now allowed."""
         if self.floor == 0:  # nothing below the largest size to cap to (the CPU's ladder): no host work per frame
             return 0
-        now, fast = self.clock(), speed(flow)
+        now, fast = self.clock(), speed(flow) / max(1, frames)
+        before, self.last = self.last, fast
         self.recent.append((now, fast))
         while self.recent[0][0] < now - CALM_S:
             self.recent.popleft()
-        if fast * max(self.ladder[self.top]) > REACH_PX:
-            self._move(self._largest_within(fast, REACH_PX), now)
+        if min(fast, before) * max(self.ladder[self.top]) > REACH_PX:
+            self._move(self._largest_within(min(fast, before), REACH_PX), now)
         elif self.top > 0 and now - self.since >= CALM_S:
             recent = max(s for _, s in self.recent)
             self._move(min(self.top, self._largest_within(recent, GROW_SHARE * REACH_PX)), now)
