@@ -106,6 +106,31 @@ def test_slow_steps_shrink_the_learning_size_and_say_so(loop):
     assert last.work_s >= last.dp_s > 0
 
 
+def test_the_budget_counts_what_the_host_spends_on_a_step_not_the_steps_own_clock(loop):
+    """On a GPU a step's clock is the device's and the step runs beside the host's work: the part of a frame's work
+    that a smaller size would save is the host's time in the step and in waiting for its results. Here the step takes
+    the host 20 ms while its clock claims 0.5 s, as a device step overlapped with the host's work would."""
+    step = loop.learner.step
+
+    def overlapped(x: torch.Tensor):
+        time.sleep(0.02)
+        r = step(x)
+        if r is not None and r._clock is not None:
+            r._clock.__dict__["seconds"] = 0.5  # the device's span (a cached property)
+        return r
+
+    loop.learner.step = overlapped
+    seen: list[float] = []
+    observe = loop.controller.observe
+    loop.controller.observe = lambda work_s, step_s=None: seen.append(step_s) or observe(work_s, step_s)
+    rng = np.random.default_rng(0)
+    for i, picture in enumerate(rng.integers(0, 255, (8, DISPLAY[1], DISPLAY[0], 3), np.uint8)):
+        loop.on_frame(picture, i / FPS)
+    frames = [m for m in loop.out if isinstance(m, FrameLearned)]
+    assert frames and all(m.dp_s == 0.5 for m in frames)  # ΔP as the metrics show it: the step's own clock
+    assert len(seen) == len(frames) and all(0.02 <= s < 0.4 for s in seen), seen
+
+
 def test_a_non_finite_loss_restores_the_last_good_weights_says_so_and_learns_on(loop):
     """The loss is read on the host only once the frame's results are copied there; a NaN one (a poisoned frame)
     sends the learner back to its checkpoint at half the rate, and the frames in flight are not published."""

@@ -20,8 +20,8 @@ proportional to pixels sends a stream that was slow at a large size far too low,
 The step's cost is modelled as affine in the pixels, fitted to the last window of every size measured so far; its
 level follows the current size's latest window (a changed machine load scales every size alike). With one size
 measured, it is scaled by pixels. It only picks the next size to try; the next window measures it, and a larger size
-never measured in the stream is tried when the current one leaves room. (On a GPU the host's part of a frame runs
-beside the next step, ``process.FrameLoop``, so there the sum overstates a frame's work: the next window says.)
+never measured in the stream is tried when the current one leaves room. The step's part is what the host spends on
+the step (``process.FrameLoop``): on a GPU, where the step runs beside the host's work, only its wait for the device.
 
 Where no size is expected to hold, the stream learns at the cheapest one, and of sizes that cost about the same
 (within ``SAME_COST``) at the largest: on a GPU a small net's step costs nearly the same at every size (launches,
@@ -207,10 +207,11 @@ class BudgetController:
             return f"learning at {w}×{h} {'to keep' if self.auto else 'as asked, keeping'} {fps:g} fps ({cost}){why}"
         holdable = max(0.1, int(10 * TARGET / self.estimate) / 10)
         dropped = round(100 * (1 - self.ds / self.estimate)) if self.estimate > self.ds else 0
+        headroom = f"over the {TARGET * 100:.0f} % a stream may take"  # no frame lost, but no room for jitter
+        lost = f"so about {dropped} % of frames are dropped" if dropped else headroom
         if self.auto and (self.hopeless or self.index == len(self.ladder) - 1):
-            return (f"cannot keep {fps:g} fps: even at {w}×{h} {cost}, so about {dropped} % of frames are dropped; "
-                    f"ask for at most {holdable:g} fps")  # fmt: skip
+            return f"cannot keep {fps:g} fps: even at {w}×{h} {cost}, {lost}; ask for at most {holdable:g} fps"
         if self.auto:
             return f"learning at {w}×{h}: {cost}; a smaller size if that goes on"
-        return (f"{w}×{h} as asked cannot keep {fps:g} fps: {cost}, so about {dropped} % of frames are dropped; "
-                f"use automatic sizing or at most {holdable:g} fps")  # fmt: skip
+        return (f"{w}×{h} as asked cannot keep {fps:g} fps: {cost}, {lost}; use automatic sizing or at most "
+                f"{holdable:g} fps")  # fmt: skip

@@ -202,16 +202,18 @@ class FrameLoop:
         learner = self.learner
         frames = max(1, round((capture_time - previous_time) * self.cfg.fps))
         self.pending.append(InPipeline(picture, capture_time, learner.zero_flow_loss(x), cut, frames))
-        epochs = learner.pipe.epochs
+        epochs, stepping = learner.pipe.epochs, time.perf_counter()
         r = learner.step(x)
+        stepped = time.perf_counter() - stepping
         if learner.pipe.epochs != epochs:
             self.pending.clear()  # the pipeline started afresh (a step its CUDA graph could not capture)
         if r is not None:
             self._send_off(r)
         while len(self.outgoing) > self.lag:
             if (costs := self._publish(self.outgoing.popleft(), start)) is not None:
-                work_s, pictures_s, step_s = costs
-                self._keep_budget(work_s - pictures_s + self.reserve, step_s)
+                work_s, pictures_s, waited_s = costs
+                self._keep_budget(work_s - pictures_s + self.reserve, stepped + waited_s)
+                stepped = 0.0  # counted once
 
     def _send_off(self, r: StepResult) -> None:
         """Queue the copies to the host of what left the pipeline for the oldest frame inside it."""
@@ -224,11 +226,13 @@ class FrameLoop:
         self.outgoing.append(Outgoing(r, copy, frame))
 
     def _publish(self, going: Outgoing, start: float) -> tuple[float, float, float] | None:
-        """Send a frame's results; the frame's work, its pictures' share and its step's. A non-finite loss publishes
-        nothing: the learner goes back to its last good weights (None)."""
+        """Send a frame's results; the frame's work, its pictures' share and how long the host waited for the results
+        to come down. A non-finite loss publishes nothing: the learner goes back to its last good weights (None)."""
         r, frame = going.result, going.frame
         shown = frame.picture
+        waiting = time.perf_counter()
         got = going.copy.result()
+        waited_s = time.perf_counter() - waiting
         loss, loss_zero = (float(v) for v in got["losses"])
         if not math.isfinite(loss):
             self._recover()
@@ -248,7 +252,7 @@ class FrameLoop:
             work_s=work_s, capture_time=frame.capture_time, learning_size=(flow.shape[1], flow.shape[0]),
             flow_scale=scale, flow=flow, images=images, scene_cut=frame.scene_cut,
         ))  # fmt: skip
-        return work_s, pictures_s, r.step_seconds
+        return work_s, pictures_s, waited_s
 
     def _recover(self) -> None:
         """After a non-finite loss: the last good weights, half the rate; the frames in flight are gone."""
@@ -259,6 +263,10 @@ class FrameLoop:
         self.out.put(NonFiniteLoss(learner.lr, learner.nonfinite, learner.resumed_from))
 
     def _keep_budget(self, work_s: float, step_s: float) -> None:
+        """``step_s``: the part of the frame's work that the learning size decides, the host's time in the step and in
+        waiting for its results. On CPU that is the step; on a GPU, whose step runs beside the host's work, only the
+        wait: none while the host is the slower, where no smaller size would help and a move's rebuild costs frames
+        (the step's device time, counted instead, walked streams down for nothing: docs/operations.md#gpus)."""
         controller = self.controller
         choice = controller.limit(self.reach.top)
         if choice is None:
