@@ -40,10 +40,10 @@ def test_the_speed_is_the_fast_pixels_in_long_sides_per_frame_at_every_size():
     assert speed(moving((640, 480), 40.0, share=0.005)) < 1 / 640  # under 1 % of the pixels: not the motion
 
 
-def test_fast_motion_caps_the_size_on_its_second_frame_where_the_slower_of_the_two_stays_within_reach():
+def test_fast_motion_caps_the_size_on_its_second_frame_where_the_faster_of_the_two_stays_within_reach():
     cap = MotionCap(LADDER, CPU_LEARNING_SIDE, Clock())
     assert cap.observe(moving(LADDER[0], 2.0)) == 0  # slow: the picture's own size
-    assert cap.observe(moving(LADDER[0], 60.0)) == 0  # one frame: a missed cut, a flash
+    assert cap.observe(moving(LADDER[0], 30.0)) == 0  # one frame: a missed cut, a flash, or the first of a fast hand
     top = cap.observe(moving(LADDER[0], 40.0))  # a hand crossing 1/16 of the picture a frame, still
     assert side(top) * 40 / 640 <= REACH_PX < side(top - 1) * 40 / 640
 

@@ -9,7 +9,7 @@ larger size (box.mp4), so the size is capped only while the motion is fast.
 
 The measure is the 99th percentile of a frame's flow speed, in long sides per frame of the stream (the same at every
 size; a pair that spans frames the worker skipped is divided by their count). Down when two frames in a row are beyond
-``REACH_PX`` at the current size, to the largest size where the slower of the two is within it; back up only after
+``REACH_PX`` at the current size, to the largest size where the faster of the two is within it; back up only after
 ``CALM_S`` in which every frame would have stayed within ``GROW_SHARE`` of it at the larger size (the flow at a capped
 size is the better estimate of the motion). Never below ``floor_side``, the long side the nets were made for (their
 pretraining, and the CPU's largest learning size): a ladder that starts there is never capped.
@@ -68,7 +68,7 @@ class MotionCap:
         while self.recent[0][0] < now - CALM_S:
             self.recent.popleft()
         if min(fast, before) * max(self.ladder[self.top]) > REACH_PX:
-            self._move(self._largest_within(min(fast, before), REACH_PX), now)
+            self._move(self._largest_within(max(fast, before), REACH_PX), now)
         elif self.top > 0 and now - self.since >= CALM_S:
             recent = max(s for _, s in self.recent)
             self._move(min(self.top, self._largest_within(recent, GROW_SHARE * REACH_PX)), now)
