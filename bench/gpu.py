@@ -187,9 +187,9 @@ def _service_lines(part: dict, args: argparse.Namespace) -> list[str]:
         f"`{part['clip']}` looping at its own rate, sizes by the service (D = {one['stages']}), "
         f"{'under' if part['mps'] else 'without'} NVIDIA MPS:",
         "",
-        "| streams | learning sizes | frames | dropped | work mean / p95 ms | ΔP mean ms | latency p95 / target ms "
-        "| met |",
-        "|---:|---|---:|---:|---|---:|---|---|",
+        "| streams | learning sizes | changes of size | frames | dropped | work mean / p95 ms | ΔP mean ms "
+        "| latency p95 / target ms | met |",
+        "|---:|---|---:|---:|---:|---|---:|---|---|",
         _service_row(1, one),
         _service_row(len(many_rows), merge(many_rows)),
         "",
@@ -203,7 +203,8 @@ def merge(rows: list[dict]) -> dict:
     """Several streams' windows as one row: sums of frames and drops, the worst of the rest."""
     worst = lambda key: max(r[key] for r in rows)  # noqa: E731
     sizes = sorted({tuple(s) for r in rows for s in r["learning_sizes"]}, reverse=True)
-    return {"learning_sizes": [list(s) for s in sizes], "frames": sum(r["frames"] for r in rows),
+    return {"learning_sizes": [list(s) for s in sizes], "size_changes": sum(r["size_changes"] for r in rows),
+            "frames": sum(r["frames"] for r in rows),
             "dropped": sum(r["dropped"] for r in rows), "work_mean_s": worst("work_mean_s"),
             "work_p95_s": worst("work_p95_s"), "dp_mean_s": worst("dp_mean_s"),
             "latency_p95_s": worst("latency_p95_s"), "latency_target_s": rows[0]["latency_target_s"],
@@ -213,7 +214,7 @@ def merge(rows: list[dict]) -> dict:
 def _service_row(n: int, r: dict) -> str:
     sizes = ", ".join(f"{w}×{h}" for w, h in r["learning_sizes"])
     met = "yes" if r["met"] else "no"
-    return (f"| {n} | {sizes} | {r['frames']} | {r['dropped']} | {r['work_mean_s'] * 1e3:.1f} / "
+    return (f"| {n} | {sizes} | {r['size_changes']} | {r['frames']} | {r['dropped']} | {r['work_mean_s'] * 1e3:.1f} / "
             f"{r['work_p95_s'] * 1e3:.1f} | {r['dp_mean_s'] * 1e3:.1f} | {r['latency_p95_s'] * 1e3:.0f} / "
             f"{r['latency_target_s'] * 1e3:.0f} | {met} |")  # fmt: skip
 

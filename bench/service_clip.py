@@ -28,6 +28,7 @@ import statistics
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -104,6 +105,8 @@ async def window(srv: ServerProcess, sid: str, warmup_s: float, seconds: float) 
         "dropped": after["counters"]["dropped"] - before["counters"]["dropped"],
         "picture": [after["width"], after["height"]],
         "learning_sizes": [list(s) for s in sizes],
+        # Each change of size is a rebuild (on a GPU a new graph: frames skipped while it is captured).
+        "size_changes": sum(a["learning_size"] != b["learning_size"] for a, b in pairwise(records)),
         "budget_note": after["budget_note"],
         "ds_s": ds,
         "stages": stages,
