@@ -10,7 +10,7 @@ each part, so a run stopped at its time limit keeps what it measured:
    also compiled and compiled + graph (``--gpu-compile``, off in the service: a cold compile took minutes on an H200,
    seen in the first run, whose report the time limit cut off); kernels, launches and host syncs per step.
 3. **Learners sharing the GPU** (``bench.gpu_streams``): processes, processes under MPS, threads on CUDA streams.
-4. **The service** on ``box.mp4`` at its own rate (30 fps), sizes left to the service: the learning size chosen,
+4. **The service** on ``box.mp4`` at its own rate (30 fps), sizes left to the service: the learning sizes and changes,
    drops and latency p95 over a window, first picture cold and warm (``bench.service_clip``'s measures); then
    ``--service-streams`` streams of it at once: drops and frames learned per second in all. Under NVIDIA MPS where
    the machine has it (each stream's learner is a process of its own: without MPS they time-slice the GPU).
