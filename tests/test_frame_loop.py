@@ -183,6 +183,24 @@ def test_a_pan_seen_through_skipped_frames_is_as_slow_as_it_is(tmp_path):
         loop.learner.pipe.close()
 
 
+def test_a_looping_files_first_frame_again_is_paired_with_itself(loop):
+    """At a looping file's seam the picture jumps back to its first frame, which the colour test does not call a cut
+    (the same scene): the decoder's shot count says it, and the frame is paired with itself, as at a cut."""
+    pictures = views("astronaut", 4)
+    for i, (picture, count) in enumerate(zip(pictures * 2, [0] * 4 + [1] * 4, strict=True)):
+        loop.on_frame(picture, i / FPS, count)
+    frames = {m.frame: m for m in loop.out if isinstance(m, FrameLearned)}
+    assert [frames[f].scene_cut for f in sorted(frames)] == [f == 3 for f in sorted(frames)]
+    assert frames[3].loss_zero < 0.1 * min(frames[2].loss_zero, frames[4].loss_zero)
+
+
+def views(photo: str, count: int) -> list[np.ndarray]:
+    """``count`` views of a photo at the display size, each 8 px further down."""
+    image = load_photo(photo)
+    scaled = [cv2.resize(image[8 * i : 8 * i + 192, :256], DISPLAY, interpolation=cv2.INTER_AREA) for i in range(count)]
+    return [np.clip(view, 0, 255).astype(np.uint8) for view in scaled]
+
+
 def pan(count: int, px: int = 24) -> list[np.ndarray]:
     """``count`` 320x240 views of a blurred noise texture, each ``px`` further right."""
     rng = np.random.default_rng(3)
@@ -192,14 +210,9 @@ def pan(count: int, px: int = 24) -> list[np.ndarray]:
 
 def test_a_frame_that_begins_a_new_shot_is_paired_with_itself(loop):
     """A cut from one photo to another: the first frame of the new shot has no flow to find, and nothing to learn."""
-    shots = [load_photo(name) for name in ("astronaut", "coffee")]
-    pictures = [
-        np.clip(cv2.resize(shot[8 * i : 8 * i + 192, :256], DISPLAY, interpolation=cv2.INTER_AREA), 0, 255)
-        for shot in shots
-        for i in range(3)
-    ]
+    pictures = views("astronaut", 3) + views("coffee", 3)
     for i, picture in enumerate(pictures + pictures[-1:]):
-        loop.on_frame(picture.astype(np.uint8), float(i))
+        loop.on_frame(picture, float(i))
     frames = {m.frame: m for m in loop.out if isinstance(m, FrameLearned)}
     assert [frames[f].scene_cut for f in sorted(frames)] == [f == 2 for f in sorted(frames)]
     # Its pair is the frame and itself: zero flow explains it (the loss's floor), unlike its neighbours' pairs.

@@ -1,4 +1,5 @@
-"""The shared-memory frame ring: ordered delivery, drop-oldest when the reader is behind, torn reads detected."""
+"""The shared-memory frame ring: ordered delivery with capture time and shot, drop-oldest when the reader is behind,
+torn reads detected."""
 
 from __future__ import annotations
 
@@ -24,13 +25,13 @@ def frame(value: int) -> np.ndarray:
     return np.full((8, 8, 3), value, np.uint8)
 
 
-def test_frames_arrive_in_order_with_their_capture_time(ring):
+def test_frames_arrive_in_order_with_their_capture_time_and_shot(ring):
     q = CTX.Queue(ring.queue_size)
     for i in range(2):
-        assert ring.write(frame(i), 100.0 + i, q) == 0
+        assert ring.write(frame(i), 100.0 + i, q, shot=3 * i) == 0
     for i in range(2):
-        got, t = ring.read(q, timeout=5)
-        assert (got == i).all() and t == 100.0 + i
+        got, t, shot = ring.read(q, timeout=5)
+        assert (got == i).all() and t == 100.0 + i and shot == 3 * i
     assert ring.read(q, timeout=0.05) is None
 
 
@@ -57,8 +58,8 @@ def test_other_processes_attach_by_spec(ring):
     proc = CTX.Process(target=_write_one, args=(ring.spec, q))
     proc.start()
     proc.join(60)
-    got, t = ring.read(q, timeout=5)
-    assert (got == 7).all() and t == 7.0
+    got, t, shot = ring.read(q, timeout=5)
+    assert (got == 7).all() and t == 7.0 and shot == 0
     with pytest.raises(queue.Empty):
         q.get_nowait()
 
@@ -73,7 +74,7 @@ def test_frames_of_any_size_within_the_capacity(ring):
     q = CTX.Queue(ring.queue_size)
     small = np.arange(4 * 6 * 3, dtype=np.uint8).reshape(4, 6, 3)
     ring.write(small, 1.0, q)
-    got, _ = ring.read(q, timeout=5)
+    got, _, _ = ring.read(q, timeout=5)
     assert got.shape == (4, 6, 3) and np.array_equal(got, small)
     with pytest.raises(ValueError, match="does not fit"):
         ring.write(np.zeros((9, 8, 3), np.uint8), 2.0, q)

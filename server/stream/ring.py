@@ -8,7 +8,9 @@ oldest unread frame (the worker is behind). Each slot header carries the sequenc
 overwritten under it is detected and counted as dropped instead of handing out torn pixels.
 
 A slot holds a frame of any size up to the ring's capacity and records that size: the ring is made before the
-source opens, and only the decoder learns the picture's size (from the first frame).
+source opens, and only the decoder learns the picture's size (from the first frame). It also records the frame's shot:
+a count the decoder raises where the video starts afresh (a looping file's first frame again), so the worker pairs
+that frame with itself even when the frames it read in between were dropped.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 
 POLL_S = 0.02
 WRITING = -1.0
-SEQ, CAPTURE, HEIGHT, WIDTH = range(4)  # header columns of a slot
+SEQ, CAPTURE, HEIGHT, WIDTH, SHOT = range(5)  # header columns of a slot
 NEXT_SEQ, FLAGS = -2, -1  # header rows after the slots: (next seq, ...) and the flags
 STOP, READY, WANTED = range(3)  # flag columns: stop requested, worker ready, pictures viewers want (a bit mask)
 
@@ -39,7 +41,7 @@ class RingSpec:
 
     @property
     def header_bytes(self) -> int:
-        return (self.slots + 2) * 4 * 8  # per slot (seq, capture time, height, width); then (next seq), the flags
+        return (self.slots + 2) * 5 * 8  # per slot (seq, capture time, height, width, shot); then (next seq), the flags
 
     @property
     def frame_bytes(self) -> int:
@@ -51,7 +53,7 @@ class FrameRing:
         self.spec = spec
         self._shm = shm
         self._owner = owner
-        self.header = np.ndarray((spec.slots + 2, 4), np.float64, shm.buf, 0)
+        self.header = np.ndarray((spec.slots + 2, 5), np.float64, shm.buf, 0)
         self.frames = np.ndarray((spec.slots, spec.frame_bytes), np.uint8, shm.buf, spec.header_bytes)
 
     @classmethod
@@ -111,9 +113,9 @@ class FrameRing:
         return self.frames[slot, : height * width * 3].reshape(height, width, 3)
 
     # -- decoder side ----------------------------------------------------------------------------
-    def write(self, frame: np.ndarray, capture_time: float, slots_queue: Any) -> int:
-        """Publish ``frame`` (uint8 [H, W, 3], within the capacity); return how many unread frames were dropped to
-        make room (0 or more)."""
+    def write(self, frame: np.ndarray, capture_time: float, slots_queue: Any, shot: int = 0) -> int:
+        """Publish ``frame`` (uint8 [H, W, 3], within the capacity) of ``shot``; return how many unread frames were
+        dropped to make room (0 or more)."""
         height, width = frame.shape[:2]
         if height * width * 3 > self.spec.frame_bytes:
             raise ValueError(f"a {width}x{height} frame does not fit a ring of {self.spec.width}x{self.spec.height}")
@@ -122,7 +124,7 @@ class FrameRing:
         slot = seq % self.spec.slots
         self.header[slot, SEQ] = WRITING
         self._pixels(slot, height, width)[:] = frame
-        self.header[slot, CAPTURE:] = (capture_time, height, width)
+        self.header[slot, CAPTURE:] = (capture_time, height, width, shot)
         self.header[slot, SEQ] = seq
         dropped = 0
         for _ in range(self.spec.slots):
@@ -138,19 +140,19 @@ class FrameRing:
         return dropped + 1  # could not even queue this one
 
     # -- worker side -----------------------------------------------------------------------------
-    def read(self, slots_queue: Any, timeout: float) -> tuple[np.ndarray, float] | None | bool:
-        """The next frame and its capture time; None on timeout; False when its slot was overwritten."""
+    def read(self, slots_queue: Any, timeout: float) -> tuple[np.ndarray, float, int] | None | bool:
+        """The next frame, its capture time and its shot; None on timeout; False when its slot was overwritten."""
         try:
             slot, seq = slots_queue.get(timeout=timeout)
         except queue.Empty:
             return None
         if self.header[slot, SEQ] != seq:
             return False
-        capture_time, height, width = self.header[slot, CAPTURE:]
+        capture_time, height, width, shot = self.header[slot, CAPTURE:]
         frame = self._pixels(slot, int(height), int(width)).copy()
         if self.header[slot, SEQ] != seq:
             return False
-        return frame, float(capture_time)
+        return frame, float(capture_time), int(shot)
 
     # -- lifetime --------------------------------------------------------------------------------
     def close(self) -> None:

@@ -167,6 +167,7 @@ class FrameLoop:
         self.previous_picture: np.ndarray | None = None
         self.previous_time: float | None = None  # its capture time
         self.cuts = SceneCuts()  # a frame that begins a new shot is paired with itself: no flow, nothing to learn
+        self.shot: int | None = None  # the decoder's shot of the previous frame (a looping file's restarts)
         self.pending: deque[InPipeline] = deque()  # frames inside the pipeline
         self.outgoing: deque[Outgoing] = deque()  # frames out of the pipeline, their results on the way (``lag``)
         self.note = controller.note(cfg.fps)
@@ -190,9 +191,10 @@ class FrameLoop:
             picture = cv2.resize(picture, (w, h), interpolation=cv2.INTER_AREA)
         return self.upload(picture)
 
-    def on_frame(self, picture: np.ndarray, capture_time: float) -> None:
+    def on_frame(self, picture: np.ndarray, capture_time: float, shot: int = 0) -> None:
         start = time.perf_counter()
-        cut = self.cuts(picture)
+        restarted, self.shot = self.shot is not None and shot != self.shot, shot  # a looping file's first frame again
+        cut = self.cuts(picture) or restarted
         current = self.scaled(picture)
         previous, self.previous, self.previous_picture = self.previous, current, picture
         previous_time, self.previous_time = self.previous_time, capture_time

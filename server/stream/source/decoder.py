@@ -43,7 +43,9 @@ log = logging.getLogger(__name__)
 VIDEO_SIGNATURES = (b"\x1a\x45\xdf\xa3", b"RIFF", b"\x47", b"\x00\x00\x01\xba", b"OggS", b"FLV")
 STATS_PERIOD_S = 0.25
 MAX_BAD_PACKETS = 25  # corrupt packets in a row before a source counts as broken (decode_error)
-Frame = tuple[av.VideoFrame, float, float]  # decoded frame, source time, position in the file (seconds)
+#: A decoded frame, its source time and position in the file (seconds), and its shot: how many times a looping file
+#: has started again (its first frame again follows its last: no motion between them).
+Frame = tuple[av.VideoFrame, float, float, int]
 
 
 @dataclass(frozen=True)
@@ -122,7 +124,7 @@ def _emit(
     and the rate (``opened``); frames wait there until the learner is ready."""
     grid: Resampler | None = None
     wall0 = 0.0
-    for frame, t, position in frames:
+    for frame, t, position, shot in frames:
         if ring.stopping or os.getppid() != parent:
             return
         report.decoded += 1
@@ -145,7 +147,7 @@ def _emit(
                 if delay > 0 and ring.sleep(delay):
                     return
             rgb = to_rgb(frame, width, height)  # only kept frames are converted
-            report.drop("worker_behind", ring.write(rgb, time.time(), slots))
+            report.drop("worker_behind", ring.write(rgb, time.time(), slots, shot))
             report.position = position
         report.tick()
     report.send(SourceEnded())
@@ -235,7 +237,7 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
         container.seek(int(cfg.start_at_s / stream.time_base), stream=stream)
     size: tuple[int, int] | None = None
     skip_until = 0.0 if cfg.source.live else cfg.start_at_s
-    offset, last, last_at = 0.0, 0.0, time.monotonic()
+    offset, last, last_at, shot = 0.0, 0.0, time.monotonic(), 0
     step = 1.0 / float(stream.average_rate or 30)
     try:
         while True:
@@ -252,11 +254,11 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
                 if t < skip_until:
                     continue
                 last, count, last_at = t, count + 1, time.monotonic()
-                yield frame, offset + t, t
+                yield frame, offset + t, t, shot
             if not cfg.loop or cfg.source.live or (count == 0 and not skip_until):
                 return  # the end (an empty video never loops)
             container.seek(0, stream=stream)
-            offset += last + step
+            offset, shot = offset + last + step, shot + 1
             skip_until = 0.0
     except SourceError:
         raise
@@ -286,4 +288,4 @@ def _webcam_frames(cfg: DecoderConfig, ingest: Any, ring: FrameRing) -> Iterator
             log.warning("a webcam frame did not decode: %s", exc)
             raise SourceError(errors.DECODE_ERROR, "a webcam frame is not a JPEG image") from exc
         for frame in decoded:
-            yield frame, time.monotonic() - t0, 0.0
+            yield frame, time.monotonic() - t0, 0.0, 0
