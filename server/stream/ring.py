@@ -10,7 +10,7 @@ overwritten under it is detected and counted as dropped instead of handing out t
 A slot holds a frame of any size up to the ring's capacity and records that size: the ring is made before the
 source opens, and only the decoder learns the picture's size (from the first frame). It also records the frame's shot:
 a count the decoder raises where the video starts afresh (a looping file's first frame again), so the worker pairs
-that frame with itself even when the frames it read in between were dropped.
+the first frame it reads of a new shot with itself, even when the shot's own first frame was dropped.
 """
 
 from __future__ import annotations
