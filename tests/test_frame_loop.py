@@ -110,8 +110,9 @@ def test_slow_steps_shrink_the_learning_size_and_say_so(loop):
 
 def test_the_budget_counts_what_the_host_spends_on_a_step_not_the_steps_own_clock(loop):
     """On a GPU a step's clock is the device's and the step runs beside the host's work: the part of a frame's work
-    that a smaller size would save is the host's time in the step and in waiting for its results. Here the step takes
-    the host 20 ms while its clock claims 0.5 s, as a device step overlapped with the host's work would."""
+    that a smaller size would save is the host's time in the step and in waiting for its results. Here each step takes
+    the host its own time and 20 ms more while its clock claims 5 s, as a device step overlapped with the host's work
+    would."""
     step = loop.learner.step
 
     def overlapped(x: torch.Tensor):
@@ -119,7 +120,7 @@ def test_the_budget_counts_what_the_host_spends_on_a_step_not_the_steps_own_cloc
         r = step(x)
         if r is None:  # nothing left the pipeline yet (it fills)
             return None
-        device_clock = SimpleNamespace(seconds=0.5)  # the step's span as a device's events would tell it
+        device_clock = SimpleNamespace(seconds=5.0)  # the step's span as a device's events would tell it
         return StepResult(r.output, r.loss_tensor, r.frame, device_clock, list(r.stage_seconds))
 
     loop.learner.step = overlapped
@@ -130,8 +131,8 @@ def test_the_budget_counts_what_the_host_spends_on_a_step_not_the_steps_own_cloc
     for i, picture in enumerate(rng.integers(0, 255, (8, DISPLAY[1], DISPLAY[0], 3), np.uint8)):
         loop.on_frame(picture, i / FPS)
     frames = [m for m in loop.out if isinstance(m, FrameLearned)]
-    assert frames and all(m.dp_s == 0.5 for m in frames)  # ΔP as the metrics show it: the step's own clock
-    assert len(seen) == len(frames) and all(0.02 <= s < 0.4 for s in seen), seen
+    assert frames and all(m.dp_s == 5.0 for m in frames)  # ΔP as the metrics show it: the step's own clock
+    assert len(seen) == len(frames) and all(0.02 <= s < 2.0 for s in seen), seen
 
 
 def test_a_non_finite_loss_restores_the_last_good_weights_says_so_and_learns_on(loop):
