@@ -116,12 +116,17 @@ def node_name(cluster: Any, node_id: str) -> str:
 
 
 def scenario(args: argparse.Namespace) -> dict:
-    """Parts 1-5, inside the namespace."""
+    """Parts 1-5, inside the namespace, in a scratch folder removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="overtime-cluster-") as scratch:
+        return _scenario_in(Path(scratch), args)
+
+
+def _scenario_in(scratch: Path, args: argparse.Namespace) -> dict:
     import ray
 
     from testing.ray_cluster import RayCluster
 
-    work = Path(tempfile.mkdtemp(prefix="overtime-cluster-"))
+    work = scratch / "ray"
     make_video(work / "media" / "clip.mp4", frames=60, size=128, fps=15)
     result: dict[str, Any] = {}
     with RayCluster(head_cpus=0) as cluster:
@@ -144,7 +149,7 @@ def scenario(args: argparse.Namespace) -> dict:
         finally:
             srv.stop()
     if not args.quick:
-        with server(Path(tempfile.mkdtemp(prefix="overtime-single-")), None) as single:
+        with server(scratch / "single", None) as single:
             (single.media_dir / "clip.mp4").write_bytes((work / "media" / "clip.mp4").read_bytes())
             result["rate"]["single_machine"] = rate(single, args)
         result["rate"]["ratio"] = result["rate"]["ray"]["fps"] / result["rate"]["single_machine"]["fps"]
@@ -284,13 +289,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench.cluster: skipped, {why}")
         return 0
     report = Run()
-    out = Path(tempfile.mkdtemp(prefix="cluster-")) / "result.json"
     flags = ["--quick"] if args.quick else []
-    proc = netns.run_module("bench.cluster", *flags, "--inside", str(out), timeout_s=600)
-    if proc.returncode != 0:
-        print(proc.stdout[-4000:], proc.stderr[-4000:], file=sys.stderr)
-        return 1
-    result = json.loads(out.read_text())
+    with tempfile.TemporaryDirectory(prefix="overtime-cluster-result-") as scratch:
+        out = Path(scratch) / "result.json"
+        proc = netns.run_module("bench.cluster", *flags, "--inside", str(out), timeout_s=600)
+        if proc.returncode != 0:
+            print(proc.stdout[-4000:], proc.stderr[-4000:], file=sys.stderr)
+            return 1
+        result = json.loads(out.read_text())
     stem = "cluster-quick" if args.quick else "cluster"
     report.directory = args.out_dir
     report.write(stem, "The service on a Ray cluster of three nodes on one machine", markdown(result), result)

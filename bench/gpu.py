@@ -116,11 +116,16 @@ def service(args: argparse.Namespace) -> dict:
     clip = args.clip or (None if args.quick else next((c for c in CLIPS if c.is_file()), None))
     if clip is None and not args.quick:
         return {"skipped": f"no clip: copy box.mp4 into {CLIPS[1].parent}"}
+    with tempfile.TemporaryDirectory(prefix="overtime-gpu-") as work:
+        return _service_in(Path(work), clip, args)
+
+
+def _service_in(work: Path, clip: Path | None, args: argparse.Namespace) -> dict:
+    """The service part in ``work`` (its media, checkpoints and log; removed after the run)."""
     from bench import service_clip
     from testing.media import make_video
     from testing.server import ServerProcess
 
-    work = Path(tempfile.mkdtemp(prefix="overtime-gpu-"))
     (work / "media").mkdir()
     if clip is None:  # the smoke run: a small generated clip
         clip = make_video(work / "media" / "generated.mp4", frames=60, size=64, fps=10)

@@ -79,26 +79,27 @@ async def measure(srv: ServerProcess, sid: str, warmup_s: float, seconds: float)
 
 
 def run(args: argparse.Namespace) -> dict:
-    work = Path(tempfile.mkdtemp(prefix="overtime-bench-"))
-    (work / "media").mkdir()
-    width, height = args.size
-    frames = generate(max(width, height), 450, seed=3).frames[:, :height, :width]
-    write_mp4(np.ascontiguousarray(frames), work / "media" / "bench.mp4", fps=SOURCE_FPS)
-    flags = ("--no-demo-stream", "--stages", str(args.stages), "--width", str(width), "--height", str(height))
-    rows = []
-    with ServerProcess(work, *flags) as srv:
-        for fps in args.ladder:
-            body = {"source": "file:bench.mp4", "name": f"bench-{fps:g}", "fps": fps, "loop": True}
-            sid = srv.client.post("/api/streams", json=body).json()["id"]
-            srv.wait_for(sid, lambda i: i["state"] == "running", timeout_s=120, what="running")
-            row = {"fps": fps, "ds_s": 1 / fps, **asyncio.run(measure(srv, sid, args.warmup, args.seconds))}
-            row["latency_target_s"] = (args.stages + 1) / fps + 0.030
-            row["sustained"] = row["dropped"] == 0 and row["frames"] >= 0.95 * fps * args.seconds
-            rows.append(row)
-            srv.client.delete(f"/api/streams/{sid}")
-            print(json.dumps(row), flush=True)
-            if not row["sustained"]:
-                break
+    with tempfile.TemporaryDirectory(prefix="overtime-bench-") as tmp:
+        work = Path(tmp)
+        (work / "media").mkdir()
+        width, height = args.size
+        frames = generate(max(width, height), 450, seed=3).frames[:, :height, :width]
+        write_mp4(np.ascontiguousarray(frames), work / "media" / "bench.mp4", fps=SOURCE_FPS)
+        flags = ("--no-demo-stream", "--stages", str(args.stages), "--width", str(width), "--height", str(height))
+        rows = []
+        with ServerProcess(work, *flags) as srv:
+            for fps in args.ladder:
+                body = {"source": "file:bench.mp4", "name": f"bench-{fps:g}", "fps": fps, "loop": True}
+                sid = srv.client.post("/api/streams", json=body).json()["id"]
+                srv.wait_for(sid, lambda i: i["state"] == "running", timeout_s=120, what="running")
+                row = {"fps": fps, "ds_s": 1 / fps, **asyncio.run(measure(srv, sid, args.warmup, args.seconds))}
+                row["latency_target_s"] = (args.stages + 1) / fps + 0.030
+                row["sustained"] = row["dropped"] == 0 and row["frames"] >= 0.95 * fps * args.seconds
+                rows.append(row)
+                srv.client.delete(f"/api/streams/{sid}")
+                print(json.dumps(row), flush=True)
+                if not row["sustained"]:
+                    break
     best = max((r for r in rows if r["sustained"]), key=lambda r: r["fps"], default=None)
     return {
         "benchmark": "service",

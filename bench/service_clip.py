@@ -158,29 +158,30 @@ def verdict(row: dict) -> bool:
 
 
 def run(args: argparse.Namespace, report: Run) -> dict:
-    work = Path(tempfile.mkdtemp(prefix="overtime-clip-"))
-    (work / "media").mkdir()
-    shutil.copy(args.clip, work / "media" / args.clip.name)
-    source = {"source": f"file:{args.clip.name}", "fps": args.fps, "loop": True}
-    result: dict = {"clip": args.clip.name, "fps": args.fps, "window_s": args.seconds, "warmup_s": args.warmup}
-    with ServerProcess(work, "--no-demo-stream") as srv:
-        sid, result["first_picture_cold_s"] = start_stream(srv, {**source, "name": "clip-cold"})
-        print(f"cold start: first picture after {result['first_picture_cold_s']:.1f} s", flush=True)
-        result["headless"] = asyncio.run(window(srv, sid, args.warmup, args.seconds))
-        print(json.dumps(result["headless"]), flush=True)
-        srv.client.delete(f"/api/streams/{sid}")
-        warm = []
-        for i in range(args.starts):
-            sid, seconds = start_stream(srv, {**source, "name": f"clip-warm-{i}"})
-            warm.append(seconds)
-            print(f"warm start {i + 1}: first picture after {seconds:.1f} s", flush=True)
+    with tempfile.TemporaryDirectory(prefix="overtime-clip-") as tmp:
+        work = Path(tmp)
+        (work / "media").mkdir()
+        shutil.copy(args.clip, work / "media" / args.clip.name)
+        source = {"source": f"file:{args.clip.name}", "fps": args.fps, "loop": True}
+        result: dict = {"clip": args.clip.name, "fps": args.fps, "window_s": args.seconds, "warmup_s": args.warmup}
+        with ServerProcess(work, "--no-demo-stream") as srv:
+            sid, result["first_picture_cold_s"] = start_stream(srv, {**source, "name": "clip-cold"})
+            print(f"cold start: first picture after {result['first_picture_cold_s']:.1f} s", flush=True)
+            result["headless"] = asyncio.run(window(srv, sid, args.warmup, args.seconds))
+            print(json.dumps(result["headless"]), flush=True)
             srv.client.delete(f"/api/streams/{sid}")
-        result["first_picture_warm_s"] = warm
-        result["first_picture_warm_median_s"] = statistics.median(warm)
-        sid, _ = start_stream(srv, {**source, "name": "clip-browser"})
-        result["chromium"] = with_browser(srv, sid, args, report, f"client-{args.clip.stem}{args.suffix}.png")
-        print(json.dumps(result["chromium"]), flush=True)
-        srv.client.delete(f"/api/streams/{sid}")
+            warm = []
+            for i in range(args.starts):
+                sid, seconds = start_stream(srv, {**source, "name": f"clip-warm-{i}"})
+                warm.append(seconds)
+                print(f"warm start {i + 1}: first picture after {seconds:.1f} s", flush=True)
+                srv.client.delete(f"/api/streams/{sid}")
+            result["first_picture_warm_s"] = warm
+            result["first_picture_warm_median_s"] = statistics.median(warm)
+            sid, _ = start_stream(srv, {**source, "name": "clip-browser"})
+            result["chromium"] = with_browser(srv, sid, args, report, f"client-{args.clip.stem}{args.suffix}.png")
+            print(json.dumps(result["chromium"]), flush=True)
+            srv.client.delete(f"/api/streams/{sid}")
     for key in ("headless", "chromium"):
         result[key]["met"] = verdict(result[key])
     return result
