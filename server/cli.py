@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 import typing
 
@@ -37,6 +38,13 @@ def settings_from(args: argparse.Namespace) -> Settings:
     return Settings(**{name: getattr(args, name) for name in Settings.model_fields if getattr(args, name) is not None})
 
 
+def _exit_normally(signum: int, frame: object) -> None:
+    """SIGTERM ends the server as Ctrl-C does. uvicorn shuts down gracefully on it (streams stop, learners
+    checkpoint), then raises it again; left at its default action, that kills the process before the interpreter's
+    exit, and multiprocessing's temporary folder (the fork server's socket) stays behind in /tmp."""
+    raise SystemExit(0)
+
+
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -44,6 +52,7 @@ def serve(args: argparse.Namespace) -> int:
 
     settings = settings_from(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    signal.signal(signal.SIGTERM, _exit_normally)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning")
     return 0
 

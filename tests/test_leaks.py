@@ -1,6 +1,7 @@
 """Nothing left in /dev/shm: a generation's queues (POSIX semaphores, ``sem.*``) and its frame ring (``psm_*``) are
 released when it stops (its stream deleted, its worker restarted, the server stopped with SIGTERM), and the
-resource tracker finds nothing leaked at shutdown.
+resource tracker finds nothing leaked at shutdown. Nor in /tmp: the server stopped with SIGTERM exits normally, which
+removes multiprocessing's temporary folder (the fork server's socket).
 
 Other processes on the machine use /dev/shm as well, so only the entries this server's processes map count: they
 are sampled while each generation runs, then must disappear.
@@ -42,6 +43,16 @@ def generation(server: ServerProcess, api: Api, sid: str, old: set[str]) -> set[
     return names
 
 
+def fork_server_folder(server: ServerProcess) -> Path:
+    """The folder of the fork server's socket: multiprocessing's temporary folder of the server's process."""
+    for proc in server.processes():
+        with contextlib.suppress(psutil.Error):
+            if "multiprocessing.forkserver" in " ".join(proc.cmdline()):
+                sockets = [c.laddr for c in proc.net_connections(kind="unix") if c.laddr]
+                return Path(sockets[0]).parent
+    raise AssertionError("the server runs no fork server")
+
+
 def left(names: set[str]) -> list[str]:
     return sorted(n for n in names if (SHM / n).exists())
 
@@ -71,7 +82,10 @@ def test_start_restart_delete_stop_leaves_nothing_behind(tmp_path):
             released(second, "the deleted stream's generation")
             sid = api.create({"source": "file:clip.mp4", "name": "leaks", "fps": 15, "loop": True})["id"]
             third = generation(server, api, sid, seen | first | second)
+            scratch = fork_server_folder(server)
     finally:
-        server.stop()  # SIGTERM with the stream running; waits for every process of the tree, the tracker too
+        code = server.stop()  # SIGTERM with the stream running; waits for every process of the tree, the tracker too
     assert not left(seen | third), f"the stopped server left {left(seen | third)} in /dev/shm"
+    assert code == 0, f"the server stopped by SIGTERM exited with {code}"
+    assert not scratch.exists(), f"the stopped server left its temporary folder {scratch}"
     assert "leaked" not in server.log_tail(100_000), server.log_tail()

@@ -67,7 +67,7 @@ class StreamSupervisor:
             gen.shutdown()
             self._relay(gen, final=True)  # what they sent on the way out (the final checkpoint) counts
             # The last references: once the generation is collected, multiprocessing unlinks its queues' semaphores
-            # (/dev/shm/sem.*). Held on to, they would outlive a server stopped by SIGTERM, which skips that clean-up.
+            # (/dev/shm/sem.*). Held on to, they would last as long as the server.
             self.gen = gen = None
             if not self._conclude(outcome):
                 return
