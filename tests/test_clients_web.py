@@ -1,7 +1,7 @@
 """The browser client, end to end: real headless Chromium (Debian's) driven by Playwright, against a real server.
 
 Screenshots land in $OVERTIME_SCREENSHOTS (`make screenshots` sets bench/results, where they are written through
-``testing.report.Run`` like every result) or a temporary folder, so a test run never rewrites tracked files.
+``testing.report.Run`` like every result) or /tmp/overtime-screens, so a test run never rewrites tracked files.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ pytestmark = pytest.mark.slow
 # Loopback sources allowed (the unreachable-URL case), no stream of the server's own, and patience with
 # stream start-up on a loaded 2-core box.
 SERVER_FLAGS = ("--allow-private", "--no-demo-stream", "--read-timeout-s", "60")
-RESULTS = Path(os.environ.get("OVERTIME_SCREENSHOTS") or tempfile.mkdtemp(prefix="overtime-screens-"))
+# Elsewhere one folder, overwritten by each run, rather than a new one left in /tmp each time.
+RESULTS = Path(os.environ.get("OVERTIME_SCREENSHOTS") or Path(tempfile.gettempdir()) / "overtime-screens")
 SHOTS = Run(command="make screenshots", directory=RESULTS)
 
 

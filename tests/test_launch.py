@@ -77,6 +77,7 @@ def test_two_nodes_compute_what_one_process_computes(tmp_path):
         subprocess.Popen(
             [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "1"]
             + ["--node-rank", str(node), "--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint]
+            + ["--log-dir", str(tmp_path / f"agent-{node}")]  # not a torchelastic_* folder left in /tmp
             + ["--max-restarts", "0", "-m", "pipeline_core.launch", "--config", str(tmp_path / "run.json")],
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}"},
