@@ -40,6 +40,11 @@ SLOW_SPEED, FAST_SPEED = (0.15, 8.0), (8.0, 40.0)
 FAST_MOVER = 0.3
 #: Share of clips with motion blur, and the most sub-frames a blurred frame averages.
 BLURRED, MAX_SUBFRAMES = 0.5, 24
+#: What a clip shows (``camera_clip``'s ``scene``). ``camera``: the pretraining's mix above. ``surveillance``: a static
+#: camera watching 3-9 small movers (``SMALL_MOVER``: 5-15 % of the picture's height, as people crossing a square) at
+#: ``SMALL_SPEED`` px per frame, as a street or room camera shows; only benchmarks draw it (``bench.scene_flow``).
+SCENES = ("camera", "surveillance")
+SMALL_MOVER, SMALL_SPEED = (0.05, 0.15), (0.3, 2.0)
 
 
 @dataclass
@@ -123,11 +128,14 @@ def _shape_mask(rng: np.random.Generator, size: int) -> np.ndarray:
     return mask.astype(np.float32) / 255.0
 
 
-def _camera_path(rng: np.random.Generator, frames: int, canvas: tuple[int, int], world: tuple[int, int]) -> list:
-    """Per instant (``_Layer.placements``), world (background texture) -> canvas: static, panning, or hand-held."""
+def _camera_path(
+    rng: np.random.Generator, frames: int, canvas: tuple[int, int], world: tuple[int, int], kind: str | None = None
+) -> list:
+    """Per instant (``_Layer.placements``), world (background texture) -> canvas: static, panning, or hand-held
+    (``kind``; drawn when None)."""
     ch, cw = canvas
     wh, ww = world
-    kind = rng.choice(["static", "pan", "handheld"], p=[0.4, 0.3, 0.3])
+    kind = kind or rng.choice(["static", "pan", "handheld"], p=[0.4, 0.3, 0.3])
     start = _affine(1.0, 0.0, -(ww - cw) / 2, -(wh - ch) / 2)
     velocity = np.zeros(4)  # d(log scale), d(angle), dx, dy per frame, in canvas pixels
     if kind == "pan":
@@ -158,10 +166,11 @@ def _about_centre(state: np.ndarray, canvas: tuple[int, int]) -> np.ndarray:
 
 
 def _mover(rng: np.random.Generator, textures: Textures, frames: int, canvas: tuple[int, int], cartoon: bool,
-           camera: list[np.ndarray]) -> _Layer:  # fmt: skip
-    """A shape with its own path (in the world, so the camera moves it too); it may enter or leave."""
+           camera: list[np.ndarray], small: bool = False) -> _Layer:  # fmt: skip
+    """A shape with its own path (in the world, so the camera moves it too); it may enter or leave. ``small``: a
+    surveillance scene's (``SMALL_MOVER``, ``SMALL_SPEED``)."""
     ch, cw = canvas
-    size = int(ch * rng.uniform(0.15, 0.7))
+    size = max(6, int(ch * rng.uniform(*(SMALL_MOVER if small else (0.15, 0.7)))))
     alpha = _shape_mask(rng, size)
     if cartoon or rng.random() < 0.15:
         colour = rng.uniform(0, 255, 3).astype(np.float32)
@@ -171,7 +180,7 @@ def _mover(rng: np.random.Generator, textures: Textures, frames: int, canvas: tu
     else:
         rgb = textures.crop(rng, size, size)
     texture = np.dstack([rgb, alpha]).astype(np.float32)
-    speed = _speed(rng, FAST_MOVER)
+    speed = OVERSAMPLE * _log_uniform(rng, *SMALL_SPEED) if small else _speed(rng, FAST_MOVER)
     heading = rng.uniform(0, 2 * np.pi)
     velocity = np.array([rng.normal(0, 0.01), rng.normal(0, 0.03), speed * np.cos(heading), speed * np.sin(heading)])
     accel = np.array([0.0, 0.0, *rng.normal(0, 0.15, 2)])
@@ -295,10 +304,14 @@ def h264_round_trip(frames: np.ndarray, crf: int) -> np.ndarray:
 
 
 def camera_clip(rng: np.random.Generator, width: int = 160, height: int = 120, frames: int = 6,
-                textures: Textures | None = None) -> Stream:  # fmt: skip
-    """One random camera-like clip of ``frames`` frames at ``width`` x ``height`` with its exact flow."""
+                textures: Textures | None = None, scene: str = "camera") -> Stream:  # fmt: skip
+    """One random camera-like clip of ``frames`` frames at ``width`` x ``height`` with its exact flow; ``scene``, one
+    of ``SCENES``."""
     if width % 2 or height % 2 or frames < 2:
         raise ValueError(f"need even sides and >= 2 frames, got {width}x{height}, {frames} frames")
+    if scene not in SCENES:
+        raise ValueError(f"unknown scene {scene!r}; choose one of {', '.join(SCENES)}")
+    small = scene == "surveillance"
     textures = textures or Textures()
     canvas = (height * OVERSAMPLE, width * OVERSAMPLE)
     world = (int(canvas[0] * 1.6), int(canvas[1] * 1.6))
@@ -306,10 +319,10 @@ def camera_clip(rng: np.random.Generator, width: int = 160, height: int = 120, f
     background = textures.crop(rng, *world)
     if cartoon:
         background = _cartoon(background, rng)
-    camera = _camera_path(rng, frames, canvas, world)
+    camera = _camera_path(rng, frames, canvas, world, "static" if small else None)
     layers = [_Layer(np.dstack([background, np.ones(world, np.float32)]), camera)]
-    count = rng.choice(6, p=[0.1, 0.25, 0.25, 0.2, 0.1, 0.1])
-    layers += [_mover(rng, textures, frames, canvas, cartoon, camera) for _ in range(count)]
+    count = rng.integers(3, 10) if small else rng.choice(6, p=[0.1, 0.25, 0.25, 0.2, 0.1, 0.1])
+    layers += [_mover(rng, textures, frames, canvas, cartoon, camera, small) for _ in range(count)]
     shutter = rng.uniform(0.2, 1.0) if rng.random() < BLURRED else 0.0
     images, flow = _render(layers, frames, canvas, shutter)
     images = np.stack([cv2.resize(im, (width, height), interpolation=cv2.INTER_AREA) for im in images])

@@ -38,3 +38,12 @@ def test_writes_every_method_and_kind(tmp_path):
     zero = data["epe"]["zero_flow"]
     assert zero["fast"] > zero["moving"] > zero["all"] > 0  # zero flow's error is the true speed
     assert "learned / better of Farneback and DIS-fast" in (tmp_path / "scene-flow.md").read_text()
+
+
+def test_surveillance_scenes_hold_small_movers_before_a_static_camera(tmp_path):
+    args = ["--clips", "2", "--threads", "1", "--scene", "surveillance", "--out", str(tmp_path)]
+    assert scene_flow.main(args) == 0
+    data = json.loads((tmp_path / "scene-flow-surveillance.json").read_text())
+    assert data["scene"] == "surveillance"
+    moving_share = data["pixels"]["moving"] / data["pixels"]["all"]
+    assert 0 < moving_share < 0.2 and data["pixels"]["fast"] == 0  # a few small, slow movers; the rest is still
