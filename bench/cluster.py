@@ -9,11 +9,13 @@ of their own (loopback only), and a real ``overtime serve --ray-address``. Write
    (the same processes, their counters going on).
 4. **A node added**: a node joins in place of the lost one; the next stream runs on it (the survivor's two CPUs hold
    the two streams already).
-5. **Frame rate**: one stream at a fixed learning size and a rate it cannot hold (so the learner sets the pace),
+5. **A stream deleted**: its actor ends as a process should: gone from Ray and the list, every process of it gone,
+   and its temporary folder removed (its exit handlers ran; a killed actor would leave it on its node).
+6. **Frame rate**: one stream at a fixed learning size and a rate it cannot hold (so the learner sets the pace),
    through a single-machine server and then through the cluster, one after the other: frames learned per second.
 
     python -m bench.cluster                           # re-runs itself in a namespace of its own (root needed)
-    python -m bench.cluster --quick --out-dir DIR     # the suite's run: parts 1-3, shorter waits (cluster-quick.*)
+    python -m bench.cluster --quick --out-dir DIR     # the suite's run: parts 1-3 and 5, shorter (cluster-quick.*)
 """
 
 from __future__ import annotations
@@ -25,13 +27,17 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import websockets
 
 from testing import netns
 from testing.media import make_video
+from testing.poll import until
+from testing.processes import fork_server_folder
 from testing.report import RESULTS, Run
 from testing.server import ServerProcess
 
@@ -143,7 +149,9 @@ def _scenario_in(scratch: Path, args: argparse.Namespace) -> dict:
             srv = restart_api(srv, work, cluster.address, ids, result)
             if not args.quick:
                 result["node_added"] = add_node(srv, cluster, result["node_loss"]["killed"])
-                for sid in ids + [result["node_added"]["stream"]]:
+            result["deleted"] = delete_stream(srv, ids[1])
+            if not args.quick:
+                for sid in [ids[0], result["node_added"]["stream"]]:
                     srv.client.delete(f"/api/streams/{sid}")
                 result["rate"] = {"ray": rate(srv, args), "single_machine": None}
         finally:
@@ -180,6 +188,41 @@ def add_node(srv: ServerProcess, cluster: Any, name: str) -> dict:
     sid = srv.client.post("/api/streams", json={**STREAM, "name": "three"}).json()["id"]
     node = node_name(cluster, running(srv, sid, 5, 120)["node"])
     return {"added": f"{name}2", "stream": sid, "ran_on": node, "met": node == f"{name}2"}
+
+
+def delete_stream(srv: ServerProcess, sid: str) -> dict:
+    """Part 5: the stream deleted; its actor (the fork server's parent) and every process under it gone, its
+    temporary folder too, and Ray no longer knows the actor's name."""
+    import ray
+
+    from server.placement.ray_actors import NAMESPACE, actor_name
+
+    fork_server = psutil.Process(srv.stream(sid)["pids"]["decoder"]).parent()
+    folder = fork_server_folder([fork_server])
+    actor = fork_server.parent()
+    tree = [actor, *actor.children(recursive=True)]
+    answer = srv.client.delete(f"/api/streams/{sid}").status_code
+    _, alive = psutil.wait_procs(tree, timeout=30)
+
+    def actor_gone() -> bool:
+        try:
+            ray.get_actor(actor_name(sid), namespace=NAMESPACE)
+        except ValueError:
+            return True
+        return False
+
+    listed = {s["id"] for s in srv.client.get("/api/streams").json()}
+    result = {"answer": answer, "processes_left": len(alive), "folder_left": folder.exists(),
+              "actor_gone": _within(actor_gone, 30), "listed": sid in listed}  # fmt: skip
+    result["met"] = answer == 204 and not alive and not folder.exists() and result["actor_gone"] and sid not in listed
+    return result
+
+
+def _within(check: Callable[[], bool], timeout_s: float) -> bool:
+    try:
+        return until(check, timeout_s, "-")
+    except TimeoutError:
+        return False
 
 
 def restart_api(srv: ServerProcess, work: Path, address: str, ids: list[str], result: dict) -> ServerProcess:
@@ -255,6 +298,13 @@ def markdown(r: dict) -> str:
             f"| a node added takes new streams | node {added['added']} joined; the next stream ran on "
             f"{added['ran_on']} | {yes(added['met'])} |"
         )
+    gone = r["deleted"]
+    lines.append(
+        f"| a deleted stream's actor ends as a process should: gone from Ray and the list, no process of it left, "
+        f"its temporary folder removed | answer {gone['answer']}, actor gone {yes(gone['actor_gone'])}, listed "
+        f"{yes(gone['listed'])}, processes left {gone['processes_left']}, folder left {yes(gone['folder_left'])} | "
+        f"{yes(gone['met'])} |"
+    )
     if r.get("rate"):
         ray_fps, single = r["rate"]["ray"]["fps"], r["rate"]["single_machine"]["fps"]
         size = r["rate"]["ray"]["learning_size"]

@@ -137,8 +137,13 @@ class RayCluster:
                "--include-log-monitor=false", "--min-worker-port", "0", "--max-worker-port", "0",
                "--dashboard-agent-listen-port", str(free_port())]  # fmt: skip
         log = self.temp_dir / f"node-{name}.log"
+        # Each node's processes keep their temporary files in a folder of the node's own, as on a machine of its own:
+        # what a lost node leaves there goes with the cluster, not into the machine's /tmp.
+        tmp = self.temp_dir / f"tmp-{name}"
+        tmp.mkdir(exist_ok=True)
         with open(log, "ab") as out:
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **ENV})
+            env = {**os.environ, **ENV, "TMPDIR": str(tmp)}
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
         node = self.nodes[name] = Node(name, proc, log)
         until(lambda: self._started(node), timeout_s, f"ray start of node {name!r}", 0.1)
         return node

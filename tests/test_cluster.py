@@ -42,3 +42,10 @@ def test_an_api_process_started_again_serves_every_stream_without_restarting_any
     restart = result["api_restart"]
     assert restart["listed"] and restart["viewable"], restart
     assert restart["same_processes"] and restart["counters_went_on"], restart
+
+
+def test_a_deleted_streams_actor_ends_as_a_process_should(result):
+    """Ended, not killed: its exit handlers remove its temporary folder, and Ray does not start it again."""
+    gone = result["deleted"]
+    assert gone["answer"] == 204 and gone["actor_gone"] and not gone["listed"], gone
+    assert gone["processes_left"] == 0 and not gone["folder_left"], gone

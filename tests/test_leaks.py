@@ -20,6 +20,7 @@ import pytest
 from testing.api import Api
 from testing.media import make_video
 from testing.poll import until
+from testing.processes import fork_server_folder
 from testing.server import ServerProcess, small_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -41,16 +42,6 @@ def generation(server: ServerProcess, api: Api, sid: str, old: set[str]) -> set[
     names = mapped_shm(server) - old
     assert any(n.startswith("sem.") for n in names) and any(n.startswith("psm_") for n in names), names
     return names
-
-
-def fork_server_folder(server: ServerProcess) -> Path:
-    """The folder of the fork server's socket: multiprocessing's temporary folder of the server's process."""
-    for proc in server.processes():
-        with contextlib.suppress(psutil.Error):
-            if "multiprocessing.forkserver" in " ".join(proc.cmdline()):
-                sockets = [c.laddr for c in proc.net_connections(kind="unix") if c.laddr]
-                return Path(sockets[0]).parent
-    raise AssertionError("the server runs no fork server")
 
 
 def left(names: set[str]) -> list[str]:
@@ -82,7 +73,7 @@ def test_start_restart_delete_stop_leaves_nothing_behind(tmp_path):
             released(second, "the deleted stream's generation")
             sid = api.create({"source": "file:clip.mp4", "name": "leaks", "fps": 15, "loop": True})["id"]
             third = generation(server, api, sid, seen | first | second)
-            scratch = fork_server_folder(server)
+            scratch = fork_server_folder(server.processes())
     finally:
         code = server.stop()  # SIGTERM with the stream running; waits for every process of the tree, the tracker too
     assert not left(seen | third), f"the stopped server left {left(seen | third)} in /dev/shm"

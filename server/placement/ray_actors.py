@@ -192,10 +192,18 @@ class RayStream:
         return ray.get(getattr(self.actor, method).remote(*args), timeout=timeout_s)
 
     def stop(self) -> None:
+        """Stop the work, then end the actor as a process should end (Ray's ``__ray_terminate__``: its exit
+        handlers run and remove what it keeps in /tmp, and Ray does not start it again); ``ray.kill``, which skips
+        them, only for an actor that does not end so."""
         self._closing.set()
         with contextlib.suppress(RayActorError, RaySystemError, GetTimeoutError):  # a lost actor stops anyway
             self._call("stop", timeout_s=60.0)
-        ray.kill(self.actor, no_restart=True)
+        try:
+            self._call("__ray_terminate__")  # answered by the actor's death, or by nothing if it was gone already
+        except (RayActorError, RaySystemError):
+            pass
+        except GetTimeoutError:
+            ray.kill(self.actor, no_restart=True)
         self._thread.join(POLL_S + CALL_S + 1)
 
     def close(self) -> None:
