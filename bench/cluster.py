@@ -144,18 +144,21 @@ def _scenario_in(scratch: Path, args: argparse.Namespace) -> dict:
             infos = [running(srv, sid, 10, 120) for sid in ids]
             nodes = [node_name(cluster, info["node"]) for info in infos]
             result["placement"] = {"nodes": nodes, "different": nodes[0] != nodes[1]}
+            mapped = cluster.shared_memory()  # every node's frame rings and semaphores, the lost node's among them
             result["addresses"] = sorted({n["NodeManagerAddress"] for n in ray.nodes()})
             result["node_loss"] = lose_node(srv, cluster, ids, infos, args)
             srv = restart_api(srv, work, cluster.address, ids, result)
             if not args.quick:
                 result["node_added"] = add_node(srv, cluster, result["node_loss"]["killed"])
+            mapped |= cluster.shared_memory()
             result["deleted"] = delete_stream(srv, ids[1])
+            for sid in [ids[0], *([result["node_added"]["stream"]] if "node_added" in result else [])]:
+                srv.client.delete(f"/api/streams/{sid}")  # a node stopped under a stream would leave its rings
             if not args.quick:
-                for sid in [ids[0], result["node_added"]["stream"]]:
-                    srv.client.delete(f"/api/streams/{sid}")
                 result["rate"] = {"ray": rate(srv, args), "single_machine": None}
         finally:
             srv.stop()
+    result["shared_memory_left"] = sorted(path.name for path in mapped if path.exists())
     if not args.quick:
         with server(scratch / "single", None) as single:
             (single.media_dir / "clip.mp4").write_bytes((work / "media" / "clip.mp4").read_bytes())
@@ -304,6 +307,11 @@ def markdown(r: dict) -> str:
         f"its temporary folder removed | answer {gone['answer']}, actor gone {yes(gone['actor_gone'])}, listed "
         f"{yes(gone['listed'])}, processes left {gone['processes_left']}, folder left {yes(gone['folder_left'])} | "
         f"{yes(gone['met'])} |"
+    )
+    left = r["shared_memory_left"]
+    lines.append(
+        f"| nothing of the cluster left in /dev/shm after it stopped (a lost node's frame rings and semaphores go with "
+        f"it, as a machine's memory does) | {len(left)} entries left | {yes(not left)} |"
     )
     if r.get("rate"):
         ray_fps, single = r["rate"]["ray"]["fps"], r["rate"]["single_machine"]["fps"]

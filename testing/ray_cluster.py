@@ -48,6 +48,7 @@ FAST_FAILURE_DETECTION: dict[str, Any] = {
 # Kubernetes): a test cluster stops at once instead.
 ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
 STARTED = "Ray runtime started."
+SHM = Path("/dev/shm")
 
 
 @dataclass
@@ -167,13 +168,23 @@ class RayCluster:
         return None
 
     def kill_node(self, name: str) -> None:
-        """The node lost at once: SIGKILL to every process of it, as when its machine dies. The GCS notices on its
-        own (:data:`FAST_FAILURE_DETECTION`); see :meth:`wait_dead`."""
+        """The node lost at once: SIGKILL to every process of it, as when its machine dies, and with them the
+        shared memory only they had mapped (a machine's /dev/shm goes with it; here the nodes share this machine's,
+        where a killed process's frame rings and semaphores would stay). The GCS notices on its own
+        (:data:`FAST_FAILURE_DETECTION`); see :meth:`wait_dead`."""
         node = self.nodes.pop(name)
-        survivors = _kill(node.processes(), signal.SIGKILL, timeout_s=10.0)
+        processes = node.processes()
+        mapped = _shared_memory(processes)
+        survivors = _kill(processes, signal.SIGKILL, timeout_s=10.0)
         node.proc.wait(10)
         if survivors:
             raise TimeoutError(f"node {name!r}: processes outlived SIGKILL: {survivors}")
+        for path in mapped - self.shared_memory():
+            path.unlink(missing_ok=True)
+
+    def shared_memory(self) -> set[Path]:
+        """The /dev/shm entries the cluster's processes have mapped now (what must be gone after :meth:`shutdown`)."""
+        return _shared_memory([p for node in self.nodes.values() for p in node.processes()])
 
     def wait_dead(self, node_id: str, timeout_s: float) -> None:
         """Until Ray has marked the node dead (after :meth:`kill_node`)."""
@@ -213,6 +224,15 @@ class RayCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+def _shared_memory(processes: list[psutil.Process]) -> set[Path]:
+    """The /dev/shm entries these processes have mapped."""
+    paths: set[Path] = set()
+    for p in processes:
+        with contextlib.suppress(psutil.Error):
+            paths |= {Path(m.path) for m in p.memory_maps() if m.path.startswith(f"{SHM}/")}
+    return paths
 
 
 def _kill(processes: list[psutil.Process], sig: signal.Signals, timeout_s: float) -> list[int]:

@@ -49,3 +49,9 @@ def test_a_deleted_streams_actor_ends_as_a_process_should(result):
     gone = result["deleted"]
     assert gone["answer"] == 204 and gone["actor_gone"] and not gone["listed"], gone
     assert gone["processes_left"] == 0 and not gone["folder_left"], gone
+
+
+def test_the_cluster_leaves_no_shared_memory_behind(result):
+    """The lost node's frame rings and semaphores go with it (here the nodes share one machine's /dev/shm), the
+    deleted streams' are released, and no stream is left running when the cluster stops."""
+    assert result["shared_memory_left"] == [], result["shared_memory_left"]
