@@ -1,4 +1,5 @@
-"""Where a process tree keeps multiprocessing's temporary folder: what a process that exits normally removes."""
+"""What a process tree holds outside itself and must not leave behind: multiprocessing's temporary folder (removed
+by a process that exits normally) and the shared memory it maps in /dev/shm (frame rings, semaphores)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 import psutil
+
+SHM = Path("/dev/shm")
 
 
 def fork_server_folder(processes: Iterable[psutil.Process]) -> Path:
@@ -19,3 +22,12 @@ def fork_server_folder(processes: Iterable[psutil.Process]) -> Path:
                 sockets = [c.laddr for c in proc.net_connections(kind="unix") if c.laddr]
                 return Path(sockets[0]).parent
     raise AssertionError("no fork server among these processes")
+
+
+def shared_memory(processes: Iterable[psutil.Process]) -> set[Path]:
+    """The /dev/shm entries ``processes`` have mapped now (other processes of the machine use /dev/shm too)."""
+    paths: set[Path] = set()
+    for proc in processes:
+        with contextlib.suppress(psutil.Error):
+            paths |= {Path(m.path) for m in proc.memory_maps() if m.path.startswith(f"{SHM}/")}
+    return paths

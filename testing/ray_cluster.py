@@ -31,6 +31,7 @@ import ray
 
 from testing.net import HOST, free_port
 from testing.poll import until
+from testing.processes import shared_memory
 
 RAY = str(Path(sys.executable).with_name("ray"))
 NAMESPACE = "overtime-test"
@@ -48,7 +49,6 @@ FAST_FAILURE_DETECTION: dict[str, Any] = {
 # Kubernetes): a test cluster stops at once instead.
 ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_GRACEFUL_SHUTDOWN_DRAIN_TIMEOUT_S": "0"}
 STARTED = "Ray runtime started."
-SHM = Path("/dev/shm")
 
 
 @dataclass
@@ -174,7 +174,7 @@ class RayCluster:
         (:data:`FAST_FAILURE_DETECTION`); see :meth:`wait_dead`."""
         node = self.nodes.pop(name)
         processes = node.processes()
-        mapped = _shared_memory(processes)
+        mapped = shared_memory(processes)
         survivors = _kill(processes, signal.SIGKILL, timeout_s=10.0)
         node.proc.wait(10)
         if survivors:
@@ -184,7 +184,7 @@ class RayCluster:
 
     def shared_memory(self) -> set[Path]:
         """The /dev/shm entries the cluster's processes have mapped now (what must be gone after :meth:`shutdown`)."""
-        return _shared_memory([p for node in self.nodes.values() for p in node.processes()])
+        return shared_memory(p for node in self.nodes.values() for p in node.processes())
 
     def wait_dead(self, node_id: str, timeout_s: float) -> None:
         """Until Ray has marked the node dead (after :meth:`kill_node`)."""
@@ -224,15 +224,6 @@ class RayCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
-
-
-def _shared_memory(processes: list[psutil.Process]) -> set[Path]:
-    """The /dev/shm entries these processes have mapped."""
-    paths: set[Path] = set()
-    for p in processes:
-        with contextlib.suppress(psutil.Error):
-            paths |= {Path(m.path) for m in p.memory_maps() if m.path.startswith(f"{SHM}/")}
-    return paths
 
 
 def _kill(processes: list[psutil.Process], sig: signal.Signals, timeout_s: float) -> list[int]:

@@ -9,31 +9,23 @@ are sampled while each generation runs, then must disappear.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-from pathlib import Path
 
-import psutil
 import pytest
 
 from testing.api import Api
 from testing.media import make_video
 from testing.poll import until
-from testing.processes import fork_server_folder
+from testing.processes import SHM, fork_server_folder, shared_memory
 from testing.server import ServerProcess, small_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
-SHM = Path("/dev/shm")
 
 
 def mapped_shm(server: ServerProcess) -> set[str]:
     """The /dev/shm entries the server's processes (API, decoders, workers) have mapped now."""
-    names: set[str] = set()
-    for proc in server.processes():
-        with contextlib.suppress(psutil.Error):
-            names |= {Path(m.path).name for m in proc.memory_maps() if m.path.startswith(f"{SHM}/")}
-    return names
+    return {path.name for path in shared_memory(server.processes())}
 
 
 def generation(server: ServerProcess, api: Api, sid: str, old: set[str]) -> set[str]:
