@@ -13,7 +13,9 @@ reaches the region's edges: a palm that moved 17 px kept its motion (it lost a q
 on its own window alone), a still wall stays still. And only where the frames barely changed: a window whose
 frames differ clearly is not still, whatever zero flow explains (a fast mover's imperfect flow often explains it
 no better). A mover has no still holes: where the test gates specks inside one (a patch of its texture matched as
-well by standing still), the gaps narrower than 9 px close again; a still background is wider than that.
+well by standing still), the gaps narrower than 9 px close again; a still background is wider than that. The
+service's net takes "standing still" as moving with the camera (``follows_camera``): a shaking camera's flat ceiling
+shares its motion, which no match inside it can show.
 
 ``EdgeAwareFill``: a cost volume has nothing to say where the image has no texture (a white table, the sky, a wall)
 or where the match fails (occlusions, noise, compression): there a learned net answers with noise. Classical methods
@@ -42,6 +44,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .camera_motion import camera_motion
 from .flow_loss import warp
 from .window_products import window_mix
 
@@ -131,11 +134,18 @@ STILL_TEXTURE = 0.02
 class StillGate(nn.Module):
     """[flow, frames, ...] -> the same tensor with the flow gated to zero where zero flow explains the pair as well;
     decided over ``window`` where that window has texture, else over ``wide`` (module docstring), and only where the
-    frames barely changed over the ``changed`` window; gaps in the kept flow narrower than ``closing`` are closed."""
+    frames barely changed over the ``changed`` window; gaps in the kept flow narrower than ``closing`` are closed.
 
-    def __init__(self, window: int = 5, wide: int = 31, changed: int = 15, closing: int = 9) -> None:
+    ``follows_camera``: the background's motion is the camera's (``models.camera_motion``), not zero: the gate then
+    tests and gates to that motion, so before a shaking or panning camera a flat wall moves with it (zero before a
+    static one, as without; docs/models.md#the-still-gate-follows-the-camera)."""
+
+    def __init__(
+        self, window: int = 5, wide: int = 31, changed: int = 15, closing: int = 9, follows_camera: bool = False
+    ) -> None:
         super().__init__()
         self.window, self.windows, self.changed, self.closing = window, (window, wide), changed, closing
+        self.follows_camera = follows_camera
         # In hundredths of an intensity: an Adam step moves a parameter by about the learning rate whatever its size,
         # which for a margin of 0.001 in intensity units would be a leap. It may turn negative (gate less).
         self.margin = nn.Parameter(torch.tensor(0.1))  # how much better moving must be
@@ -154,14 +164,16 @@ class StillGate(nn.Module):
         # The decision reads the flow without differentiating it: the gate's steep edge would send the flow
         # gradients hundreds of times the loss's own (learning from scratch diverged).
         moved = (prev - warp(cur, flow.detach())).abs().mean(1, keepdim=True)
-        still = (prev - cur).abs().mean(1, keepdim=True)
+        camera = camera_motion(flow).expand_as(flow) if self.follows_camera else None
+        still = (prev - (cur if camera is None else warp(cur, camera))).abs().mean(1, keepdim=True)
         margin, softness = self.margin / 100, self.log_softness.exp()
         near, far = (torch.sigmoid((box_mean(still, w) - box_mean(moved, w) - margin) / softness) for w in self.windows)
         texture = box_mean(_gradient(prev), self.window) ** 2
         sure = texture / (texture + STILL_TEXTURE**2)
         quiet = torch.sigmoid((self.quiet / 100 - box_mean(still, self.changed)) / softness)
         keep = close_gaps(1 - quiet * (1 - sure * near - (1 - sure) * far), self.closing)
-        return torch.cat([flow * keep, x[:, 2:]], 1)
+        gated = flow * keep if camera is None else camera + (flow - camera) * keep
+        return torch.cat([gated, x[:, 2:]], 1)
 
 
 #: The mean confidence over a reach at which it fills a pixel half and the farther reaches the other half

@@ -244,6 +244,7 @@ def pyramid_flow_net(
     fill_farther: tuple[int, ...] = (),
     fill_verified: tuple[int, ...] = (),
     still: bool = False,
+    still_follows_camera: bool = False,
     smooth: bool = False,
     propagate: bool = False,
 ) -> nn.Sequential:
@@ -252,13 +253,14 @@ def pyramid_flow_net(
     None for no steps there); at full resolution ``fill`` carries flow from textured, well-matched pixels into flat
     ones along the image's edges (from ``fill_farther`` dilations too where nothing confident is near; at
     ``fill_verified`` dilations only a neighbour's flow that explains the pixel), then ``still`` gates the flow to
-    zero where nothing moved (``models.flow_cleanup``). The gate comes last: a fill after it took the gate's zeros,
-    well matched on the still background, for confident flow and spread them into slow movers, halving their motion
-    (on tree's first 30 pairs the moving pixels' mean projection on the pseudo-GT fell from 1.03 to 0.49 in the
-    fill; docs/models.md#the-still-gate-comes-last). With ``smooth``, a blur of 1 px then evens the flow out
-    (``SmoothFlow``). With ``propagate``, the coarsest level's flow is taken back from the background around a fast
-    mover (``models.propagation``) before the finer levels refine it. Every refinement below full resolution also
-    learns from the loss of its own estimate, weighted ``supervision``. H and W must divide by max(factors)."""
+    zero where nothing moved (``models.flow_cleanup``; with ``still_follows_camera``, to the camera's motion). The
+    gate comes last: a fill after it took the gate's zeros, well matched on the still background, for confident flow
+    and spread them into slow movers, halving their motion (on tree's first 30 pairs the moving pixels' mean
+    projection on the pseudo-GT fell from 1.03 to 0.49 in the fill; docs/models.md#the-still-gate-comes-last). With
+    ``smooth``, a blur of 1 px then evens the flow out (``SmoothFlow``). With ``propagate``, the coarsest level's
+    flow is taken back from the background around a fast mover (``models.propagation``) before the finer levels
+    refine it. Every refinement below full resolution also learns from the loss of its own estimate, weighted
+    ``supervision``. H and W must divide by max(factors)."""
     layers: list[nn.Module] = [StartFlow()]
     for factor, width, radius, head in zip(factors, widths, radii, heads, strict=True):
         own = supervision if factor > 1 else 0.0  # at full resolution the objective itself supervises
@@ -266,7 +268,7 @@ def pyramid_flow_net(
         lk = lk_width if factor > 1 else lk_full_width
         level += [LucasKanadeStep(factor, lk, window, own) for _ in range(lk_steps if lk is not None else 0)]
         level += [EdgeAwareFill(farther=fill_farther, verified=fill_verified)] if fill and factor == 1 else []
-        level += [StillGate()] if still and factor == 1 else []
+        level += [StillGate(follows_camera=still_follows_camera)] if still and factor == 1 else []
         level += [FlowPropagation()] if propagate and factor == factors[0] else []
         for layer in level:  # no stage ends inside the full-resolution level (module docstring)
             layer.keep_with_next = factor == 1
@@ -281,8 +283,8 @@ FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
     # (models.propagation); one Lucas-Kanade step per level for sub-pixel precision (on RGB alone at full
     # resolution, where learned channels cost the most); at full resolution the edge-aware fill (flat regions take
     # the motion of their textured surroundings; from 4 and 8 px away only a flow that explains them), then the still
-    # gate (a static camera's background stays exactly still, a mover keeps its motion;
-    # docs/models.md#the-still-gate-leaves-changed-places-alone), and a blur of 1 px that evens out a mover's
+    # gate (a static camera's background stays exactly still, a moving camera's moves with it, a mover keeps its
+    # motion; docs/models.md#the-still-gate-leaves-changed-places-alone), and a blur of 1 px that evens out a mover's
     # mottled interior (models.flow_cleanup). Shipped pretrained (models.pretrain); measured on real clips by
     # bench.realflow.
     "fast": lambda: pyramid_flow_net(
@@ -295,6 +297,7 @@ FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
         lk_full_width=0,
         supervision=0.3,
         still=True,
+        still_follows_camera=True,
         fill=True,
         smooth=True,
         propagate=True,

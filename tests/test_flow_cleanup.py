@@ -225,3 +225,24 @@ def test_smooth_flow_is_as_wide_in_the_scene_at_every_size_above_the_nets_own(si
     offsets = torch.arange(w) - w // 2
     assert spread.sum() == pytest.approx(1.0, abs=1e-5)
     assert (spread.sum(0) * offsets**2).sum() == pytest.approx(variance, rel=0.02)
+
+
+def test_a_gate_that_follows_the_camera_moves_a_flat_region_with_a_shaking_camera():
+    """The whole picture moved 1 px right (a camera shaking); inside a flat square no match shows it and the flow there
+    is zero. Gated to zero it stays so; following the camera it takes the camera's motion (all but the gate's
+    softness at a tie, under an eighth), and the textured pixels keep theirs. Before a static camera both gates
+    leave the same flow."""
+    prev = textured(48, 48)
+    prev[..., 16:32, 16:32] = 0.5
+    cur = torch.roll(prev, shifts=1, dims=-1)
+    flow = torch.zeros(1, 2, 48, 48)
+    flow[:, 0] = 1.0
+    flow[..., 18:30, 18:30] = 0.0  # no evidence inside the square
+    still, camera = StillGate(), StillGate(follows_camera=True)
+    assert still(with_flow(flow, prev, cur))[:, 0, 20:28, 20:28].abs().max() < 1e-3
+    followed = camera(with_flow(flow, prev, cur))[:, :2]
+    assert followed[:, 0, 20:28, 20:28].min() > 0.875 and followed[:, 1, 20:28, 20:28].abs().max() < 1e-3
+    assert torch.allclose(followed[..., 2:14, 2:-2], torch.tensor([1.0, 0.0]).view(1, 2, 1, 1), atol=1e-3)
+
+    noise = 0.05 * torch.randn(1, 2, 48, 48, generator=torch.Generator().manual_seed(1))
+    assert torch.allclose(camera(with_flow(noise, prev, prev)), still(with_flow(noise, prev, prev)), atol=1e-5)

@@ -1,0 +1,40 @@
+"""The camera's motion read off a flow field: the background's, however much of the picture movers cover."""
+
+from __future__ import annotations
+
+import torch
+
+from models.camera_motion import REACH_PX, STILL_PX, camera_motion
+
+
+def field(background: tuple[float, float], mover: tuple[float, float], covered: float, noise: float = 0.03,
+          seed: int = 0) -> torch.Tensor:  # fmt: skip
+    """(1, 2, 60, 80): the background's flow with noise, a mover's on the left ``covered`` share of the columns."""
+    flow = torch.tensor(background).view(1, 2, 1, 1).repeat(1, 1, 60, 80)
+    flow[..., : round(80 * covered)] = torch.tensor(mover).view(1, 2, 1, 1)
+    return flow + noise * torch.randn(flow.shape, generator=torch.Generator().manual_seed(seed))
+
+
+def test_the_camera_s_motion_is_the_background_s_with_movers_on_nearly_half_the_picture():
+    """A median of each component would be pulled to the mover's side; the most common flow is not."""
+    flows = torch.cat([field((0.7, -0.45), (3.0, 1.0), 0.45), field((-1.23, 0.2), (0.4, -2.0), 0.3, noise=0.08)])
+    motion = camera_motion(flows).flatten(1)
+    assert torch.allclose(motion, torch.tensor([[0.7, -0.45], [-1.23, 0.2]]), atol=0.02), motion
+
+
+def test_a_static_camera_reads_as_exactly_still():
+    """Noise and small biases under STILL_PX are no camera motion: the gate then gates to zero, as it always did."""
+    flows = torch.cat([field((0.0, 0.0), (2.0, 0.0), 0.45), field((0.06, -0.04), (0.0, 1.5), 0.2)])
+    assert torch.equal(camera_motion(flows), torch.zeros(2, 2, 1, 1))
+    assert STILL_PX <= 0.1
+
+
+def test_no_flow_within_reach_reads_as_a_still_camera():
+    """Flow beyond REACH_PX does not pile up at the histogram's border as a false motion."""
+    flows = field((REACH_PX + 10, 0.0), (-(REACH_PX + 5), 3 * REACH_PX), 0.4)
+    assert torch.equal(camera_motion(flows), torch.zeros(1, 2, 1, 1))
+
+
+def test_the_camera_s_motion_takes_no_gradient():
+    flow = field((1.0, 0.0), (0.0, 0.0), 0.2).requires_grad_()
+    assert not camera_motion(flow).requires_grad
