@@ -246,3 +246,12 @@ def test_a_gate_that_follows_the_camera_moves_a_flat_region_with_a_shaking_camer
 
     noise = 0.05 * torch.randn(1, 2, 48, 48, generator=torch.Generator().manual_seed(1))
     assert torch.allclose(camera(with_flow(noise, prev, prev)), still(with_flow(noise, prev, prev)), atol=1e-5)
+
+
+def test_a_gate_that_follows_the_camera_takes_a_biased_flow_for_no_camera_motion():
+    """A net learning from scratch starts with a bias of a few tenths of a pixel everywhere; its most common flow is
+    then no camera motion, since the frames, warped back by it, match worse than as they came: still is zero."""
+    image = textured(48, 48)
+    bias = torch.full((1, 2, 48, 48), 0.3)
+    out = StillGate(follows_camera=True)(with_flow(bias, image, image))[:, :2]
+    assert out.abs().max() < 1e-3
