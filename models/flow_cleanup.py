@@ -131,6 +131,16 @@ def _gradient(image: Tensor) -> Tensor:
 STILL_TEXTURE = 0.02
 
 
+#: The long side the nets' layers were made and pretrained for (``models.pretrain``'s clips are 160x120).
+MADE_FOR_SIDE = 160
+
+
+#: The largest camera motion the still gate follows, in px a frame at ``MADE_FOR_SIDE`` and below (as much in the
+#: scene at larger sizes): a shake. Larger, a common motion is as likely a mover filling most of the picture, and
+#: following it painted a plain wall behind one with its motion (docs/models.md#the-still-gate-follows-the-camera).
+CAMERA_SHAKE_PX = 1.0
+
+
 class StillGate(nn.Module):
     """[flow, frames, ...] -> the same tensor with the flow gated to zero where zero flow explains the pair as well;
     decided over ``window`` where that window has texture, else over ``wide`` (module docstring), and only where the
@@ -183,7 +193,8 @@ class StillGate(nn.Module):
         still = (prev - cur).abs().mean(1, keepdim=True)
         if not self.follows_camera:
             return None, still
-        camera = camera_motion(flow).expand_as(flow)
+        shake = CAMERA_SHAKE_PX * max(*flow.shape[-2:], MADE_FOR_SIDE) / MADE_FOR_SIDE
+        camera = camera_motion(flow, shake).expand_as(flow)
         along = (prev - warp(cur, camera)).abs().mean(1, keepdim=True)
         confirmed = along.mean((2, 3), keepdim=True) < still.mean((2, 3), keepdim=True)
         return camera * confirmed, torch.where(confirmed, along, still)
@@ -281,10 +292,6 @@ class EdgeAwareFill(nn.Module):
             nearer = support / (support + FAR_SUPPORT)
             filled = nearer * fill + (1 - nearer) * filled
         return torch.cat([sure * flow + (1 - sure) * filled, x[:, 2:]], 1)
-
-
-#: The long side the nets' layers were made and pretrained for (``models.pretrain``'s clips are 160x120).
-MADE_FOR_SIDE = 160
 
 
 class SmoothFlow(nn.Module):

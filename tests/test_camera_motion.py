@@ -38,3 +38,9 @@ def test_no_flow_within_reach_reads_as_a_still_camera():
 def test_the_camera_s_motion_takes_no_gradient():
     flow = field((1.0, 0.0), (0.0, 0.0), 0.2).requires_grad_()
     assert not camera_motion(flow).requires_grad
+
+
+def test_a_motion_larger_than_the_largest_asked_for_reads_as_a_still_camera():
+    flows = field((2.0, 0.5), (0.0, 0.0), 0.3)
+    assert torch.allclose(camera_motion(flows).flatten(), torch.tensor([2.0, 0.5]), atol=0.02)
+    assert torch.equal(camera_motion(flows, largest_px=1.5), torch.zeros(1, 2, 1, 1))

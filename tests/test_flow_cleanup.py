@@ -255,3 +255,17 @@ def test_a_gate_that_follows_the_camera_takes_a_biased_flow_for_no_camera_motion
     bias = torch.full((1, 2, 48, 48), 0.3)
     out = StillGate(follows_camera=True)(with_flow(bias, image, image))[:, :2]
     assert out.abs().max() < 1e-3
+
+
+def test_a_gate_that_follows_the_camera_keeps_a_plain_wall_still_behind_a_mover_filling_most_of_the_picture():
+    """Two frames cannot tell a camera moving 2 px from a textured mover filling most of the picture before a plain
+    wall: the wall matches either way. The gate follows only a shake (CAMERA_SHAKE_PX), so the wall stays still."""
+    wall = torch.full((1, 3, 48, 48), 0.6)
+    mover = textured(48, 48)
+    prev, cur = wall.clone(), wall.clone()
+    prev[..., :, :34] = mover[..., :, :34]
+    cur[..., :, 2:36] = mover[..., :, :34]
+    flow = torch.zeros(1, 2, 48, 48)
+    flow[:, 0, :, :34] = 2.0
+    out = StillGate(follows_camera=True)(with_flow(flow, prev, cur))[:, :2]
+    assert out[..., 40:].abs().max() < 1e-3
