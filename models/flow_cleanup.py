@@ -147,8 +147,8 @@ class StillGate(nn.Module):
     frames barely changed over the ``changed`` window; gaps in the kept flow narrower than ``closing`` are closed.
 
     ``follows_camera``: the background's motion is the camera's (``models.camera_motion``), not zero: the gate then
-    tests and gates to that motion, so before a shaking or panning camera a flat wall moves with it (zero before a
-    static one, as without; docs/models.md#the-still-gate-follows-the-camera)."""
+    tests and gates to that motion, so before a shaking camera a flat wall moves with it (zero before a static one, as
+    without; docs/models.md#the-still-gate-follows-the-camera)."""
 
     def __init__(
         self, window: int = 5, wide: int = 31, changed: int = 15, closing: int = 9, follows_camera: bool = False

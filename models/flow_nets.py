@@ -283,7 +283,7 @@ FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
     # (models.propagation); one Lucas-Kanade step per level for sub-pixel precision (on RGB alone at full
     # resolution, where learned channels cost the most); at full resolution the edge-aware fill (flat regions take
     # the motion of their textured surroundings; from 4 and 8 px away only a flow that explains them), then the still
-    # gate (a static camera's background stays exactly still, a moving camera's moves with it, a mover keeps its
+    # gate (a static camera's background stays exactly still, a shaking camera's moves with it, a mover keeps its
     # motion; docs/models.md#the-still-gate-leaves-changed-places-alone), and a blur of 1 px that evens out a mover's
     # mottled interior (models.flow_cleanup). Shipped pretrained (models.pretrain); measured on real clips by
     # bench.realflow.
