@@ -135,6 +135,12 @@ STILL_TEXTURE = 0.02
 MADE_FOR_SIDE = 160
 
 
+def scene_scale(height: int, width: int) -> float:
+    """How many times larger than ``MADE_FOR_SIDE`` a picture is, at least 1: what a width in pixels chosen at 160
+    becomes to stay as wide in the scene (the blur's, the camera shake's); at 160 and below it stays as chosen."""
+    return max(height, width, MADE_FOR_SIDE) / MADE_FOR_SIDE
+
+
 #: The largest camera motion the still gate follows, in px a frame at ``MADE_FOR_SIDE`` and below (as much in the
 #: scene at larger sizes): a shake. Larger, a common motion is as likely a mover filling most of the picture, and
 #: following it painted a plain wall behind one with its motion (docs/models.md#the-still-gate-follows-the-camera).
@@ -193,7 +199,7 @@ class StillGate(nn.Module):
         still = (prev - cur).abs().mean(1, keepdim=True)
         if not self.follows_camera:
             return None, still
-        shake = CAMERA_SHAKE_PX * max(*flow.shape[-2:], MADE_FOR_SIDE) / MADE_FOR_SIDE
+        shake = CAMERA_SHAKE_PX * scene_scale(*flow.shape[-2:])
         camera = camera_motion(flow, shake).expand_as(flow)
         along = (prev - warp(cur, camera)).abs().mean(1, keepdim=True)
         confirmed = along.mean((2, 3), keepdim=True) < still.mean((2, 3), keepdim=True)
@@ -309,8 +315,8 @@ class SmoothFlow(nn.Module):
 
     def forward(self, flow: Tensor) -> Tensor:
         h, w = flow.shape[-2:]
-        sigma = max(h, w) / MADE_FOR_SIDE
-        if sigma <= 1:
+        sigma = scene_scale(h, w)
+        if sigma == 1:
             padded = F.pad(flow, [2, 2, 0, 0], mode="replicate")
             flow = sum(c * padded[..., i : i + w] for i, c in enumerate(self.TAPS))
             padded = F.pad(flow, [0, 0, 2, 2], mode="replicate")
