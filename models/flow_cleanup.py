@@ -1,7 +1,7 @@
 """What a learned flow gets wrong on real footage, corrected by image evidence: still pixels, and unsure ones.
 
 Two parameter-light layers that work before any training (a handful of learned scales each), so a net starting
-from scratch and a pretrained one meeting footage unlike its training data both benefit, and a fixed blur.
+from scratch and a pretrained one meeting footage unlike its training data both benefit.
 
 ``StillGate``: most of a real camera's picture does not move, and a net's small errors there cost more than the
 motion it gets right (a static street camera is nearly all background). Where standing still explains the pair
@@ -29,13 +29,6 @@ equally bright colours (shipped net, frozen, box's moving pixels over the whole 
 method's error, 1.06 by colour; tree's first 30 pairs 1.45 and 1.44; exploratory). At the widest dilations colour is
 not enough (a swaying branch before still leaves of the same green): there a neighbour's flow counts only as far as
 it explains the pixel's window about as well as the best of its nine neighbours' flows does (``verified``).
-
-``SmoothFlow``: the full-resolution steps estimate each pixel's flow from its own few-pixel window, and their noise
-mottles a mover's interior, which moves as one. A Gaussian blur of the final flow (sigma 1 px at 160x120, as wide in
-the scene at larger sizes) took the shipped net's moving-pixel error on box's first 100 pairs from 1.10 to 1.04 times
-the better classical method's, on tree's first 30 from 1.48 to 1.45, and every all-pixel ratio down (frozen net,
-exploratory); blurs guided by colour (cross-bilateral) did no better on moving pixels, and the fill already keeps flow
-from leaking across edges.
 """
 
 from __future__ import annotations
@@ -137,7 +130,7 @@ MADE_FOR_SIDE = 160
 
 def scene_scale(height: int, width: int) -> float:
     """How many times larger than ``MADE_FOR_SIDE`` a picture is, at least 1: what a width in pixels chosen at 160
-    becomes to stay as wide in the scene (the blur's, the camera shake's); at 160 and below it stays as chosen."""
+    becomes to stay as wide in the scene (the camera shake the still gate follows); at 160 and below it stays."""
     return max(height, width, MADE_FOR_SIDE) / MADE_FOR_SIDE
 
 
@@ -298,32 +291,3 @@ class EdgeAwareFill(nn.Module):
             nearer = support / (support + FAR_SUPPORT)
             filled = nearer * fill + (1 - nearer) * filled
         return torch.cat([sure * flow + (1 - sure) * filled, x[:, 2:]], 1)
-
-
-class SmoothFlow(nn.Module):
-    """flow (B, 2, H, W) -> the flow blurred by a Gaussian of 1 px at the size the nets were made for (module
-    docstring), and as wide in the scene at a larger size: sigma = long side / ``MADE_FOR_SIDE`` px. At 320 or 640 a
-    mover's interior spans two or four times the pixels and the full-resolution steps' noise is as much finer, so a
-    1 px blur there evened out too little (docs/models.md#a-blur-evens-out-a-movers-interior: tree's first 30 pairs
-    0.356 → 0.321 px learning at 320x240, an animation's moving pixels 3 % worse). At 160 and below (every size a CPU
-    learns at), the binomial filter 1 4 6 4 1 along each axis, whose variance is exactly 1, as sums of shifted slices
-    (a depthwise convolution cost twice as much on CPU, forward and backward: 2.6 vs 1.2 ms at 128x96 on one thread;
-    exploratory); larger, a sampled Gaussian as two depthwise convolutions, two kernels however wide it is. It takes
-    the net's final flow alone, after ``TakeFlow``: passing the frames along too cost another 0.4 ms."""
-
-    TAPS = (1 / 16, 4 / 16, 6 / 16, 4 / 16, 1 / 16)
-
-    def forward(self, flow: Tensor) -> Tensor:
-        h, w = flow.shape[-2:]
-        sigma = scene_scale(h, w)
-        if sigma == 1:
-            padded = F.pad(flow, [2, 2, 0, 0], mode="replicate")
-            flow = sum(c * padded[..., i : i + w] for i, c in enumerate(self.TAPS))
-            padded = F.pad(flow, [0, 0, 2, 2], mode="replicate")
-            return sum(c * padded[..., i : i + h, :] for i, c in enumerate(self.TAPS))
-        radius = int(3 * sigma + 0.5)
-        offsets = torch.arange(-radius, radius + 1, device=flow.device, dtype=flow.dtype)
-        taps = torch.exp(-0.5 * (offsets / sigma) ** 2)
-        taps = (taps / taps.sum()).repeat(2, 1, 1)  # (2, 1, taps): one filter per flow channel
-        flow = F.conv2d(F.pad(flow, [radius, radius, 0, 0], mode="replicate"), taps[..., None, :], groups=2)
-        return F.conv2d(F.pad(flow, [0, 0, radius, radius], mode="replicate"), taps[..., None], groups=2)

@@ -14,7 +14,8 @@ Matching thus works from the first frames and the coarse levels reach large moti
 (damped least squares over a window, on RGB plus learned channels) add the sub-pixel precision that a
 soft-argmax over whole cells lacks. Two layers of ``models.flow_cleanup`` end the net: the edge-aware
 fill gives flat regions, where matching has no evidence, the motion of their textured surroundings; then,
-as real cameras mostly watch a static scene, the still gate keeps that scene exactly still.
+as real cameras mostly watch a static scene, the still gate keeps that scene exactly still. The service's net
+then ends as DIS does, with a variational refinement (``models.variational``).
 
 Stage boundaries: the full-resolution layers set ``keep_with_next``, so automatic balancing never ends
 a stage inside the full-resolution level. The two-frame-old gradient of a pixel-precise refinement,
@@ -44,9 +45,10 @@ from torch import Tensor, nn
 from .correlation import local_correlation
 from .deep_supervision import supervise
 from .exposure import match_exposure
-from .flow_cleanup import EdgeAwareFill, SmoothFlow, StillGate, box_mean, frames_of
+from .flow_cleanup import EdgeAwareFill, StillGate, box_mean, frames_of
 from .flow_loss import online_loss, warp
 from .propagation import FlowPropagation
+from .variational import VariationalRefinement
 
 
 def _pool(t: Tensor, factor: int) -> Tensor:
@@ -245,7 +247,7 @@ def pyramid_flow_net(
     fill_verified: tuple[int, ...] = (),
     still: bool = False,
     still_follows_camera: bool = False,
-    smooth: bool = False,
+    refine: bool = False,
     propagate: bool = False,
 ) -> nn.Sequential:
     """Coarse-to-fine levels (features, then cost-volume match), each followed by ``lk_steps`` Lucas-Kanade steps with
@@ -257,10 +259,10 @@ def pyramid_flow_net(
     gate comes last: a fill after it took the gate's zeros, well matched on the still background, for confident flow
     and spread them into slow movers, halving their motion (on tree's first 30 pairs the moving pixels' mean
     projection on the pseudo-GT fell from 1.03 to 0.49 in the fill; docs/models.md#the-still-gate-comes-last). With
-    ``smooth``, a blur of 1 px then evens the flow out (``SmoothFlow``). With ``propagate``, the coarsest level's
-    flow is taken back from the background around a fast mover (``models.propagation``) before the finer levels
-    refine it. Every refinement below full resolution also learns from the loss of its own estimate, weighted
-    ``supervision``. H and W must divide by max(factors)."""
+    ``refine``, the flow then goes to the minimum of a variational energy around it, as DIS's last step takes its own
+    (``models.variational``). With ``propagate``, the coarsest level's flow is taken back from the background around
+    a fast mover (``models.propagation``) before the finer levels refine it. Every refinement below full resolution
+    also learns from the loss of its own estimate, weighted ``supervision``. H and W must divide by max(factors)."""
     layers: list[nn.Module] = [StartFlow()]
     for factor, width, radius, head in zip(factors, widths, radii, heads, strict=True):
         own = supervision if factor > 1 else 0.0  # at full resolution the objective itself supervises
@@ -269,11 +271,12 @@ def pyramid_flow_net(
         level += [LucasKanadeStep(factor, lk, window, own) for _ in range(lk_steps if lk is not None else 0)]
         level += [EdgeAwareFill(farther=fill_farther, verified=fill_verified)] if fill and factor == 1 else []
         level += [StillGate(follows_camera=still_follows_camera)] if still and factor == 1 else []
+        level += [VariationalRefinement()] if refine and factor == 1 else []
         level += [FlowPropagation()] if propagate and factor == factors[0] else []
         for layer in level:  # no stage ends inside the full-resolution level (module docstring)
             layer.keep_with_next = factor == 1
         layers += level
-    return nn.Sequential(*layers, TakeFlow(), *([SmoothFlow()] if smooth else []))
+    return nn.Sequential(*layers, TakeFlow())
 
 
 FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
@@ -284,9 +287,9 @@ FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
     # resolution, where learned channels cost the most); at full resolution the edge-aware fill (flat regions take
     # the motion of their textured surroundings; from 4 and 8 px away only a flow that explains them), then the still
     # gate (a static camera's background stays exactly still, a shaking camera's moves with it, a mover keeps its
-    # motion; docs/models.md#the-still-gate-leaves-changed-places-alone), and a blur of 1 px that evens out a mover's
-    # mottled interior (models.flow_cleanup). Shipped pretrained (models.pretrain); measured on real clips by
-    # bench.realflow.
+    # motion; docs/models.md#the-still-gate-leaves-changed-places-alone), and the variational refinement DIS ends
+    # with, which evens out a mover's mottled interior and carries a flat surface's motion across it
+    # (models.variational). Shipped pretrained (models.pretrain); measured on real clips by bench.realflow.
     "fast": lambda: pyramid_flow_net(
         factors=(8, 4, 2, 1),
         widths=(32, 16, 16, 4),
@@ -299,7 +302,7 @@ FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
         still=True,
         still_follows_camera=True,
         fill=True,
-        smooth=True,
+        refine=True,
         propagate=True,
         fill_verified=(4, 8),
     ),

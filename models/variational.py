@@ -1,0 +1,169 @@
+"""Variational refinement: the flow taken to the minimum of a smooth, robust energy around it, as DIS ends.
+
+A net's flow is estimated window by window, and each pixel's own evidence decides it: a slow mover's interior is
+mottled by noise, a flat surface moving along its own edges (a bus roof, a wall) has no evidence to move at all, and
+the error at the working size is what both leave. The classical answer is the energy of Brox et al. (2004), which
+DIS (Kroeger et al. 2016) minimises around its patch flow as its last step: brightness and gradient constancy,
+each normalised by the image gradient and penalised robustly (a Charbonnier penalty, about L1), plus a robust
+penalty on the flow's gradient. Near the net's flow one linearisation suffices: the current frame is warped back
+once, and a few fixed-point rounds (each re-weighing the robust penalties) of a few red-black SOR sweeps solve for
+the increment. Where a pixel has evidence the data term holds it; where it has none the smoothness carries its
+neighbours' motion in, across a flat region as wide as the sweeps reach; every pixel's motion is averaged with its
+surface's. The energy's weights and the solver's are DIS's (OpenCV's ``VariationalRefinement``, which
+``tests/test_variational.py`` checks this against).
+
+Nothing to learn, and the refinement reads the flow without differentiating it: the gradient of the refined flow
+passes to the flow it started from (straight through), as the propagation step's does. Every shape is fixed and no
+value is read back to the host, so a CUDA graph captures it."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .flow_cleanup import frames_of
+from .flow_loss import warp
+
+#: Weights of the energy (DIS's, with intensities in 0-255): smoothness, brightness constancy, gradient constancy.
+ALPHA, DELTA, GAMMA = 20.0, 5.0, 10.0
+#: The normalisation's floor (a gradient this small counts as none) and the robust penalties' epsilon.
+ZETA, EPSILON = 0.1, 0.001
+#: Over-relaxation of the SOR sweeps.
+OMEGA = 1.6
+#: ITU-R BT.601 luma: the grey level the energy is written on.
+LUMA = (0.299, 0.587, 0.114)
+
+
+def _grey(rgb: Tensor) -> Tensor:
+    """(B, 1, H, W) luma in 0-255 of an RGB image in [0, 1]."""
+    r, g, b = rgb.split(1, 1)
+    return (LUMA[0] * r + LUMA[1] * g + LUMA[2] * b) * 255.0
+
+
+def _dx(t: Tensor) -> Tensor:
+    """Central difference along x, t(x + 1) - t(x - 1), edges replicated: OpenCV's Sobel of size 1, which DIS's
+    refinement uses (twice the derivative; the energy's weights were set with it)."""
+    padded = F.pad(t, [1, 1, 0, 0], mode="replicate")
+    return padded[..., 2:] - padded[..., :-2]
+
+
+def _dy(t: Tensor) -> Tensor:
+    """Central difference along y, as ``_dx``."""
+    padded = F.pad(t, [0, 0, 1, 1], mode="replicate")
+    return padded[..., 2:, :] - padded[..., :-2, :]
+
+
+def _grid(height: int, width: int, like: Tensor) -> tuple[Tensor, Tensor]:
+    """(1, 2, H, W): which of each pixel's edges to its right and lower neighbours exist (none in the last column,
+    none in the last row); and (2, 1, 1, H, W) the over-relaxation of each half sweep: on the red cells of a
+    checkerboard, whose 4-neighbours are all black, then on the black ones (Gauss-Seidel in two vectorised halves).
+    Made of comparisons, not assignments: a scalar written into a tensor is an upload from the host on a GPU."""
+    ys = torch.arange(height, device=like.device)[:, None]
+    xs = torch.arange(width, device=like.device)[None, :]
+    inside = torch.stack([(xs < width - 1).expand(height, width), (ys < height - 1).expand(height, width)])
+    red = (ys + xs) % 2 == 0
+    halves = torch.stack([red, ~red]).to(like.dtype) * OMEGA
+    return inside.to(like.dtype)[None], halves[:, None, None]
+
+
+def _neighbours(t: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Each pixel's right, left, lower and upper neighbours' values of ``t`` (B, C, H, W), zero outside: views of one
+    padding."""
+    h, w = t.shape[-2:]
+    p = F.pad(t, [1, 1, 1, 1])
+    return p[..., 1 : h + 1, 2:], p[..., 1 : h + 1, :w], p[..., 2:, 1 : w + 1], p[..., :h, 1 : w + 1]
+
+
+class _Image:
+    """The image terms of the energy, computed once per refinement: the frames' derivatives (on the mean of the
+    previous frame and the current one warped back), the temporal difference and its derivatives, and the products
+    the 2x2 systems are made of, normalised (only their robust weights change from one fixed-point round to the
+    next)."""
+
+    def __init__(self, flow: Tensor, prev: Tensor, cur: Tensor) -> None:
+        i0, i1 = _grey(prev), _grey(warp(cur, flow))
+        mean = 0.5 * (i0 + i1)
+        ix, iy = _dx(mean), _dy(mean)
+        ixx, ixy, iyy = _dx(ix), _dy(ix), _dy(iy)
+        iz = i1 - i0
+        ixz, iyz = _dx(iz), _dy(iz)
+        zeta2 = ZETA * ZETA
+        norm, norm_x, norm_y = ix**2 + iy**2 + zeta2, ixx**2 + ixy**2 + zeta2, iyy**2 + ixy**2 + zeta2
+        # Linearised residuals: brightness iz + ix du + iy dv; gradients ixz + ixx du + ixy dv, iyz + ixy du + iyy dv.
+        self.brightness = (iz, ix, iy, norm)
+        self.gradients = (ixz, ixx, ixy, norm_x), (iyz, ixy, iyy, norm_y)
+        # Each term's share of (a11, a12, a22, b1, b2), the rows of its normal equations.
+        rows = [torch.cat([x * x, x * y, y * y, -t * x, -t * y], 1) / n for t, x, y, n in
+                (self.brightness, *self.gradients)]  # fmt: skip
+        self.brightness_rows, self.gradient_rows = rows[0], rows[1] + rows[2]
+
+    def system(self, step: Tensor) -> tuple[Tensor, ...]:
+        """The data term's 2x2 system per pixel, (a11, a12, a22, b1, b2), robustly weighted at the current
+        increment ``step``."""
+        du, dv = step.split(1, 1)
+        eps2 = EPSILON * EPSILON
+        t, x, y, n = self.brightness
+        brightness = (DELTA / 2) * torch.rsqrt((t + x * du + y * dv) ** 2 / n + eps2)
+        gradients = sum((t + x * du + y * dv) ** 2 / n for t, x, y, n in self.gradients)
+        gradient = (GAMMA / 2) * torch.rsqrt(gradients + eps2)
+        return torch.addcmul(brightness * self.brightness_rows, gradient, self.gradient_rows).split(1, 1)
+
+
+def _smoothness(total: Tensor, inside: Tensor) -> Tensor:
+    """(B, 4, 1, H, W): the smoothness term's weight on the edges from each pixel to its right, left, lower and upper
+    neighbours (zero where there is none). One robust weight per pixel, from the flow so far's (``total``) forward
+    differences, on its edges to the right and below; ``inside`` (1, 2, H, W) says which of the two exist."""
+    right, _, below, _ = _neighbours(total)
+    gx, gy = right - total, below - total
+    per_pixel = (ALPHA / 2) * torch.rsqrt((gx**2 + gy**2).sum(1, keepdim=True) + EPSILON**2)
+    forward = per_pixel * inside  # (B, 2, H, W): to the right, below
+    _, left, _, above = _neighbours(forward)  # the left neighbour's edge to the right is this pixel's to the left
+    return torch.stack([forward[:, :1], left[:, :1], forward[:, 1:], above[:, 1:]], 1)
+
+
+def refine_flow(
+    flow: Tensor, prev: Tensor, cur: Tensor, fixed_point_iterations: int = 5, sor_iterations: int = 5
+) -> Tensor:
+    """(B, 2, H, W) ``flow`` (previous → current, px) refined on the frames ``prev`` and ``cur`` (B, 3, H, W, RGB in
+    [0, 1]) by the variational energy (module docstring). Computed without a graph: the caller decides what the
+    gradient does."""
+    with torch.no_grad():
+        image = _Image(flow, prev, cur)
+        h, w = flow.shape[-2:]
+        inside, halves = _grid(h, w, flow)
+        around = torch.stack(_neighbours(flow), 1) - flow.unsqueeze(1)  # the flow's differences to its neighbours
+        step = torch.zeros_like(flow)
+        for _ in range(fixed_point_iterations):
+            a11, a12, a22, b1, b2 = image.system(step)
+            edges = _smoothness(flow + step, inside)
+            degree = edges.sum(1)
+            # The smoothness pulls the flow itself towards its neighbours' too, not only the increment.
+            rhs = torch.cat([b1, b2], 1) + (edges * around).sum(1)
+            a11, a22 = a11 + degree, a22 + degree
+            det = a11 * a22 - a12 * a12
+            # The per-pixel 2x2 system's inverse: its diagonal (for u and v) and its off-diagonal term.
+            diagonal, off = torch.cat([a22, a11], 1) / det, -a12 / det
+            weights = edges.unbind(1)
+            for _ in range(sor_iterations):
+                for relax in halves:
+                    target = rhs.clone()
+                    for weight, neighbour in zip(weights, _neighbours(step), strict=True):
+                        target.addcmul_(weight, neighbour)
+                    solved = torch.addcmul(diagonal * target, off, target.flip(1))
+                    step = torch.lerp(step, solved, relax)
+        return flow + step
+
+
+class VariationalRefinement(nn.Module):
+    """[flow, frames, ...] -> the same tensor with the flow refined (``refine_flow``); the gradient passes straight
+    through to the flow it started from."""
+
+    def __init__(self, fixed_point_iterations: int = 5, sor_iterations: int = 5) -> None:
+        super().__init__()
+        self.fixed_point_iterations, self.sor_iterations = fixed_point_iterations, sor_iterations
+
+    def forward(self, x: Tensor) -> Tensor:
+        flow, (prev, cur) = x[:, :2], frames_of(x).split(3, 1)
+        refined = refine_flow(flow.detach(), prev, cur, self.fixed_point_iterations, self.sor_iterations)
+        return torch.cat([flow + (refined - flow.detach()), x[:, 2:]], 1)
