@@ -111,12 +111,17 @@ def close_gaps(t: Tensor, size: int) -> Tensor:
     return -_max_filter(-_max_filter(t, size), size)
 
 
-def _gradient(image: Tensor) -> Tensor:
-    """(B, 1, H, W) mean absolute central difference over x, y and the channels, edges replicated."""
+def central_differences(image: Tensor) -> tuple[Tensor, Tensor]:
+    """(I(x + 1) - I(x - 1)) / 2 along x and along y, edges replicated: the image's gradient as the Lucas-Kanade steps,
+    the texture tests and the variational refinement read it."""
     p = F.pad(image, [1, 1, 1, 1], mode="replicate")
-    return 0.5 * ((p[..., 1:-1, 2:] - p[..., 1:-1, :-2]).abs() + (p[..., 2:, 1:-1] - p[..., :-2, 1:-1]).abs()).mean(
-        1, keepdim=True
-    )
+    return 0.5 * (p[..., 1:-1, 2:] - p[..., 1:-1, :-2]), 0.5 * (p[..., 2:, 1:-1] - p[..., :-2, 1:-1])
+
+
+def _gradient(image: Tensor) -> Tensor:
+    """(B, 1, H, W) the absolute central differences along x and y summed, averaged over the channels."""
+    ix, iy = central_differences(image)
+    return (ix.abs() + iy.abs()).mean(1, keepdim=True)
 
 
 #: A mean gradient of this much over a window (in intensity per pixel) makes its still test half-sure: the fill's

@@ -45,7 +45,7 @@ from torch import Tensor, nn
 from .correlation import local_correlation
 from .deep_supervision import supervise
 from .exposure import match_exposure
-from .flow_cleanup import EdgeAwareFill, StillGate, box_mean, frames_of
+from .flow_cleanup import EdgeAwareFill, StillGate, box_mean, central_differences, frames_of
 from .flow_loss import online_loss, warp
 from .propagation import FlowPropagation
 from .variational import VariationalRefinement
@@ -197,14 +197,6 @@ class LucasKanadeStep(nn.Module):
         self.convs = _feature_convs(width) if width else None
         self.log_damping = nn.Parameter(torch.tensor(-9.0))
 
-    @staticmethod
-    def _gradients(image: Tensor) -> tuple[Tensor, Tensor]:
-        """Central differences (I(x+1) - I(x-1)) / 2, replicate at the borders."""
-        p = F.pad(image, [1, 1, 1, 1], mode="replicate")
-        gx = p[..., 1:-1, 2:] - p[..., 1:-1, :-2]
-        gy = p[..., 2:, 1:-1] - p[..., :-2, 1:-1]
-        return 0.5 * gx, 0.5 * gy
-
     def forward(self, x: Tensor) -> Tensor:
         small = _pool(frames_of(x), self.factor)
         flow = _downsample_flow(x[:, :2], self.factor)
@@ -213,7 +205,7 @@ class LucasKanadeStep(nn.Module):
             f0, f1 = _siamese(self.convs, small)
             i0, i1 = torch.cat([i0, f0], 1), torch.cat([i1, f1], 1)
         i1 = warp(i1, flow)
-        ix, iy = self._gradients(0.5 * (i0 + i1))
+        ix, iy = central_differences(0.5 * (i0 + i1))
         it = i1 - i0
         products = (ix * ix, ix * iy, iy * iy, ix * it, iy * it)
         terms = torch.stack([p.sum(1) for p in products], 1)

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .flow_cleanup import frames_of
+from .flow_cleanup import central_differences, frames_of
 from .flow_loss import warp
 
 #: Weights of the energy (DIS's, with intensities in 0-255): smoothness, brightness constancy, gradient constancy.
@@ -44,17 +44,11 @@ def _grey(rgb: Tensor) -> Tensor:
     return (LUMA[0] * r + LUMA[1] * g + LUMA[2] * b) * 255.0
 
 
-def _dx(t: Tensor) -> Tensor:
-    """Central difference along x, t(x + 1) - t(x - 1), edges replicated: OpenCV's Sobel of size 1, which DIS's
-    refinement uses (twice the derivative; the energy's weights were set with it)."""
-    padded = F.pad(t, [1, 1, 0, 0], mode="replicate")
-    return padded[..., 2:] - padded[..., :-2]
-
-
-def _dy(t: Tensor) -> Tensor:
-    """Central difference along y, as ``_dx``."""
-    padded = F.pad(t, [0, 0, 1, 1], mode="replicate")
-    return padded[..., 2:, :] - padded[..., :-2, :]
+def _derivatives(t: Tensor) -> tuple[Tensor, Tensor]:
+    """t(x + 1) - t(x - 1) along x and along y, edges replicated: OpenCV's Sobel of size 1, which DIS's refinement
+    uses (twice the derivative; the energy's weights were set with it)."""
+    dx, dy = central_differences(t)
+    return 2 * dx, 2 * dy
 
 
 def _grid(height: int, width: int, like: Tensor) -> tuple[Tensor, Tensor]:
@@ -87,10 +81,10 @@ class _Image:
     def __init__(self, flow: Tensor, prev: Tensor, cur: Tensor) -> None:
         i0, i1 = _grey(prev), _grey(warp(cur, flow))
         mean = 0.5 * (i0 + i1)
-        ix, iy = _dx(mean), _dy(mean)
-        ixx, ixy, iyy = _dx(ix), _dy(ix), _dy(iy)
+        ix, iy = _derivatives(mean)
+        (ixx, ixy), (_, iyy) = _derivatives(ix), _derivatives(iy)
         iz = i1 - i0
-        ixz, iyz = _dx(iz), _dy(iz)
+        ixz, iyz = _derivatives(iz)
         zeta2 = ZETA * ZETA
         norm, norm_x, norm_y = ix**2 + iy**2 + zeta2, ixx**2 + ixy**2 + zeta2, iyy**2 + ixy**2 + zeta2
         # Linearised residuals: brightness iz + ix du + iy dv; gradients ixz + ixx du + ixy dv, iyz + ixy du + iyy dv.
