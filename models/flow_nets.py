@@ -280,8 +280,8 @@ FLOW_NETS: dict[str, Callable[[], nn.Sequential]] = {
     # the motion of their textured surroundings; from 4 and 8 px away only a flow that explains them), then the still
     # gate (a static camera's background stays exactly still, a shaking camera's moves with it, a mover keeps its
     # motion; docs/models.md#the-still-gate-leaves-changed-places-alone), and the variational refinement DIS ends
-    # with, which evens out a mover's mottled interior and carries a flat surface's motion across it
-    # (models.variational). Shipped pretrained (models.pretrain); measured on real clips by bench.realflow.
+    # with, which evens out the flow across a surface where the windows left noise (models.variational). Shipped
+    # pretrained (models.pretrain); measured on real clips by bench.realflow.
     "fast": lambda: pyramid_flow_net(
         factors=(8, 4, 2, 1),
         widths=(32, 16, 16, 4),

@@ -66,7 +66,7 @@ def _grid(height: int, width: int, like: Tensor) -> tuple[Tensor, Tensor]:
 
 def _neighbours(t: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Each pixel's right, left, lower and upper neighbours' values of ``t`` (B, C, H, W), zero outside: views of one
-    padding."""
+    padding, not ``flow_cleanup.neighbours``' stacked copy (the sweeps read them fifty times a refinement)."""
     h, w = t.shape[-2:]
     p = F.pad(t, [1, 1, 1, 1])
     return p[..., 1 : h + 1, 2:], p[..., 1 : h + 1, :w], p[..., 2:, 1 : w + 1], p[..., :h, 1 : w + 1]
