@@ -152,14 +152,23 @@ class StillGate(nn.Module):
 
     ``follows_camera``: the background's motion is the camera's (``models.camera_motion``), not zero: the gate then
     tests and gates to that motion, so before a shaking camera a flat wall moves with it (zero before a static one, as
-    without; docs/models.md#the-still-gate-follows-the-camera)."""
+    without; docs/models.md#the-still-gate-follows-the-camera).
+
+    ``hands_on_keep``: the tensor goes on with the gate's decision appended, (B, 1, H, W) in [0, 1], 1 where the flow
+    was kept: a variational refinement after it does not smooth across that boundary (``models.variational``)."""
 
     def __init__(
-        self, window: int = 5, wide: int = 31, changed: int = 15, closing: int = 9, follows_camera: bool = False
+        self,
+        window: int = 5,
+        wide: int = 31,
+        changed: int = 15,
+        closing: int = 9,
+        follows_camera: bool = False,
+        hands_on_keep: bool = False,
     ) -> None:
         super().__init__()
         self.window, self.windows, self.changed, self.closing = window, (window, wide), changed, closing
-        self.follows_camera = follows_camera
+        self.follows_camera, self.hands_on_keep = follows_camera, hands_on_keep
         # In hundredths of an intensity: an Adam step moves a parameter by about the learning rate whatever its size,
         # which for a margin of 0.001 in intensity units would be a leap. It may turn negative (gate less).
         self.margin = nn.Parameter(torch.tensor(0.1))  # how much better moving must be
@@ -186,7 +195,7 @@ class StillGate(nn.Module):
         quiet = torch.sigmoid((self.quiet / 100 - box_mean(still, self.changed)) / softness)
         keep = close_gaps(1 - quiet * (1 - sure * near - (1 - sure) * far), self.closing)
         gated = flow * keep if camera is None else camera + (flow - camera) * keep
-        return torch.cat([gated, x[:, 2:]], 1)
+        return torch.cat([gated, x[:, 2:], *([keep.detach()] if self.hands_on_keep else [])], 1)
 
     def _background(self, flow: Tensor, prev: Tensor, cur: Tensor) -> tuple[Tensor | None, Tensor]:
         """What standing still means, and how much the frames differ under it per pixel: zero, or (``follows_camera``)

@@ -262,8 +262,8 @@ def pyramid_flow_net(
         lk = lk_width if factor > 1 else lk_full_width
         level += [LucasKanadeStep(factor, lk, window, own) for _ in range(lk_steps if lk is not None else 0)]
         level += [EdgeAwareFill(farther=fill_farther, verified=fill_verified)] if fill and factor == 1 else []
-        level += [StillGate(follows_camera=still_follows_camera)] if still and factor == 1 else []
-        level += [VariationalRefinement()] if refine and factor == 1 else []
+        level += [StillGate(follows_camera=still_follows_camera, hands_on_keep=refine)] if still and factor == 1 else []
+        level += [VariationalRefinement(after_gate=still)] if refine and factor == 1 else []
         level += [FlowPropagation()] if propagate and factor == factors[0] else []
         for layer in level:  # no stage ends inside the full-resolution level (module docstring)
             layer.keep_with_next = factor == 1

@@ -110,7 +110,8 @@ class _Image:
 def _smoothness(total: Tensor, inside: Tensor) -> Tensor:
     """(B, 4, 1, H, W): the smoothness term's weight on the edges from each pixel to its right, left, lower and upper
     neighbours (zero where there is none). One robust weight per pixel, from the flow so far's (``total``) forward
-    differences, on its edges to the right and below; ``inside`` (1, 2, H, W) says which of the two exist."""
+    differences, on its edges to the right and below; ``inside`` (B or 1, 2, H, W) scales those two: 0 where there
+    is no such neighbour (and, after a still gate, where the gate decided the two pixels apart)."""
     right, _, below, _ = _neighbours(total)
     gx, gy = right - total, below - total
     per_pixel = (ALPHA / 2) * torch.rsqrt((gx**2 + gy**2).sum(1, keepdim=True) + EPSILON**2)
@@ -119,16 +120,30 @@ def _smoothness(total: Tensor, inside: Tensor) -> Tensor:
     return torch.stack([forward[:, :1], left[:, :1], forward[:, 1:], above[:, 1:]], 1)
 
 
+def _same_side(keep: Tensor) -> Tensor:
+    """(B, 2, H, W): how far each pixel and its right, and its lower, neighbour fell on the same side of a still gate's
+    decision ``keep`` (B, 1, H, W; 1 kept, 0 gated): k k' + (1 - k)(1 - k')."""
+    right, _, below, _ = _neighbours(keep)
+    return torch.cat([keep * right + (1 - keep) * (1 - right), keep * below + (1 - keep) * (1 - below)], 1)
+
+
 def refine_flow(
-    flow: Tensor, prev: Tensor, cur: Tensor, fixed_point_iterations: int = 5, sor_iterations: int = 5
+    flow: Tensor,
+    prev: Tensor,
+    cur: Tensor,
+    fixed_point_iterations: int = 5,
+    sor_iterations: int = 5,
+    keep: Tensor | None = None,
 ) -> Tensor:
     """(B, 2, H, W) ``flow`` (previous → current, px) refined on the frames ``prev`` and ``cur`` (B, 3, H, W, RGB in
-    [0, 1]) by the variational energy (module docstring). Computed without a graph: the caller decides what the
-    gradient does."""
+    [0, 1]) by the variational energy (module docstring); with a still gate's ``keep`` (B, 1, H, W), the smoothness
+    does not reach across the gate's decision. Computed without a graph: the caller decides what the gradient does."""
     with torch.no_grad():
         image = _Image(flow, prev, cur)
         h, w = flow.shape[-2:]
         inside, halves = _grid(h, w, flow)
+        if keep is not None:
+            inside = inside * _same_side(keep)
         around = torch.stack(_neighbours(flow), 1) - flow.unsqueeze(1)  # the flow's differences to its neighbours
         step = torch.zeros_like(flow)
         for _ in range(fixed_point_iterations):
@@ -154,13 +169,16 @@ def refine_flow(
 
 class VariationalRefinement(nn.Module):
     """[flow, frames, ...] -> the same tensor with the flow refined (``refine_flow``); the gradient passes straight
-    through to the flow it started from."""
+    through to the flow it started from. ``after_gate``: the tensor ends with a still gate's decision
+    (``StillGate(hands_on_keep=True)``), which the refinement reads and drops."""
 
-    def __init__(self, fixed_point_iterations: int = 5, sor_iterations: int = 5) -> None:
+    def __init__(self, fixed_point_iterations: int = 5, sor_iterations: int = 5, after_gate: bool = False) -> None:
         super().__init__()
         self.fixed_point_iterations, self.sor_iterations = fixed_point_iterations, sor_iterations
+        self.after_gate = after_gate
 
     def forward(self, x: Tensor) -> Tensor:
         flow, (prev, cur) = x[:, :2], frames_of(x).split(3, 1)
-        refined = refine_flow(flow.detach(), prev, cur, self.fixed_point_iterations, self.sor_iterations)
-        return torch.cat([flow + (refined - flow.detach()), x[:, 2:]], 1)
+        keep, rest = (x[:, -1:], x[:, 2:-1]) if self.after_gate else (None, x[:, 2:])
+        refined = refine_flow(flow.detach(), prev, cur, self.fixed_point_iterations, self.sor_iterations, keep)
+        return torch.cat([flow + (refined - flow.detach()), rest], 1)

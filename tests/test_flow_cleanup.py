@@ -246,3 +246,13 @@ def test_a_gate_that_follows_the_camera_keeps_a_plain_wall_still_behind_a_mover_
     flow[:, 0, :, :34] = 2.0
     out = StillGate(follows_camera=True)(with_flow(flow, prev, cur))[:, :2]
     assert out[..., 40:].abs().max() < 1e-3
+
+
+def test_a_gate_hands_on_its_decision_when_asked():
+    image = textured()
+    noise = torch.full((1, 2, 32, 32), 0.3)  # a small wrong motion on a still picture: gated
+    x = with_flow(noise, image, image)
+    plain, handing = StillGate()(x), StillGate(hands_on_keep=True)(x)
+    assert handing.shape[1] == plain.shape[1] + 1
+    torch.testing.assert_close(handing[:, :-1], plain)
+    assert handing[:, -1].max() < 1e-2  # nothing kept

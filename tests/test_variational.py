@@ -61,3 +61,25 @@ def test_a_still_pair_stays_still_and_the_gradient_passes_straight_through():
     assert out[:, :2].abs().max() < 1e-3
     out[:, :2].sum().backward()
     torch.testing.assert_close(flow.grad, torch.ones_like(flow))
+
+
+def test_after_a_still_gate_the_smoothness_does_not_reach_across_its_decision():
+    """A small textured mover (8 px, 1 px right; its flow as handed over noisy) before a still, textured background
+    the gate held at zero: without the gate's decision the smoothness pulls the still zeros into the mover, which
+    loses a fifth of its motion; with it, the mover keeps its motion."""
+    rng = np.random.default_rng(1)
+    background, mover = rng.uniform(0, 1, (32, 32, 3)).astype(np.float32), rng.uniform(0, 1, (8, 8, 3))
+    prev, cur = background.copy(), background.copy()
+    prev[12:20, 12:20], cur[12:20, 13:21] = mover, mover
+    flow = torch.zeros(1, 2, 32, 32)
+    flow[0, 0, 12:20, 12:20] = 1.0
+    keep = flow[:, :1].clone()  # the gate kept the mover and held the rest still
+    flow = flow + 0.2 * torch.randn(1, 2, 32, 32, generator=torch.Generator().manual_seed(0)) * keep
+    frames = (_as_tensor(prev), _as_tensor(cur))
+    across = refine_flow(flow, *frames)[0, 0, 12:20, 12:20].mean()
+    apart = refine_flow(flow, *frames, keep=keep)[0, 0, 12:20, 12:20].mean()
+    assert across < 0.9 and apart > 0.95
+    x = torch.cat([flow, *frames, keep], 1)  # as StillGate(hands_on_keep=True) hands it on
+    out = VariationalRefinement(after_gate=True)(x)
+    assert out.shape[1] == 8
+    torch.testing.assert_close(out[:, :2], refine_flow(flow, *frames, keep=keep))
