@@ -36,6 +36,11 @@ ALPHA, DELTA, GAMMA = 20.0, 5.0, 10.0
 ZETA, EPSILON = 0.1, 0.001
 #: Over-relaxation of the SOR sweeps.
 OMEGA = 1.6
+#: A floor on the 2x2 systems' diagonal. Where the still gate's decision cuts a pixel off from all four neighbours on a
+#: flat patch (a saturated sky, a letterbox bar), nothing constrains it: no data, no smoothness, a singular system
+#: whose solve gave NaN, and a NaN flow costs the learner a restore. With the floor its increment is zero. Far below
+#: any real term (a smoothness edge weighs at least ALPHA / 2 over the largest flow gradient, 0.25 at 40 px).
+DIAGONAL_FLOOR = 1e-3
 #: ITU-R BT.601 luma: the grey level the energy is written on.
 LUMA = (0.299, 0.587, 0.114)
 
@@ -154,15 +159,16 @@ def refine_flow(
             degree = edges.sum(1)
             # The smoothness pulls the flow itself towards its neighbours' too, not only the increment.
             rhs = torch.cat([b1, b2], 1) + (edges * around).sum(1)
-            a11, a22 = a11 + degree, a22 + degree
+            a11, a22 = a11 + degree + DIAGONAL_FLOOR, a22 + degree + DIAGONAL_FLOOR
             det = a11 * a22 - a12 * a12
             # The per-pixel 2x2 system's inverse: its diagonal (for u and v) and its off-diagonal term.
             diagonal, off = torch.cat([a22, a11], 1) / det, -a12 / det
             weights = edges.unbind(1)
             for _ in range(sor_iterations):
                 for relax in halves:
-                    target = rhs.clone()
-                    for weight, neighbour in zip(weights, _neighbours(step), strict=True):
+                    (w0, *ws), (n0, *ns) = weights, _neighbours(step)
+                    target = torch.addcmul(rhs, w0, n0)  # a new tensor: no copy of rhs to add into
+                    for weight, neighbour in zip(ws, ns, strict=True):
                         target.addcmul_(weight, neighbour)
                     solved = torch.addcmul(diagonal * target, off, target.flip(1))
                     step = torch.lerp(step, solved, relax)
