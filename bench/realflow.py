@@ -14,7 +14,8 @@ passes its own forward-backward test (``consistent_mask``: elsewhere it is occlu
 hand), the moving region's F1 (flow > 0.5 px against pseudo-GT > 0.5 px; pixels pooled over the window) and the
 photometric error; and each learner's EPE over that of the better of Farneback and DIS-fast, per window (the yardstick
 a learned flow must beat). A pair where the reference has no correspondence (a scene cut: ``MATCHED_SHARE``) is
-scored for no method and listed; so are the pairs the first learner loses most on (``losing_pairs``). Writes
+scored for no method and listed; so are the pairs the first learner loses most on (``losing_pairs``), with how well
+the reference explains the frames there beside the learner's flow and the classical method's. Writes
 ``realflow-<clip>-<W>x<H>.{json,md,png}`` and ``-sheet.png`` (default under bench/results/); the sheet also shows the
 pair with the fastest motion.
 """
@@ -52,7 +53,7 @@ from models.flow_metrics import (
     f1_score,
     mask_counts,
     motion_mask,
-    photometric_error,
+    photometric_residual,
 )
 from models.flow_nets import FLOW_NETS, INITS, build_flow_net
 from models.online import default_lr, frame_pair, online_pipeline, predict_then_learn, stream_pairs
@@ -154,6 +155,7 @@ class PairScores:
         self.clip = clip
         self.epe = np.full(pairs, np.nan)  # mean over all pixels
         self.photo = np.full(pairs, np.nan)
+        self.moving_photo = np.full(pairs, np.nan)  # the same over the moving pixels alone
         self.loss = np.full(pairs, np.nan)
         self.moving = np.zeros((pairs, 5))  # EPE summed over moving pixels, moving pixels, TP, FP, FN
         self.fast = np.zeros((pairs, 2))  # EPE summed over fast pixels, fast pixels
@@ -166,7 +168,9 @@ class PairScores:
         gt, prev, cur = self.clip.pseudo_gt[t], self.clip.frames[t], self.clip.frames[t + 1]
         errors, actual = end_point_errors(flow, gt), motion_mask(gt)
         self.epe[t] = errors.mean()
-        self.photo[t] = photometric_error(prev, cur, flow)
+        residual = photometric_residual(prev, cur, flow)
+        self.photo[t] = residual.mean()
+        self.moving_photo[t] = residual[actual].mean() if actual.any() else np.nan
         self.moving[t] = (errors[actual].sum(), actual.sum(), *mask_counts(motion_mask(flow), actual))
         fast = motion_mask(gt, FAST_MOTION)
         self.fast[t] = (errors[fast].sum(), fast.sum())

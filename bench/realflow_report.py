@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from models.flow_metrics import FAST_MOTION
+from models.flow_metrics import FAST_MOTION, motion_mask, photometric_residual
 from models.flow_viz import color_wheel_legend, flow_to_color
 
 if TYPE_CHECKING:
@@ -158,9 +158,10 @@ LOSING_PAIRS = 3
 
 def losing_pairs(all_scores: dict[str, PairScores], learner: str) -> dict:
     """The pairs where ``learner`` loses most to the better classical method of the whole clip on the moving pixels
-    (their EPE summed, px), each with the share of its moving pixels where the reference passes its own test: what
-    the whole clip's ratio hinges on, and how far the reference can be trusted there (tree.avi's hinges on one pair
-    of a fast, blurred hand)."""
+    (their EPE summed, px), each with the share of its moving pixels where the reference passes its own test and how
+    well the reference, the learner and that method explain the frames there (the photometric error over those
+    moving pixels): what the whole clip's ratio hinges on, and how far the reference can be trusted there (tree.avi's
+    hinges on one pair of a fast, blurred hand, whose reference warps the current frame back to two hands)."""
     ours = all_scores[learner]
     classical = min(CLASSICAL, key=lambda name: all_scores[name].window(None)["epe_moving"])
     theirs = all_scores[classical]
@@ -173,12 +174,23 @@ def losing_pairs(all_scores: dict[str, PairScores], learner: str) -> dict:
             "consistent_share": float(ours.consistent[t, 1] / ours.moving[t, 1]),
             "learner": float(ours.moving[t, 0]),
             "classical": float(theirs.moving[t, 0]),
+            "photometric": {
+                "reference": _reference_photometric(ours.clip, int(t)),
+                "learner": float(ours.moving_photo[t]),
+                "classical": float(theirs.moving_photo[t]),
+            },
         }
         for t in np.argsort(-excess)[:LOSING_PAIRS]
         if excess[t] > 0
     ]
     difference = float(ours.moving[matched, 0].sum() - theirs.moving[matched, 0].sum())
     return {"learner": learner, "classical": classical, "clip_difference": difference, "pairs": rows}
+
+
+def _reference_photometric(clip: Clip, t: int) -> float:
+    """How well the pseudo-GT of pair ``t`` explains the frames over its moving pixels (``PairScores.moving_photo``)."""
+    gt = clip.pseudo_gt[t]
+    return float(photometric_residual(clip.frames[t], clip.frames[t + 1], gt)[motion_mask(gt)].mean())
 
 
 def losing_pairs_table(losing: dict) -> list[str]:
@@ -191,12 +203,16 @@ def losing_pairs_table(losing: dict) -> list[str]:
     )
     if not losing["pairs"]:
         return ["", said + "; it is above on no pair."]
-    lines = ["", said + "; the pairs where it is furthest above:", "",
-             f"| pair | moving pixels | reference consistent | {learner} | {classical} | difference |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["", said + "; the pairs where it is furthest above (photometric: the mean |current frame warped back "
+             "by the flow - previous frame| over the moving pixels, intensities 0-1, of the reference, the learner "
+             "and the classical method; a reference far above the learner there explains the frames worse than the "
+             "flow it scores, though a lower error alone does not make a flow right):", "",
+             f"| pair | moving pixels | reference consistent | {learner} | {classical} | difference | photometric |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in losing["pairs"]:
+        photo = " / ".join(f"{r['photometric'][k]:.3f}" for k in ("reference", "learner", "classical"))
         cells = (r["pair"], f"{r['moving_pixels']:,}", f"{100 * r['consistent_share']:.0f} %", f"{r['learner']:,.0f}",
-                 f"{r['classical']:,.0f}", f"{r['learner'] - r['classical']:+,.0f}")  # fmt: skip
+                 f"{r['classical']:,.0f}", f"{r['learner'] - r['classical']:+,.0f}", photo)  # fmt: skip
         lines.append("| " + " | ".join(map(str, cells)) + " |")
     return lines
 

@@ -97,10 +97,15 @@ def reconstruct(prev: np.ndarray, cur: np.ndarray, flow: np.ndarray) -> tuple[np
     return np.asarray(prev, dtype=np.float32) / 255.0, rec
 
 
+def photometric_residual(prev: np.ndarray, cur: np.ndarray, flow: np.ndarray) -> np.ndarray:
+    """[H, W]: |warp(current, flow) - previous| per pixel, the mean over channels, intensities in [0, 1]."""
+    target, rec = reconstruct(prev, cur, flow)
+    return np.abs(rec - target).mean(axis=-1)
+
+
 def photometric_error(prev: np.ndarray, cur: np.ndarray, flow: np.ndarray) -> float:
     """Mean |warp(current, flow) - previous| over pixels and channels, intensities in [0, 1]."""
-    target, rec = reconstruct(prev, cur, flow)
-    return float(np.abs(rec - target).mean())
+    return float(photometric_residual(prev, cur, flow).mean())
 
 
 def reconstruction_accuracy(

@@ -135,8 +135,9 @@ def test_a_pair_without_correspondence_is_scored_for_no_method():
 
 
 def test_the_pairs_a_learner_loses_most_on_are_listed_with_the_references_own_confidence():
-    frames = np.zeros((6, 8, 8, 3), np.uint8)
-    gt = np.ones((5, 8, 8, 2), np.float32)  # every pixel moves 1.4 px
+    texture = np.random.default_rng(0).integers(0, 256, (8, 8, 3), dtype=np.uint8)
+    frames = np.stack([np.roll(texture, (t, t), axis=(0, 1)) for t in range(6)])
+    gt = np.ones((5, 8, 8, 2), np.float32)  # every pixel moves 1.4 px, as the frames do (but at the wrapped edge)
     consistent = np.ones((5, 8, 8), bool)
     consistent[3, :2] = False  # the reference fails its own test on a quarter of pair 3
     consistent[4, 1:] = False  # pair 4: a scene cut, scored for nobody
@@ -153,6 +154,9 @@ def test_the_pairs_a_learner_loses_most_on_are_listed_with_the_references_own_co
     assert losing["clip_difference"] == pytest.approx(64 * (3.4 - 2.1))
     table = "\n".join(realflow_report.losing_pairs_table(losing))
     assert "is 83 px above that of farneback" in table and "| 3 | 64 | 75 % | 192 | 64 | +128 |" in table
+    photometric = losing["pairs"][0]["photometric"]  # the reference explains the pair, the others are 1 and 3 px off
+    assert photometric["reference"] < 0.5 * min(photometric["classical"], photometric["learner"])
+    assert f"{photometric['reference']:.3f} / {photometric['learner']:.3f} / {photometric['classical']:.3f} |" in table
     losing["pairs"] = []
     assert "above on no pair" in "\n".join(realflow_report.losing_pairs_table(losing))
 
