@@ -87,7 +87,8 @@ def test_after_a_still_gate_the_smoothness_does_not_reach_across_its_decision():
 
 def test_a_pixel_the_gate_cut_off_on_a_flat_patch_keeps_its_flow():
     """On a flat patch (a saturated sky) a pixel whose four neighbours all fell on the other side of the gate's
-    decision has no equation, neither data nor smoothness: its flow stays as it was, finite (it was NaN)."""
+    decision has no equation, neither data nor smoothness: its flow stays as it was, finite (a singular system,
+    whose solve is NaN without ``DIAGONAL_FLOOR``)."""
     frame = torch.full((1, 3, 16, 16), 0.5)
     flow, keep = torch.zeros(1, 2, 16, 16), torch.zeros(1, 1, 16, 16)
     flow[..., 8, 8], keep[..., 8, 8] = 1.0, 1.0
