@@ -139,10 +139,50 @@ def scene_scale(height: int, width: int) -> float:
     return max(height, width, MADE_FOR_SIDE) / MADE_FOR_SIDE
 
 
+#: The share of a pair's pixels at or below which ``noise_floor`` reads their residual.
+NOISE_QUANTILE = 0.25
+
+#: A residual's mean over its lower quartile's value, for the mean absolute difference of two frames of Gaussian
+#: noise over three channels (1.47; 1.35-1.51 at 2-8 levels of 8 bits, rounded to them).
+NOISE_MEAN_PER_QUARTILE = 1.5
+
+
+def noise_floor(residual: Tensor) -> Tensor:
+    """(B, 1, H, W) -> (B, 1, 1, 1): the mean residual a pair's noise alone leaves, read off the lower quartile of
+    ``residual`` (its best explanation per pixel): exact where all of the picture is explained (stands still or is
+    matched), a tenth over where a fifth is not (occlusions, failed matches: the noise's 31st percentile is read for
+    its 25th), two fifths over where half is not. No host sync (the GPU's captured step)."""
+    flat = residual.detach().flatten(1)
+    k = max(1, round(NOISE_QUANTILE * flat.shape[1]))
+    return NOISE_MEAN_PER_QUARTILE * flat.kthvalue(k, dim=1).values.view(-1, 1, 1, 1)
+
+
+def noise_kept(flow: Tensor) -> Tensor:
+    """(B, 2, H, W) -> (B, 1, H, W): the share of two frames' noise residual left when the second is warped by
+    ``flow``: at a fractional shift (a, b) bilinear interpolation keeps ((1-a)^2 + a^2)((1-b)^2 + b^2) of its
+    noise's variance, so a half-pixel warp leaves sqrt(5/8) of the residual, a whole-pixel one all of it (checked on
+    frames of Gaussian noise: tests/test_flow_cleanup.py)."""
+    frac = flow - flow.floor()
+    variance = ((1 - frac) ** 2 + frac**2).prod(1, keepdim=True)
+    return ((1 + variance) / 2).sqrt()
+
+
+def with_noise_restored(residual: Tensor, flow: Tensor, noise: Tensor) -> Tensor:
+    """(B, 1, H, W): the residual a warp by ``flow`` left, with the part of the ``noise`` residual its interpolation
+    averaged away put back (``noise_kept``)."""
+    return residual + noise * (1 - noise_kept(flow))
+
+
 #: The largest camera motion the still gate follows, in px a frame at ``MADE_FOR_SIDE`` and below (as much in the
 #: scene at larger sizes): a shake. Larger, a common motion is as likely a mover filling most of the picture, and
 #: following it painted a plain wall behind one with its motion (docs/models.md#the-still-gate-follows-the-camera).
 CAMERA_SHAKE_PX = 1.0
+
+#: By how much of the noise residual (``noise_floor``) the camera's warp must explain the whole picture better than
+#: standing still: on a static camera's noisy frames the flow's most common value is a few tenths of a pixel of
+#: noise, which with its noise restored explains the picture about as well as standing still (box with noise of 8
+#: levels: within 0.7 % of the noise residual, the camera taken in a quarter of the pairs without this evidence).
+CAMERA_EVIDENCE = 0.02
 
 
 class StillGate(nn.Module):
@@ -186,31 +226,41 @@ class StillGate(nn.Module):
         flow, (prev, cur) = x[:, :2], frames_of(x).split(3, 1)
         # The decision reads the flow without differentiating it: the gate's steep edge would send the flow
         # gradients hundreds of times the loss's own (learning from scratch diverged).
-        moved = (prev - warp(cur, flow.detach())).abs().mean(1, keepdim=True)
-        camera, still = self._background(flow, prev, cur)
+        flow_read = flow.detach()
+        unwarped = (prev - cur).abs().mean(1, keepdim=True)
+        warped = (prev - warp(cur, flow_read)).abs().mean(1, keepdim=True)
+        # A warp interpolates the current frame, which averages its noise away: on a still, noisy window any
+        # sub-pixel flow explained the pair better than standing still did (box with noise of 4 levels: its still
+        # background painted; docs/models.md). Every hypothesis is judged with its full noise.
+        noise = torch.minimum(noise_floor(unwarped), noise_floor(warped / noise_kept(flow_read)))
+        moved = with_noise_restored(warped, flow_read, noise)
+        camera, still = self._background(flow_read, prev, cur, unwarped, noise)
         margin, softness = self.margin / 100, self.log_softness.exp()
         near, far = (torch.sigmoid((box_mean(still, w) - box_mean(moved, w) - margin) / softness) for w in self.windows)
-        texture = box_mean(_gradient(prev), self.window) ** 2
+        texture = (box_mean(_gradient(prev), self.window) - noise).clamp_min(0) ** 2
         sure = texture / (texture + STILL_TEXTURE**2)
         quiet = torch.sigmoid((self.quiet / 100 - box_mean(still, self.changed)) / softness)
         keep = close_gaps(1 - quiet * (1 - sure * near - (1 - sure) * far), self.closing)
         gated = flow * keep if camera is None else camera + (flow - camera) * keep
         return torch.cat([gated, x[:, 2:], *([keep.detach()] if self.hands_on_keep else [])], 1)
 
-    def _background(self, flow: Tensor, prev: Tensor, cur: Tensor) -> tuple[Tensor | None, Tensor]:
-        """What standing still means, and how much the frames differ under it per pixel: zero, or (``follows_camera``)
-        the camera's motion where the frames confirm it, warped back by it differing less over the whole picture
-        than as they came. A flow's most common value is not evidence enough: a net learning from scratch starts
-        with a bias of a few tenths of a pixel everywhere, and a static background gated to it was painted (box:
-        all pixels over the first 30 pairs 0.019 -> 0.067 px; docs/models.md#the-still-gate-follows-the-camera)."""
-        still = (prev - cur).abs().mean(1, keepdim=True)
+    def _background(
+        self, flow: Tensor, prev: Tensor, cur: Tensor, unwarped: Tensor, noise: Tensor
+    ) -> tuple[Tensor | None, Tensor]:
+        """What standing still means, and how much the frames differ under it per pixel: zero (``unwarped``), or
+        (``follows_camera``) the camera's motion where the frames confirm it, warped back by it differing less over
+        the whole picture than as they came (at the same noise). A flow's most common value is not evidence enough: a
+        net learning from scratch starts with a bias of a few tenths of a pixel everywhere, and a static background
+        gated to it was painted (box: all pixels over the first 30 pairs 0.019 -> 0.067 px;
+        docs/models.md#the-still-gate-follows-the-camera)."""
         if not self.follows_camera:
-            return None, still
+            return None, unwarped
         shake = CAMERA_SHAKE_PX * scene_scale(*flow.shape[-2:])
         camera = camera_motion(flow, shake).expand_as(flow)
-        along = (prev - warp(cur, camera)).abs().mean(1, keepdim=True)
-        confirmed = along.mean((2, 3), keepdim=True) < still.mean((2, 3), keepdim=True)
-        return camera * confirmed, torch.where(confirmed, along, still)
+        along = with_noise_restored((prev - warp(cur, camera)).abs().mean(1, keepdim=True), camera, noise)
+        gain = unwarped.mean((2, 3), keepdim=True) - along.mean((2, 3), keepdim=True)
+        confirmed = gain > CAMERA_EVIDENCE * noise
+        return camera * confirmed, torch.where(confirmed, along, unwarped)
 
 
 #: The mean confidence over a reach at which it fills a pixel half and the farther reaches the other half
