@@ -1,6 +1,6 @@
 """Online unsupervised flow on real footage, scored prequentially against a pseudo ground truth.
 
-``python -m bench.realflow --video FILE [--size WxH] [--fps N] [--stages 1,2] [--init scratch|PATH ...]``
+``python -m bench.realflow --video FILE [--size WxH] [--fps N] [--stages 1,2] [--init scratch|PATH ...] [--noise L]``
 
 The clip is decoded as the service decodes it (PyAV, ``server.stream.source.resample``: timestamps on the 1/fps grid,
 swscale to the working size; offline, so never paced) and played once. Every learner is the service's
@@ -17,7 +17,9 @@ a learned flow must beat). A pair where the reference has no correspondence (a s
 scored for no method and listed; so are the pairs the first learner loses most on (``losing_pairs``), with how well
 the reference explains the frames there beside the learner's flow and the classical method's. Writes
 ``realflow-<clip>-<W>x<H>.{json,md,png}`` and ``-sheet.png`` (default under bench/results/); the sheet also shows the
-pair with the fastest motion.
+pair with the fastest motion. ``--noise L``: what every method sees has a camera's noise added (Gaussian, L levels of 8
+bits at the working size, rounded to them; ``-noiseL`` in the file names), while the reference stays the clean
+source's: how the flow holds up before a noisy sensor, as a webcam's raw frames in dim light are.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import av
@@ -226,6 +228,13 @@ def init_label(init: str) -> str:
     return init if init in INITS else Path(init).stem
 
 
+def with_sensor_noise(clip: Clip, levels: float, seed: int) -> Clip:
+    """The clip with Gaussian noise of ``levels`` 8-bit levels on its working-size frames, rounded to 8 bits as a
+    camera's are; its reference unchanged (the scene's motion, not the noise's)."""
+    noise = np.random.default_rng(seed).normal(0.0, levels, clip.frames.shape)
+    return replace(clip, frames=np.clip(np.rint(clip.frames + noise), 0, 255).astype(np.uint8))
+
+
 def learn(
     clip: Clip, init: str, stages: int, lr: float | None, args: argparse.Namespace, shown: set[int]
 ) -> tuple[PairScores, dict]:
@@ -290,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
         help="Adam lr of every stage, comma-separated to compare several in one run; default: by init (default_lr)",
     )
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--noise", type=float, default=0.0, help="Gaussian noise on what the methods see, in 8-bit levels (default 0)"
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     parser.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the results")
     args = parser.parse_args(argv)
@@ -298,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         stages = parse_stages(args.stages)
         rates = parse_rates(args.lr)
         size = parse_size(args.size) if args.size else None
+        if not args.noise >= 0:
+            raise ValueError(f"--noise must be a level of 0 or more, got {args.noise:g}")
         source = probe(args.video)
     except (ValueError, OSError, av.error.FFmpegError) as exc:
         parser.error(str(exc))
@@ -312,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"{args.video.name}: decoding at {fps:g} fps, pseudo-GT ...", file=sys.stderr, flush=True)
     clip = load_clip(args.video, fps, width, height)
+    if args.noise:
+        clip = with_sensor_noise(clip, args.noise, args.seed)
     gt_seconds = time.perf_counter() - start
     pairs = len(clip.pseudo_gt)
     fastest = fastest_pair(clip.pseudo_gt, clip.unmatched)
@@ -329,9 +345,11 @@ def main(argv: list[str] | None = None) -> int:
 
     matched = ~clip.unmatched  # the reference's statistics, like the scores, over the pairs with a correspondence
     speeds, consistent = np.linalg.norm(clip.pseudo_gt[matched], axis=-1), clip.consistent[matched]
+    noisy = f" with noise of {args.noise:g} levels" if args.noise else ""
     result = {
-        "title": f"{args.video.name} at {width}x{height}, {fps:g} fps: online flow vs a pseudo ground truth",
+        "title": f"{args.video.name} at {width}x{height}, {fps:g} fps{noisy}: online flow vs a pseudo ground truth",
         "torch_threads": torch.get_num_threads(),
+        "noise_levels": args.noise,
         "clip": {
             "path": str(args.video),
             "source": source,
@@ -359,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     if info:  # the first learner's
         result["losing_pairs"] = losing_pairs(all_scores, next(iter(info)))
     result["seconds"] = time.perf_counter() - start
-    stem = f"realflow-{args.video.stem}-{width}x{height}"
+    stem = f"realflow-{args.video.stem}-{width}x{height}" + (f"-noise{args.noise:g}" if args.noise else "")
     run.png(f"{stem}.png", plot(all_scores, result["title"]))
     run.png(f"{stem}-sheet.png", picture_sheet(clip, all_scores, result["title"], fastest))
     body = f"{markdown(result)}\n![over time]({stem}.png)\n\n![pictures]({stem}-sheet.png)"

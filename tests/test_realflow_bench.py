@@ -214,3 +214,24 @@ def test_rates_must_be_positive_numbers():
     for bad in ("fast", "1e-4,0", "-1e-4", ""):
         with pytest.raises(ValueError):
             realflow.parse_rates(bad)
+
+
+def test_noise_is_added_to_what_the_methods_see_and_not_to_the_reference(clip, tmp_path):
+    frames = np.full((3, 8, 8, 3), 128, np.uint8)
+    still = realflow.Clip(frames, np.zeros((2, 8, 8, 2), np.float32), np.ones((2, 8, 8), bool), [0.0, 0.1, 0.2], {})
+    noisy = realflow.with_sensor_noise(still, 4.0, seed=0)
+    assert noisy.frames.dtype == np.uint8 and noisy.pseudo_gt is still.pseudo_gt
+    assert 3.5 < float(noisy.frames.astype(float).std()) < 4.5
+    assert np.array_equal(noisy.frames, realflow.with_sensor_noise(still, 4.0, seed=0).frames)
+
+    argv = ["--video", str(clip), "--size", "64x48", "--stages", "1", "--init", "pretrained", "--noise", "4",
+            "--threads", "1", "--out", str(tmp_path)]  # fmt: skip
+    threads = torch.get_num_threads()
+    try:
+        assert realflow.main(argv) == 0
+    finally:
+        torch.set_num_threads(threads)
+    result = json.loads((tmp_path / "realflow-moving-64x48-noise4.json").read_text())
+    assert result["noise_levels"] == 4.0 and "with noise of 4 levels" in result["title"]
+    with pytest.raises(SystemExit):
+        realflow.main(["--video", str(clip), "--noise", "-1"])
