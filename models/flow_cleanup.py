@@ -15,7 +15,11 @@ frames differ clearly is not still, whatever zero flow explains (a fast mover's 
 no better). A mover has no still holes: where the test gates specks inside one (a patch of its texture matched as
 well by standing still), the gaps narrower than 9 px close again; a still background is wider than that. The
 service's net takes "standing still" as moving with the camera (``follows_camera``): a shaking camera's flat ceiling
-shares its motion, which no match inside it can show.
+shares its motion, which no match inside it can show. Both explanations are judged at the same noise: a warp's
+bilinear interpolation averages the current frame's noise, so on a noisy camera's still background the net's
+sub-pixel fit of the noise explained the pair better than standing still; the gate puts the averaged noise back
+(``with_noise_restored``, the pair's noise read off its best-explained quarter: ``noise_floor``) and counts as texture
+only what rises above the noise.
 
 ``EdgeAwareFill``: a cost volume has nothing to say where the image has no texture (a white table, the sky, a wall)
 or where the match fails (occlusions, noise, compression): there a learned net answers with noise. Classical methods
@@ -76,11 +80,13 @@ def neighbour_sum(t: Tensor, kernel: Tensor, dilation: int) -> Tensor:
 
 
 def confidence(flow: Tensor, prev: Tensor, cur: Tensor, texture: Tensor, residual: Tensor) -> Tensor:
-    """(B, 1, H, W) in [0, 1]: textured (gradient ≫ ``texture``) and well matched (error ≪ ``residual``).
-    Like the still gate's decision, it reads the flow without differentiating it (a steep weight's gradient would
-    swamp the loss's own)."""
-    g2 = _gradient(prev) ** 2
-    error = (prev - warp(cur, flow.detach())).abs().mean(1, keepdim=True)
+    """(B, 1, H, W) in [0, 1]: textured (gradient above the pair's noise ≫ ``texture``: a noisy flat wall is not
+    textured, and its noise-fitted flow is filled) and well matched (error ≪ ``residual``). Like the still gate's
+    decision, it reads the flow without differentiating it (a steep weight's gradient would swamp the loss's own)."""
+    flow = flow.detach()
+    error = (prev - warp(cur, flow)).abs().mean(1, keepdim=True)
+    noise = pair_noise((prev - cur).abs().mean(1, keepdim=True), error, flow)
+    g2 = (_gradient(prev) - noise).clamp_min(0) ** 2
     return g2 / (g2 + texture**2) * torch.exp(-error / residual)
 
 
@@ -167,6 +173,14 @@ def noise_kept(flow: Tensor) -> Tensor:
     return ((1 + variance) / 2).sqrt()
 
 
+def pair_noise(unwarped: Tensor, warped: Tensor, flow: Tensor) -> Tensor:
+    """(B, 1, 1, 1): a pair's ``noise_floor``, read where it stands still (``unwarped``, its residual as it came) or
+    where ``flow`` matches it (``warped``, with the noise the warp averaged away counted back), whichever reads less:
+    motion inflates the one, failed matches the other. Its noise's own gradient (|ix| + |iy| of the frame) averages
+    the same, so this much gradient is no texture."""
+    return torch.minimum(noise_floor(unwarped), noise_floor(warped / noise_kept(flow)))
+
+
 def with_noise_restored(residual: Tensor, flow: Tensor, noise: Tensor) -> Tensor:
     """(B, 1, H, W): the residual a warp by ``flow`` left, with the part of the ``noise`` residual its interpolation
     averaged away put back (``noise_kept``)."""
@@ -231,8 +245,9 @@ class StillGate(nn.Module):
         warped = (prev - warp(cur, flow_read)).abs().mean(1, keepdim=True)
         # A warp interpolates the current frame, which averages its noise away: on a still, noisy window any
         # sub-pixel flow explained the pair better than standing still did (box with noise of 4 levels: its still
-        # background painted; docs/models.md). Every hypothesis is judged with its full noise.
-        noise = torch.minimum(noise_floor(unwarped), noise_floor(warped / noise_kept(flow_read)))
+        # background painted; docs/models.md#the-still-gate-judges-at-the-same-noise). Every hypothesis is judged
+        # with its full noise, and only the gradient above the noise's own is texture.
+        noise = pair_noise(unwarped, warped, flow_read)
         moved = with_noise_restored(warped, flow_read, noise)
         camera, still = self._background(flow_read, prev, cur, unwarped, noise)
         margin, softness = self.margin / 100, self.log_softness.exp()

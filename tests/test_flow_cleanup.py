@@ -105,6 +105,17 @@ def test_confidence_is_high_on_matched_texture_and_low_on_flat_or_mismatched_pix
     assert confidence(zero, image, torch.roll(image, 3, -1), *scales)[..., 4:-4, 4:-4].mean() < 0.5
 
 
+def test_a_noisy_flat_picture_is_not_texture_to_the_fill():
+    """Noise of 4 levels has a gradient about the fill's texture scale: counted as texture, a noisy flat wall's
+    noise-fitted flow was kept for confident; only the gradient above the pair's noise counts."""
+    flat = torch.full((1, 3, 64, 64), 0.5)
+    prev, cur = noisy(flat, 4, 0), noisy(flat, 4, 1)
+    scales = torch.tensor(0.02), torch.tensor(0.05)
+    assert confidence(torch.zeros(1, 2, 64, 64), prev, cur, *scales).mean() < 0.1
+    image = textured(64, 64)
+    assert confidence(torch.zeros(1, 2, 64, 64), noisy(image, 4, 0), noisy(image, 4, 1), *scales).mean() > 0.5
+
+
 def test_fill_gives_flat_pixels_the_flow_of_their_textured_neighbours():
     # Left half textured, right half flat of the same mean colour; the whole picture moves 1 px down.
     prev = torch.full((1, 3, 32, 32), 0.5)
