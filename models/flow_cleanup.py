@@ -18,8 +18,8 @@ service's net takes "standing still" as moving with the camera (``follows_camera
 shares its motion, which no match inside it can show. Both explanations are judged at the same noise: a warp's
 bilinear interpolation averages the current frame's noise, so on a noisy camera's still background the net's
 sub-pixel fit of the noise explained the pair better than standing still; the gate puts the averaged noise back
-(``with_noise_restored``, the pair's noise read off its best-explained quarter: ``noise_floor``) and counts as texture
-only what rises above the noise.
+(``with_noise_restored``, the pair's noise read off its best-explained quarter: ``pair_noise``) and, as the fill does,
+counts as texture only what rises above the noise.
 
 ``EdgeAwareFill``: a cost volume has nothing to say where the image has no texture (a white table, the sky, a wall)
 or where the match fails (occlusions, noise, compression): there a learned net answers with noise. Classical methods
