@@ -264,10 +264,10 @@ class StillGate(nn.Module):
     ) -> tuple[Tensor | None, Tensor]:
         """What standing still means, and how much the frames differ under it per pixel: zero (``unwarped``), or
         (``follows_camera``) the camera's motion where the frames confirm it, warped back by it differing less over
-        the whole picture than as they came (at the same noise). A flow's most common value is not evidence enough: a
-        net learning from scratch starts with a bias of a few tenths of a pixel everywhere, and a static background
-        gated to it was painted (box: all pixels over the first 30 pairs 0.019 -> 0.067 px;
-        docs/models.md#the-still-gate-follows-the-camera)."""
+        the whole picture than as they came, at the same noise and by more than ``CAMERA_EVIDENCE``. A flow's most
+        common value is not evidence enough: a net learning from scratch starts with a bias of a few tenths of a
+        pixel everywhere, and a static background gated to it was painted (box: all pixels over the first 30 pairs
+        0.019 -> 0.067 px; docs/models.md#the-still-gate-follows-the-camera)."""
         if not self.follows_camera:
             return None, unwarped
         shake = CAMERA_SHAKE_PX * scene_scale(*flow.shape[-2:])
