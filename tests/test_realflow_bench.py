@@ -22,14 +22,19 @@ def clip(tmp_path_factory):
     return path
 
 
-def test_writes_scored_results_for_every_method(clip, tmp_path):
-    # One intra-op thread: on a loaded machine two OpenMP threads made a step ~9x slower (measured).
-    argv = ["--video", str(clip), "--size", "64x48", "--stages", "1,2", "--threads", "1", "--out", str(tmp_path)]
+def run_realflow(argv: list[str]) -> None:
+    """``bench.realflow`` run to its end, torch's thread count restored after (``--threads`` sets it)."""
     threads = torch.get_num_threads()
     try:
         assert realflow.main(argv) == 0
     finally:
         torch.set_num_threads(threads)
+
+
+def test_writes_scored_results_for_every_method(clip, tmp_path):
+    # One intra-op thread: on a loaded machine two OpenMP threads made a step ~9x slower (measured).
+    argv = ["--video", str(clip), "--size", "64x48", "--stages", "1,2", "--threads", "1", "--out", str(tmp_path)]
+    run_realflow(argv)
     stem = tmp_path / "realflow-moving-64x48"
     result = json.loads(stem.with_suffix(".json").read_text())
     assert result["command"] == "python -m bench.realflow " + " ".join(argv)
@@ -198,11 +203,7 @@ def test_a_saved_state_dict_initialises_the_learner(tmp_path):
 def test_several_rates_are_compared_in_one_run(clip, tmp_path):
     argv = ["--video", str(clip), "--size", "64x48", "--stages", "1", "--init", "pretrained", "--lr", "1e-4,1e-5",
             "--threads", "1", "--out", str(tmp_path)]  # fmt: skip
-    threads = torch.get_num_threads()
-    try:
-        assert realflow.main(argv) == 0
-    finally:
-        torch.set_num_threads(threads)
+    run_realflow(argv)
     methods = json.loads((tmp_path / "realflow-moving-64x48.json").read_text())["methods"]
     assert list(methods)[:2] == ["pretrained/sequential lr 0.0001", "pretrained/sequential lr 1e-05"]
     assert [m["lr"] for m in list(methods.values())[:2]] == [1e-4, 1e-5]
@@ -226,11 +227,7 @@ def test_noise_is_added_to_what_the_methods_see_and_not_to_the_reference(clip, t
 
     argv = ["--video", str(clip), "--size", "64x48", "--stages", "1", "--init", "pretrained", "--noise", "4",
             "--threads", "1", "--out", str(tmp_path)]  # fmt: skip
-    threads = torch.get_num_threads()
-    try:
-        assert realflow.main(argv) == 0
-    finally:
-        torch.set_num_threads(threads)
+    run_realflow(argv)
     result = json.loads((tmp_path / "realflow-moving-64x48-noise4.json").read_text())
     assert result["noise_levels"] == 4.0 and "with noise of 4 levels" in result["title"]
     with pytest.raises(SystemExit):
