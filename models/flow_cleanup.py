@@ -79,12 +79,18 @@ def neighbour_sum(t: Tensor, kernel: Tensor, dilation: int) -> Tensor:
     return window_mix(kernel, F.pad(t, [dilation] * 4, mode="replicate"), _offsets(dilation))
 
 
+def warp_residual(prev: Tensor, cur: Tensor, flow: Tensor) -> Tensor:
+    """(B, 1, H, W): how badly ``flow`` explains each pixel, the mean absolute difference over the channels between
+    ``prev`` and ``cur`` warped back by it (``candidate_errors`` for K flows at once)."""
+    return (prev - warp(cur, flow)).abs().mean(1, keepdim=True)
+
+
 def confidence(flow: Tensor, prev: Tensor, cur: Tensor, texture: Tensor, residual: Tensor) -> Tensor:
     """(B, 1, H, W) in [0, 1]: textured (gradient above the pair's noise ≫ ``texture``: a noisy flat wall is not
     textured, and its noise-fitted flow is filled) and well matched (error ≪ ``residual``). Like the still gate's
     decision, it reads the flow without differentiating it (a steep weight's gradient would swamp the loss's own)."""
     flow = flow.detach()
-    error = (prev - warp(cur, flow)).abs().mean(1, keepdim=True)
+    error = warp_residual(prev, cur, flow)
     noise = pair_noise((prev - cur).abs().mean(1, keepdim=True), error, flow)
     g2 = (_gradient(prev) - noise).clamp_min(0) ** 2
     return g2 / (g2 + texture**2) * torch.exp(-error / residual)
@@ -242,7 +248,7 @@ class StillGate(nn.Module):
         # gradients hundreds of times the loss's own (learning from scratch diverged).
         flow_read = flow.detach()
         unwarped = (prev - cur).abs().mean(1, keepdim=True)
-        warped = (prev - warp(cur, flow_read)).abs().mean(1, keepdim=True)
+        warped = warp_residual(prev, cur, flow_read)
         # A warp interpolates the current frame, which averages its noise away: on a still, noisy window any
         # sub-pixel flow explained the pair better than standing still did (box with noise of 4 levels: its still
         # background painted; docs/models.md#the-still-gate-judges-at-the-same-noise). Every hypothesis is judged
@@ -272,7 +278,7 @@ class StillGate(nn.Module):
             return None, unwarped
         shake = CAMERA_SHAKE_PX * scene_scale(*flow.shape[-2:])
         camera = camera_motion(flow, shake).expand_as(flow)
-        along = with_noise_restored((prev - warp(cur, camera)).abs().mean(1, keepdim=True), camera, noise)
+        along = with_noise_restored(warp_residual(prev, cur, camera), camera, noise)
         gain = unwarped.mean((2, 3), keepdim=True) - along.mean((2, 3), keepdim=True)
         confirmed = gain > CAMERA_EVIDENCE * noise
         return camera * confirmed, torch.where(confirmed, along, unwarped)
