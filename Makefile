@@ -81,10 +81,11 @@ bench-realflow-heldout: $(VENV)/.installed
 
 ## The shipped net against the classical methods on the generator's fresh clips, where the flow is exact, by kind of
 ## pixel (the ground a fast mover covers apart): bench/results/scene-flow.md; and on small, slow movers before a
-## static camera: scene-flow-surveillance.md.
+## static camera: scene-flow-surveillance.md, and recorded at twice the size: scene-flow-surveillance-recorded2.md.
 bench-scene-flow: $(VENV)/.installed
 	$(PY) -m bench.scene_flow
 	$(PY) -m bench.scene_flow --scene surveillance
+	$(PY) -m bench.scene_flow --scene surveillance --recorded 2
 
 # Trains the shipped weights (models/weights/fast.pt + fast.json: data, time, result); about 70 min on one core of a
 # shared machine (fast.json: data_seconds, train_seconds).

@@ -17,7 +17,12 @@ DIS-fast, zero flow. Clips are drawn with a seed no pretraining used. → ``benc
 cameras do, a kind of clip the pretraining never drew; the static ground is most of the picture, so a flow that
 paints it (a camera's change of exposure read as motion) shows there. → ``scene-flow-surveillance.{md,json}``.
 
-    python -m bench.scene_flow [--clips 100] [--seed 2026] [--scene camera|surveillance]
+``--recorded 2``: the camera records at twice 160x120, its noise and H.264 act there, and the frames are then
+downsized, as the service downsizes a real camera's frames (by default they are encoded at 160x120, as pretraining
+draws them, where H.264 may leave a small, slow mover's blocks in place while its exact flow moves them).
+→ ``scene-flow[-surveillance]-recorded2.{md,json}``.
+
+    python -m bench.scene_flow [--clips 100] [--seed 2026] [--scene camera|surveillance] [--recorded 1|2]
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from models.classical import classical_methods
 from models.flow_metrics import FAST_MOTION, MIN_MOTION
 from models.flow_nets import build_flow_net
 from models.pretrain import as_input, make_dataset
-from models.scenes import SCENES
+from models.scenes import OVERSAMPLE, SCENES
 from testing.report import RESULTS, Run, command_line
 
 NEAR = 8  # px around a fast pixel that count as its surroundings
@@ -101,11 +106,18 @@ def score(pairs: np.ndarray, flows: np.ndarray) -> dict[str, dict]:
     return {"epe": epe, "pixels": counts}
 
 
+def recorded_as(recorded: int) -> str:
+    """How the clips' camera recorded them, in words."""
+    if recorded == 1:
+        return "noise and H.264 at 160x120"
+    return f"recorded with noise and H.264 at {160 * recorded}x{120 * recorded}, then downsized"
+
+
 def markdown(result: dict, args: argparse.Namespace, pairs: int) -> str:
     epe, pixels = result["epe"], result["pixels"]
     lines = [
-        f"{args.clips} clips of `models.scenes`, scene `{args.scene}` (seed {args.seed}, 160x120, {pairs} pairs), "
-        "exact flow. EPE in px over "
+        f"{args.clips} clips of `models.scenes`, scene `{args.scene}` (seed {args.seed}, 160x120, {pairs} pairs, "
+        f"{recorded_as(args.recorded)}), exact flow. EPE in px over "
         f"each kind of pixel (true speed: moving > {MIN_MOTION:g}, fast > {FAST_MOTION:g} px/frame; near a fast mover: "
         f"within {NEAR} px and not fast, covered by it in the next frame or visible). The learned flow is the "
         "service's net with the shipped weights, frozen.",
@@ -127,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clips", type=int, default=100, help="clips of 6 frames (5 pairs each)")
     parser.add_argument("--seed", type=int, default=2026, help="the generator's seed (pretraining used 0 and 1)")
     parser.add_argument("--scene", default="camera", choices=SCENES, help="what the clips show (models.scenes)")
+    parser.add_argument("--recorded", type=int, default=1, choices=range(1, OVERSAMPLE + 1),
+                        help="the camera records (noise, H.264) at this many times 160x120; 1: at 160x120")  # fmt: skip
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the results")
     args = parser.parse_args(argv)
@@ -134,13 +148,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--clips must be at least 1")
     torch.set_num_threads(args.threads)
     run = Run(command=command_line("bench.scene_flow", argv), directory=args.out)
-    pairs, flows = make_dataset(args.clips, 160, 120, 6, args.seed, args.scene)
+    pairs, flows = make_dataset(args.clips, 160, 120, 6, args.seed, args.scene, args.recorded)
     result = score(pairs, flows.astype(np.float32))
     stem, title = "scene-flow", "Exact flow on the generator's fresh clips: the learned flow by kind of pixel"
     if args.scene != "camera":
         stem, title = f"{stem}-{args.scene}", f"{title} ({args.scene} scenes)"
-    run.write(stem, title, markdown(result, args, len(pairs)),
-              {"clips": args.clips, "seed": args.seed, "scene": args.scene, **result})  # fmt: skip
+    if args.recorded != 1:
+        stem, title = f"{stem}-recorded{args.recorded}", f"{title}, recorded at {args.recorded}x the size"
+    record = {"clips": args.clips, "seed": args.seed, "scene": args.scene, "recorded": args.recorded, **result}
+    run.write(stem, title, markdown(result, args, len(pairs)), record)
     return 0
 
 

@@ -73,14 +73,14 @@ def cached_dataset(clips: int, width: int, height: int, frames: int, seed: int) 
 
 
 def make_dataset(
-    clips: int, width: int, height: int, frames: int, seed: int, scene: str = "camera"
+    clips: int, width: int, height: int, frames: int, seed: int, scene: str = "camera", recorded: int = 1
 ) -> tuple[np.ndarray, np.ndarray]:
     """Frame pairs uint8 [N, 2, H, W, 3] and their flow float16 [N, H, W, 2] from ``clips`` clips of ``scene``
-    (``models.scenes.SCENES``)."""
+    (``models.scenes.SCENES``), recorded at ``recorded`` times the size (``models.scenes.camera_clip``)."""
     rng, textures = np.random.default_rng(seed), scenes.Textures()
     pairs, flows = [], []
     for i in range(clips):
-        clip = scenes.camera_clip(rng, width, height, frames, textures, scene)
+        clip = scenes.camera_clip(rng, width, height, frames, textures, scene, recorded)
         pairs += [clip.frames[t : t + 2] for t in range(frames - 1)]
         flows += list(clip.flow.astype(np.float16))
         if (i + 1) % 200 == 0:

@@ -304,13 +304,17 @@ def h264_round_trip(frames: np.ndarray, crf: int) -> np.ndarray:
 
 
 def camera_clip(rng: np.random.Generator, width: int = 160, height: int = 120, frames: int = 6,
-                textures: Textures | None = None, scene: str = "camera") -> Stream:  # fmt: skip
+                textures: Textures | None = None, scene: str = "camera", recorded: int = 1) -> Stream:  # fmt: skip
     """One random camera-like clip of ``frames`` frames at ``width`` x ``height`` with its exact flow; ``scene``, one
-    of ``SCENES``."""
+    of ``SCENES``. ``recorded``: the camera records ``recorded`` times that size (its noise and H.264 act there), and
+    the frames are then downsized, as the service downsizes a camera's decoded frames; 1 (pretraining's) encodes at
+    the working size, where H.264 can leave a small, slow mover's blocks standing still while it moves."""
     if width % 2 or height % 2 or frames < 2:
         raise ValueError(f"need even sides and >= 2 frames, got {width}x{height}, {frames} frames")
     if scene not in SCENES:
         raise ValueError(f"unknown scene {scene!r}; choose one of {', '.join(SCENES)}")
+    if not 1 <= recorded <= OVERSAMPLE:
+        raise ValueError(f"recorded must be 1 to {OVERSAMPLE} times the size, got {recorded}")
     small = scene == "surveillance"
     textures = textures or Textures()
     canvas = (height * OVERSAMPLE, width * OVERSAMPLE)
@@ -325,12 +329,19 @@ def camera_clip(rng: np.random.Generator, width: int = 160, height: int = 120, f
     layers += [_mover(rng, textures, frames, canvas, cartoon, camera, small) for _ in range(count)]
     shutter = rng.uniform(0.2, 1.0) if rng.random() < BLURRED else 0.0
     images, flow = _render(layers, frames, canvas, shutter)
-    images = np.stack([cv2.resize(im, (width, height), interpolation=cv2.INTER_AREA) for im in images])
+    images = _downsize(images, width * recorded, height * recorded)
     flow = np.stack([cv2.resize(f, (width, height), interpolation=cv2.INTER_AREA) for f in flow]) / OVERSAMPLE
     pixels = _photometric(images, rng)
     if rng.random() < 0.8:
         pixels = h264_round_trip(pixels, int(rng.integers(18, 33)))
-    return Stream(pixels, flow.astype(np.float32))
+    return Stream(_downsize(pixels, width, height), flow.astype(np.float32))
+
+
+def _downsize(images: np.ndarray, width: int, height: int) -> np.ndarray:
+    """Each frame area-averaged to ``width`` x ``height`` (as it is where it already has that size)."""
+    if images.shape[1:3] == (height, width):
+        return images
+    return np.stack([cv2.resize(im, (width, height), interpolation=cv2.INTER_AREA) for im in images])
 
 
 def main(argv: list[str] | None = None) -> int:

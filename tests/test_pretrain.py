@@ -26,6 +26,17 @@ def test_camera_clip_has_its_exact_flow():
         scenes.camera_clip(np.random.default_rng(0), 63, 48, 4)
 
 
+def test_a_clip_recorded_larger_shows_the_same_scene_with_the_same_flow():
+    """Recording at twice the size moves only where noise and H.264 act, not what the scene does."""
+    small, large = (scenes.camera_clip(np.random.default_rng(5), 64, 48, 3, recorded=r) for r in (1, 2))
+    assert large.frames.shape == small.frames.shape and large.frames.dtype == np.uint8
+    np.testing.assert_array_equal(large.flow, small.flow)
+    difference = np.abs(large.frames.astype(float) - small.frames.astype(float)).mean()
+    assert 0 < difference < 12, difference
+    with pytest.raises(ValueError, match="recorded"):
+        scenes.camera_clip(np.random.default_rng(0), 64, 48, 3, recorded=scenes.OVERSAMPLE + 1)
+
+
 def _sliding_layer(texture: np.ndarray, shift: tuple[float, float], frames: int) -> scenes._Layer:
     """A layer whose texture moves by ``shift`` canvas pixels each frame (instants -1 .. frames)."""
     placements = [scenes._affine(1.0, 0.0, shift[0] * t, shift[1] * t) for t in range(-1, frames + 1)]

@@ -47,3 +47,12 @@ def test_surveillance_scenes_hold_small_movers_before_a_static_camera(tmp_path):
     assert data["scene"] == "surveillance"
     moving_share = data["pixels"]["moving"] / data["pixels"]["all"]
     assert 0 < moving_share < 0.2 and data["pixels"]["fast"] == 0  # a few small, slow movers; the rest is still
+
+
+def test_clips_recorded_at_twice_the_size_are_a_results_file_of_their_own(tmp_path):
+    args = ["--clips", "1", "--threads", "1", "--scene", "surveillance", "--recorded", "2", "--out", str(tmp_path)]
+    assert scene_flow.main(args) == 0
+    data = json.loads((tmp_path / "scene-flow-surveillance-recorded2.json").read_text())
+    assert data["recorded"] == 2 and data["pixels"]["all"] == 5 * 160 * 120
+    assert "H.264 at 320x240, then downsized" in (tmp_path / "scene-flow-surveillance-recorded2.md").read_text()
+    assert not (tmp_path / "scene-flow-surveillance.json").exists()
