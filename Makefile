@@ -15,7 +15,7 @@ CLIPS ?= ../shared/clips
 
 .PHONY: run test lint docs clean screenshots up up-gpu down \
 	bench bench-engine bench-flow bench-flow-heldout flow-streams bench-realflow bench-realflow-heldout bench-scene-flow \
-	bench-schedules bench-memory bench-processes \
+	bench-camera-flow bench-schedules bench-memory bench-processes \
 	bench-service bench-load bench-soak bench-outage bench-cluster bench-gpu gpu-wheels docker-check pretrain
 
 $(VENV)/.installed: pyproject.toml
@@ -86,6 +86,12 @@ bench-scene-flow: $(VENV)/.installed
 	$(PY) -m bench.scene_flow
 	$(PY) -m bench.scene_flow --scene surveillance
 	$(PY) -m bench.scene_flow --scene surveillance --recorded 2
+
+## The shipped net on real frames moved by a known camera (pans sharp, blurred and faint; zooms; rotations), where the
+## flow is exact: bench/results/camera-flow.md, from the clips in CLIPS and the held-out ones where fetched.
+CAMERA_CLIPS = $(wildcard $(CLIPS)/*.mp4 $(CLIPS)/*.avi .clips-heldout/*.mp4)
+bench-camera-flow: $(VENV)/.installed
+	$(PY) -m bench.camera_flow $(foreach f,$(CAMERA_CLIPS),--video $(f))
 
 # Trains the shipped weights (models/weights/fast.pt + fast.json: data, time, result); about 70 min on one core of a
 # shared machine (fast.json: data_seconds, train_seconds).

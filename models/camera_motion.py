@@ -4,10 +4,9 @@ Why: the still gate (``flow_cleanup.StillGate``) falls back, where the pair give
 the background does. Before a static camera that is zero; before a shaking one it is the camera's motion, which a
 flat wall or a car's ceiling shares though nothing in them can be matched. The most common flow is the background's
 as long as the background is the largest surface that moves as one; a median of each component flipped to a mover's
-motion where movers covered nearly half the picture (bikes), and an affine fit bent towards them. Only small motions
-count (``largest_px``): two frames cannot tell a camera that moved from a mover that fills most of the picture before
-a plain wall, and a wall painted with a person's motion is the worse mistake
-(docs/models.md#the-still-gate-follows-the-camera).
+motion where movers covered nearly half the picture (bikes), and an affine fit bent towards them. Whether the gate
+follows a motion larger than a shake is the gate's to decide: two frames cannot tell a camera that moved from a mover
+that fills most of the picture before a plain wall (docs/models.md#the-still-gate-follows-the-camera).
 """
 
 from __future__ import annotations
@@ -16,33 +15,47 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-#: The histogram's bins, in px: also how precisely the camera's motion is known before the bin's mean refines it.
+#: The coarse histogram's bins, in px: where the most common flow lies, to about a pixel (``camera_motion``).
+COARSE_BIN_PX = 1.0
+#: The fine histogram's bins around the coarse peak: how precisely the camera's motion is known before the bin's mean
+#: refines it.
 BIN_PX = 0.1
-#: The farthest motion read, in px; a camera moving faster leaves no quiet place for the gate to act on anyway.
-REACH_PX = 8.0
+#: The farthest motion read, in px a frame at 160: a hand-held pan reaches 20-40 (tree.avi's hand, docs/models.md);
+#: beyond, a camera leaves no quiet place for the gate to act on anyway.
+REACH_PX = 32.0
 #: A camera whose motion is below this stood still (zero, exactly): the histogram's own precision.
 STILL_PX = 0.1
 
 
-def camera_motion(flow: Tensor, largest_px: float = REACH_PX) -> Tensor:
-    """(B, 2, H, W) flow -> (B, 2, 1, 1): per pair, the mean of the flows in the most populated bin's neighbourhood
-    (3 x 3 bins of ``BIN_PX``, within ``REACH_PX``); zero below ``STILL_PX``, above ``largest_px`` or with no flow in
-    reach. No gradient, no host sync (the GPU's captured step)."""
-    flow = flow.detach()
-    b = flow.shape[0]
-    bins = 2 * round(REACH_PX / BIN_PX) + 1
-    vectors = flow.flatten(2).transpose(1, 2)  # (B, N, 2)
-    cells = ((vectors + REACH_PX) / BIN_PX).round().long()
-    inside = ((cells >= 0) & (cells < bins)).all(-1)
+def _peak(vectors: Tensor, inside: Tensor, centre: Tensor, reach: float, bin_px: float) -> Tensor:
+    """(B, 2): the centre of the most populated 3 x 3 bins of a 2-D histogram of ``vectors`` (B, N, 2) in bins of
+    ``bin_px`` within ``reach`` of ``centre`` (B, 2), counting only ``inside`` (B, N) ones; ``centre`` where none
+    are in reach."""
+    b = vectors.shape[0]
+    bins = 2 * round(reach / bin_px) + 1
+    cells = ((vectors - centre[:, None] + reach) / bin_px).round().long()
+    counted = inside & ((cells >= 0) & (cells < bins)).all(-1)
     cells = cells.clamp(0, bins - 1)
-    index = (torch.arange(b, device=flow.device)[:, None] * bins + cells[..., 1]) * bins + cells[..., 0]
-    counts = torch.zeros(b * bins * bins, device=flow.device, dtype=flow.dtype)
-    counts.index_add_(0, index.flatten(), inside.flatten().to(flow.dtype))
+    index = (torch.arange(b, device=vectors.device)[:, None] * bins + cells[..., 1]) * bins + cells[..., 0]
+    counts = torch.zeros(b * bins * bins, device=vectors.device, dtype=vectors.dtype)
+    counts.index_add_(0, index.flatten(), counted.flatten().to(vectors.dtype))
     smoothed = F.avg_pool2d(counts.view(b, 1, bins, bins), 3, stride=1, padding=1).flatten(1)
     peak = smoothed.argmax(1)
-    centre = torch.stack([peak % bins, peak // bins], -1).to(flow.dtype) * BIN_PX - REACH_PX  # (B, 2)
-    near = (((vectors - centre[:, None]).abs() <= 1.5 * BIN_PX).all(-1) & inside).to(flow.dtype)  # (B, N)
+    return centre + torch.stack([peak % bins, peak // bins], -1).to(vectors.dtype) * bin_px - reach
+
+
+def camera_motion(flow: Tensor, reach_px: float = REACH_PX) -> Tensor:
+    """(B, 2, H, W) flow -> (B, 2, 1, 1): per pair, the mean of the flows in the most common flow's neighbourhood,
+    zero below ``STILL_PX`` or with no flow within ``reach_px``. Two histograms find it: one over the whole reach
+    in ``COARSE_BIN_PX`` bins, then one of ``BIN_PX`` bins around its peak, and the mean of the flows in that peak's
+    3 x 3 bins (one fine histogram over a reach of 32 px would have 410,000 bins a pair: 4.7 ms of a 49 ms step at
+    128x96). No gradient, no host sync (the GPU's captured step)."""
+    vectors = flow.detach().flatten(2).transpose(1, 2)  # (B, N, 2)
+    inside = (vectors.abs() <= reach_px).all(-1)
+    origin = torch.zeros(vectors.shape[0], 2, device=flow.device, dtype=flow.dtype)
+    coarse = _peak(vectors, inside, origin, reach_px, COARSE_BIN_PX)
+    fine = _peak(vectors, inside, coarse, 1.5 * COARSE_BIN_PX, BIN_PX)
+    near = (((vectors - fine[:, None]).abs() <= 1.5 * BIN_PX).all(-1) & inside).to(flow.dtype)  # (B, N)
     motion = (vectors * near[..., None]).sum(1) / near.sum(1, keepdim=True).clamp_min(1.0)  # zero if none in reach
-    length = motion.norm(dim=1, keepdim=True)
-    motion = motion * ((length >= STILL_PX) & (length <= largest_px)).to(flow.dtype)
+    motion = motion * (motion.norm(dim=1, keepdim=True) >= STILL_PX).to(flow.dtype)
     return motion[..., None, None]

@@ -15,7 +15,8 @@ frames differ clearly is not still, whatever zero flow explains (a fast mover's 
 no better). A mover has no still holes: where the test gates specks inside one (a patch of its texture matched as
 well by standing still), the gaps narrower than 9 px close again; a still background is wider than that. The
 service's net takes "standing still" as moving with the camera (``follows_camera``): a shaking camera's flat ceiling
-shares its motion, which no match inside it can show. Both explanations are judged at the same noise: a warp's
+shares its motion, which no match inside it can show, and so does a panning camera's flat wall where nothing textured
+stands still. Both explanations are judged at the same noise: a warp's
 bilinear interpolation averages the current frame's noise, so on a noisy camera's still background the net's
 sub-pixel fit of the noise explained the pair better than standing still; the gate puts the averaged noise back
 (``with_noise_restored``, the pair's noise read off its best-explained quarter: ``pair_noise``) and, as the fill does,
@@ -41,8 +42,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .camera_motion import camera_motion
-from .flow_loss import warp
+from .camera_motion import REACH_PX, camera_motion
+from .flow_loss import in_frame_mask, warp
 from .window_products import window_mix
 
 
@@ -193,10 +194,20 @@ def with_noise_restored(residual: Tensor, flow: Tensor, noise: Tensor) -> Tensor
     return residual + noise * (1 - noise_kept(flow))
 
 
-#: The largest camera motion the still gate follows, in px a frame at ``MADE_FOR_SIDE`` and below (as much in the
-#: scene at larger sizes): a shake. Larger, a common motion is as likely a mover filling most of the picture, and
-#: following it painted a plain wall behind one with its motion (docs/models.md#the-still-gate-follows-the-camera).
+#: The largest camera motion the still gate follows whatever else the picture shows, in px a frame at
+#: ``MADE_FOR_SIDE`` and below (as much in the scene at larger sizes): a shake. Larger, a common motion may be a
+#: mover filling most of the picture, and following it painted the wall behind one with its motion; the gate then
+#: follows it only where nothing textured stands still (``STANDING_SHARE``;
+#: docs/models.md#the-still-gate-follows-the-camera).
 CAMERA_SHAKE_PX = 1.0
+
+#: The share of the picture's texture (``StillGate``'s ``sure``, where the camera's warp lands in the frame) that
+#: standing still must explain better than the camera's motion, by ``STANDING_MARGIN`` noise floors over the gate's
+#: window, for the gate to take a motion larger than a shake for a mover's, not the camera's. A door frame on the
+#: wall behind a person filling half a webcam's picture holds 2-30 % of it; a pan of real frames at most 1 %
+#: (exploratory, docs/models.md#the-still-gate-follows-the-camera).
+STANDING_SHARE = 0.02
+STANDING_MARGIN = 2.0
 
 #: By how much of the noise residual (``noise_floor``) the camera's warp must explain the whole picture better than
 #: standing still: on a static camera's noisy frames the flow's most common value is a few tenths of a pixel of
@@ -211,8 +222,8 @@ class StillGate(nn.Module):
     frames barely changed over the ``changed`` window; gaps in the kept flow narrower than ``closing`` are closed.
 
     ``follows_camera``: the background's motion is the camera's (``models.camera_motion``), not zero: the gate then
-    tests and gates to that motion, so before a shaking camera a flat wall moves with it (zero before a static one, as
-    without; docs/models.md#the-still-gate-follows-the-camera).
+    tests and gates to that motion, so before a shaking or panning camera a flat wall moves with it (zero before a
+    static one, as without; docs/models.md#the-still-gate-follows-the-camera and the section after it).
 
     ``hands_on_keep``: the tensor goes on with the gate's decision appended, (B, 1, H, W) in [0, 1], 1 where the flow
     was kept: a variational refinement after it does not smooth across that boundary (``models.variational``)."""
@@ -255,33 +266,44 @@ class StillGate(nn.Module):
         # with its full noise, and only the gradient above the noise's own is texture.
         noise = pair_noise(unwarped, warped, flow_read)
         moved = with_noise_restored(warped, flow_read, noise)
-        camera, still = self._background(flow_read, prev, cur, unwarped, noise)
-        margin, softness = self.margin / 100, self.log_softness.exp()
-        near, far = (torch.sigmoid((box_mean(still, w) - box_mean(moved, w) - margin) / softness) for w in self.windows)
         texture = (box_mean(_gradient(prev), self.window) - noise).clamp_min(0) ** 2
         sure = texture / (texture + STILL_TEXTURE**2)
+        camera, still = self._background(flow_read, prev, cur, unwarped, noise, sure)
+        margin, softness = self.margin / 100, self.log_softness.exp()
+        near, far = (torch.sigmoid((box_mean(still, w) - box_mean(moved, w) - margin) / softness) for w in self.windows)
         quiet = torch.sigmoid((self.quiet / 100 - box_mean(still, self.changed)) / softness)
         keep = close_gaps(1 - quiet * (1 - sure * near - (1 - sure) * far), self.closing)
         gated = flow * keep if camera is None else camera + (flow - camera) * keep
         return torch.cat([gated, x[:, 2:], *([keep.detach()] if self.hands_on_keep else [])], 1)
 
     def _background(
-        self, flow: Tensor, prev: Tensor, cur: Tensor, unwarped: Tensor, noise: Tensor
+        self, flow: Tensor, prev: Tensor, cur: Tensor, unwarped: Tensor, noise: Tensor, sure: Tensor
     ) -> tuple[Tensor | None, Tensor]:
         """What standing still means, and how much the frames differ under it per pixel: zero (``unwarped``), or
         (``follows_camera``) the camera's motion where the frames confirm it, warped back by it differing less over
-        the whole picture than as they came, at the same noise and by more than ``CAMERA_EVIDENCE``. A flow's most
+        the whole picture than as they came, at the same noise and by more than ``CAMERA_EVIDENCE``; and, larger
+        than a shake, only where little of the texture ``sure`` stands still (``STANDING_SHARE``). A flow's most
         common value is not evidence enough: a net learning from scratch starts with a bias of a few tenths of a
         pixel everywhere, and a static background gated to it was painted (box: all pixels over the first 30 pairs
         0.019 -> 0.067 px; docs/models.md#the-still-gate-follows-the-camera)."""
         if not self.follows_camera:
             return None, unwarped
-        shake = CAMERA_SHAKE_PX * scene_scale(*flow.shape[-2:])
-        camera = camera_motion(flow, shake).expand_as(flow)
+        scale = scene_scale(*flow.shape[-2:])
+        camera = camera_motion(flow, REACH_PX * scale).expand_as(flow)
         along = with_noise_restored(warp_residual(prev, cur, camera), camera, noise)
         gain = unwarped.mean((2, 3), keepdim=True) - along.mean((2, 3), keepdim=True)
         confirmed = gain > CAMERA_EVIDENCE * noise
-        return camera * confirmed, torch.where(confirmed, along, unwarped)
+        shake = camera[..., :1, :1].norm(dim=1, keepdim=True) <= CAMERA_SHAKE_PX * scale
+        follows = confirmed & (shake | (self._standing_share(camera, along, unwarped, noise, sure) < STANDING_SHARE))
+        return camera * follows, torch.where(follows, along, unwarped)
+
+    def _standing_share(self, camera: Tensor, along: Tensor, unwarped: Tensor, noise: Tensor, sure: Tensor) -> Tensor:
+        """(B, 1, 1, 1): the share of the texture ``sure`` that standing still explains better than the ``camera``'s
+        motion (``along``) by ``STANDING_MARGIN`` noise floors over the gate's window: a door frame behind a mover,
+        not a pan. Counted only where the camera's warp lands in the frame; beyond, its residual is the padding's."""
+        stands = box_mean(along, self.window) > box_mean(unwarped, self.window) + STANDING_MARGIN * noise
+        counted = sure * in_frame_mask(camera)
+        return (counted * stands).mean((2, 3), keepdim=True) / counted.mean((2, 3), keepdim=True).clamp_min(1e-6)
 
 
 #: The mean confidence over a reach at which it fills a pixel half and the farther reaches the other half

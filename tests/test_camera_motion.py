@@ -40,7 +40,21 @@ def test_the_camera_s_motion_takes_no_gradient():
     assert not camera_motion(flow).requires_grad
 
 
-def test_a_motion_larger_than_the_largest_asked_for_reads_as_a_still_camera():
+def test_a_motion_beyond_the_reach_asked_for_is_not_read():
     flows = field((2.0, 0.5), (0.0, 0.0), 0.3)
     assert torch.allclose(camera_motion(flows).flatten(), torch.tensor([2.0, 0.5]), atol=0.02)
-    assert torch.equal(camera_motion(flows, largest_px=1.5), torch.zeros(1, 2, 1, 1))
+    assert torch.equal(camera_motion(flows, reach_px=1.5), torch.zeros(1, 2, 1, 1))
+
+
+def test_a_fast_pan_is_read_as_precisely_as_a_shake():
+    """The coarse histogram finds the peak anywhere in reach, the fine one refines it: a pan of 25 px with movers on
+    two fifths of the picture at 20 px (within the coarse peak's neighbourhood of neither)."""
+    flows = torch.cat([field((25.3, -7.62), (20.0, 3.0), 0.4, noise=0.08), field((-0.45, 0.3), (-30.0, 0.0), 0.45)])
+    motion = camera_motion(flows).flatten(1)
+    assert torch.allclose(motion, torch.tensor([[25.3, -7.62], [-0.45, 0.3]]), atol=0.02), motion
+
+
+def test_two_close_motions_read_as_the_more_common_one():
+    """Within the coarse bins' reach of each other, the fine histogram tells the two apart."""
+    flows = field((3.0, 1.0), (3.6, 1.0), 0.4, noise=0.02)
+    assert torch.allclose(camera_motion(flows).flatten(), torch.tensor([3.0, 1.0]), atol=0.02)

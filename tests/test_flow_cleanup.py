@@ -248,18 +248,45 @@ def test_a_gate_that_follows_the_camera_takes_a_biased_flow_for_no_camera_motion
     assert out.abs().max() < 1e-3
 
 
-def test_a_gate_that_follows_the_camera_keeps_a_plain_wall_still_behind_a_mover_filling_most_of_the_picture():
-    """Two frames cannot tell a camera moving 2 px from a textured mover filling most of the picture before a plain
-    wall: the wall matches either way. The gate follows only a shake (CAMERA_SHAKE_PX), so the wall stays still."""
+def mover_before_a_wall(door: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Frames (1, 3, 48, 48) of a textured mover over the left 34 columns moving 2 px right before a plain wall,
+    with a door frame (a textured stripe at columns 40-43) or without, and that flow (the mover's)."""
     wall = torch.full((1, 3, 48, 48), 0.6)
+    if door:
+        wall[..., 40:44] = textured(48, 4, seed=3)
     mover = textured(48, 48)
     prev, cur = wall.clone(), wall.clone()
     prev[..., :, :34] = mover[..., :, :34]
     cur[..., :, 2:36] = mover[..., :, :34]
     flow = torch.zeros(1, 2, 48, 48)
     flow[:, 0, :, :34] = 2.0
-    out = StillGate(follows_camera=True)(with_flow(flow, prev, cur))[:, :2]
-    assert out[..., 40:].abs().max() < 1e-3
+    return prev, cur, flow
+
+
+def test_a_gate_that_follows_the_camera_keeps_the_wall_still_where_its_texture_stands_still():
+    """Two frames cannot tell a camera moving 2 px from a textured mover filling most of the picture before a plain
+    wall, and the gate follows that motion; a door frame on the wall, standing still, says it is a mover's: beyond a
+    shake (CAMERA_SHAKE_PX) the gate follows a motion only where no more than STANDING_SHARE of the texture stands
+    still, so with the door the wall stays still."""
+    gate = StillGate(follows_camera=True)
+    prev, cur, flow = mover_before_a_wall(door=True)
+    assert gate(with_flow(flow, prev, cur))[:, :2, :, 36:40].abs().max() < 1e-3
+    prev, cur, flow = mover_before_a_wall(door=False)
+    assert torch.allclose(gate(with_flow(flow, prev, cur))[:, 0, :, 40:], torch.tensor(2.0), atol=1e-3)
+
+
+def test_a_gate_that_follows_the_camera_moves_a_flat_region_with_a_pan():
+    """A pan of 6 px, far beyond a shake: nothing textured stands still, so a flat square the match could not see
+    into takes the pan's motion, as a shake's does (zero before, which on pans of real frames cost flat and faint
+    regions most of their motion)."""
+    prev = textured(64, 64)
+    prev[..., 24:40, 24:40] = 0.5
+    cur = torch.roll(prev, shifts=6, dims=-1)
+    flow = torch.zeros(1, 2, 64, 64)
+    flow[:, 0] = 6.0
+    flow[..., 26:38, 26:38] = 0.0
+    followed = StillGate(follows_camera=True)(with_flow(flow, prev, cur))[:, :2]
+    assert followed[:, 0, 28:36, 28:36].min() > 5.25 and followed[:, 1, 28:36, 28:36].abs().max() < 1e-3
 
 
 def test_a_gate_hands_on_its_decision_when_asked():

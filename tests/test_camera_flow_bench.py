@@ -1,0 +1,64 @@
+"""``bench.camera_flow``: real pictures under a known camera motion, with their exact flow."""
+
+import json
+
+import av
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from bench import camera_flow
+from models.flow_loss import warp
+from models.pretrain import as_input
+
+
+def picture(seed: int = 0, height: int = 240, width: int = 320) -> np.ndarray:
+    """A smooth random RGB picture: texture at every scale a window of it sees."""
+    rng = np.random.default_rng(seed)
+    noise = rng.uniform(0, 255, (height // 8, width // 8, 3)).astype(np.float32)
+    return cv2.resize(noise, (width, height), interpolation=cv2.INTER_CUBIC).clip(0, 255).astype(np.uint8)
+
+
+@pytest.mark.parametrize("motion", [m for m in camera_flow.MOTIONS if m.shutter == 0 and not m.faint])
+def test_the_second_picture_warped_back_by_the_exact_flow_is_the_first(motion):
+    pair, flow, inside = camera_flow.camera_pair(picture(), motion, np.random.default_rng(1))
+    assert pair.shape == (2, 120, 160, 3) and flow.shape == (120, 160, 2) and inside.any()
+    x = as_input(pair[None])
+    back = warp(x[:, 3:], torch.from_numpy(flow).permute(2, 0, 1)[None])[0].permute(1, 2, 0).numpy()
+    residual = np.abs(back - x[0, :3].permute(1, 2, 0).numpy()).mean(-1)[inside]
+    still = np.abs(pair[1].astype(float) - pair[0].astype(float)).mean(-1)[inside] / 255
+    assert residual.mean() < 0.01 and (motion.shift < 1 or residual.mean() < 0.2 * still.mean()), motion.name
+
+
+def test_a_pan_moves_every_pixel_by_its_length_and_keeps_only_matches_in_the_picture():
+    motion = camera_flow.CameraMotion("pan", shift=10.0)
+    _, flow, inside = camera_flow.camera_pair(picture(), motion, np.random.default_rng(2))
+    np.testing.assert_allclose(np.linalg.norm(flow, axis=-1), 10.0, rtol=1e-5)
+    assert 0.75 < inside.mean() < 0.95
+
+
+def write_clip(path, frames: int = 12) -> None:
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 320, 240, "yuv420p"
+        for i in range(frames):
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(picture(i), format="rgb24")))
+        container.mux(stream.encode(None))
+
+
+def test_writes_every_motion_and_method(tmp_path):
+    clip = tmp_path / "clip.mp4"
+    write_clip(clip)
+    args = ["--video", str(clip), "--every", "5", "--per-clip", "1", "--threads", "1", "--out", str(tmp_path)]
+    assert camera_flow.main(args) == 0
+    data = json.loads((tmp_path / "camera-flow.json").read_text())
+    assert data["frames"] == 1 and set(data["epe"]) == {m.name for m in camera_flow.MOTIONS}
+    pan = data["epe"]["pan 5 px"]
+    assert set(pan) == set(camera_flow.METHODS) and pan["zero_flow"] == pytest.approx(5.0)
+    assert pan["learned"] < 1.0  # a textured picture panned 5 px: the net follows it
+
+
+def test_skips_without_clips(tmp_path, capsys):
+    assert camera_flow.main(["--video", str(tmp_path / "none.mp4"), "--out", str(tmp_path)]) == 0
+    assert "skipped" in capsys.readouterr().out and not list(tmp_path.iterdir())
