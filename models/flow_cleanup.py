@@ -201,13 +201,21 @@ def with_noise_restored(residual: Tensor, flow: Tensor, noise: Tensor) -> Tensor
 #: docs/models.md#the-still-gate-follows-the-camera).
 CAMERA_SHAKE_PX = 1.0
 
-#: The share of the picture's texture (``StillGate``'s ``sure``, where the camera's warp lands in the frame) that
-#: standing still must explain better than the camera's motion, by ``STANDING_MARGIN`` noise floors over the gate's
-#: window, for the gate to take a motion larger than a shake for a mover's, not the camera's. A door frame on the
-#: wall behind a person filling half a webcam's picture holds 2-30 % of it; a pan of real frames at most 1 %
-#: (exploratory, docs/models.md#the-still-gate-follows-the-camera).
+#: The share of the picture's texture (``StillGate``'s ``sure``, where the camera's warp lands in the frame) that must
+#: stand still for the gate to take a motion larger than a shake for a mover's, not the camera's: standing still
+#: explains it (its residual over the gate's window within ``STANDING_MARGIN`` noise floors) and explains it better
+#: than the camera's motion by as much. A door frame on the wall behind a person filling half a webcam's picture
+#: holds 2-30 % of it; a pan of real frames at most 1 %, and real movers in it, which standing still does not
+#: explain either, none (exploratory, docs/models.md#a-pan-is-the-cameras-where-nothing-textured-stands-still).
 STANDING_SHARE = 0.02
 STANDING_MARGIN = 2.0
+
+#: In a pan the gate follows, by how many noise floors a pixel's own flow must explain its window better than the
+#: camera's motion to be kept: within a floor it is the camera's estimate with the noise of a window's fit (blurred
+#: pans of 10 px: 0.51 px of error with the flow kept wherever it explained the window at all better, 0.29 with one
+#: floor; movers of real texture in such pans within 0.03 px of their error either way; exploratory,
+#: docs/models.md#a-pan-is-the-cameras-where-nothing-textured-stands-still).
+PAN_EVIDENCE = 1.0
 
 #: By how much of the noise residual (``noise_floor``) the camera's warp must explain the whole picture better than
 #: standing still: on a static camera's noisy frames the flow's most common value is a few tenths of a pixel of
@@ -282,7 +290,8 @@ class StillGate(nn.Module):
         """What standing still means, and how much the frames differ under it per pixel: zero (``unwarped``), or
         (``follows_camera``) the camera's motion where the frames confirm it, warped back by it differing less over
         the whole picture than as they came, at the same noise and by more than ``CAMERA_EVIDENCE``; and, larger
-        than a shake, only where little of the texture ``sure`` stands still (``STANDING_SHARE``). A flow's most
+        than a shake (a pan), only where little of the texture ``sure`` stands still (``STANDING_SHARE``), a pan's
+        residual counted ``PAN_EVIDENCE`` noise floors under what it is. A flow's most
         common value is not evidence enough: a net learning from scratch starts with a bias of a few tenths of a
         pixel everywhere, and a static background gated to it was painted (box: all pixels over the first 30 pairs
         0.019 -> 0.067 px; docs/models.md#the-still-gate-follows-the-camera)."""
@@ -294,14 +303,18 @@ class StillGate(nn.Module):
         gain = unwarped.mean((2, 3), keepdim=True) - along.mean((2, 3), keepdim=True)
         confirmed = gain > CAMERA_EVIDENCE * noise
         shake = camera[..., :1, :1].norm(dim=1, keepdim=True) <= CAMERA_SHAKE_PX * scale
-        follows = confirmed & (shake | (self._standing_share(camera, along, unwarped, noise, sure) < STANDING_SHARE))
-        return camera * follows, torch.where(follows, along, unwarped)
+        pan = ~shake & (self._standing_share(camera, along, unwarped, noise, sure) < STANDING_SHARE)
+        follows = confirmed & (shake | pan)
+        background = along - PAN_EVIDENCE * noise * (confirmed & pan)
+        return camera * follows, torch.where(follows, background, unwarped)
 
     def _standing_share(self, camera: Tensor, along: Tensor, unwarped: Tensor, noise: Tensor, sure: Tensor) -> Tensor:
-        """(B, 1, 1, 1): the share of the texture ``sure`` that standing still explains better than the ``camera``'s
-        motion (``along``) by ``STANDING_MARGIN`` noise floors over the gate's window: a door frame behind a mover,
-        not a pan. Counted only where the camera's warp lands in the frame; beyond, its residual is the padding's."""
-        stands = box_mean(along, self.window) > box_mean(unwarped, self.window) + STANDING_MARGIN * noise
+        """(B, 1, 1, 1): the share of the texture ``sure`` that standing still explains, and explains better than the
+        ``camera``'s motion (``along``), by ``STANDING_MARGIN`` noise floors over the gate's window: a door frame
+        behind a mover, not a pan, nor a mover in a pan. Counted only where the camera's warp lands in the frame;
+        beyond, its residual is the padding's."""
+        still = box_mean(unwarped, self.window)
+        stands = (still < STANDING_MARGIN * noise) & (box_mean(along, self.window) > still + STANDING_MARGIN * noise)
         counted = sure * in_frame_mask(camera)
         return (counted * stands).mean((2, 3), keepdim=True) / counted.mean((2, 3), keepdim=True).clamp_min(1e-6)
 

@@ -289,6 +289,38 @@ def test_a_gate_that_follows_the_camera_moves_a_flat_region_with_a_pan():
     assert followed[:, 0, 28:36, 28:36].min() > 5.25 and followed[:, 1, 28:36, 28:36].abs().max() < 1e-3
 
 
+def test_a_mover_in_a_pan_does_not_stop_the_gate_following_it():
+    """A textured mover moving 2 px through a 6 px pan: standing still explains it no better than the camera does,
+    so it is no evidence against the pan, and a flat square elsewhere still takes the pan's motion."""
+    prev = textured(64, 64)
+    prev[..., 36:52, 36:52] = 0.5
+    cur = torch.roll(prev, shifts=6, dims=-1)
+    cur[..., 8:28, 10:30] = prev[..., 8:28, 8:28]  # the mover, 20 px, 2 px right
+    flow = torch.zeros(1, 2, 64, 64)
+    flow[:, 0] = 6.0
+    flow[:, 0, 8:28, 8:28] = 2.0
+    flow[..., 38:50, 38:50] = 0.0
+    out = StillGate(follows_camera=True)(with_flow(flow, prev, cur))[:, :2]
+    assert out[:, 0, 40:48, 40:48].min() > 5.25
+    assert torch.allclose(out[:, 0, 12:24, 12:24], torch.tensor(2.0), atol=1e-3)  # the mover keeps its motion
+
+
+def test_in_a_pan_a_local_motion_the_frames_barely_show_takes_the_camera_s():
+    """In a followed pan a region moving half a pixel more than the camera, on a smooth texture with noise of 2.5
+    levels, explains its windows better than the camera's motion by less than PAN_EVIDENCE noise floors: it takes the
+    camera's, the noise of a window's fit; a pixel more is evidence, and the region keeps its own."""
+    for extra, expected in [(0.5, 5.0), (1.0, 6.0)]:
+        flow = torch.zeros(1, 2, 64, 64)
+        flow[:, 0] = 5.0
+        flow[:, 0, 20:44, 20:44] += extra
+        prev = textured(64, 64)
+        cur = warp(prev, -flow)  # prev(x) = cur(x + flow) where the flow is locally constant
+        gen = torch.Generator().manual_seed(4)
+        prev, cur = (t + 0.01 * torch.randn(t.shape, generator=gen) for t in (prev, cur))
+        out = StillGate(follows_camera=True)(with_flow(flow, prev, cur))[:, 0, 24:40, 24:40].detach()
+        assert abs(float(out.mean()) - expected) < 0.15, (extra, float(out.mean()))
+
+
 def test_a_gate_hands_on_its_decision_when_asked():
     image = textured()
     noise = torch.full((1, 2, 32, 32), 0.3)  # a small wrong motion on a still picture: gated
