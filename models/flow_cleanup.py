@@ -16,11 +16,11 @@ no better). A mover has no still holes: where the test gates specks inside one (
 well by standing still), the gaps narrower than 9 px close again; a still background is wider than that. The
 service's net takes "standing still" as moving with the camera (``follows_camera``): a shaking camera's flat ceiling
 shares its motion, which no match inside it can show, and so does a panning camera's flat wall where nothing textured
-stands still. Both explanations are judged at the same noise: a warp's
-bilinear interpolation averages the current frame's noise, so on a noisy camera's still background the net's
-sub-pixel fit of the noise explained the pair better than standing still; the gate puts the averaged noise back
-(``with_noise_restored``, the pair's noise read off its best-explained quarter: ``pair_noise``) and, as the fill does,
-counts as texture only what rises above the noise.
+stands still. Both explanations are judged at the same noise: a warp's bilinear interpolation averages the current
+frame's noise, so on a noisy camera's still background the net's sub-pixel fit of the noise explained the pair
+better than standing still; the gate puts the averaged noise back (``with_noise_restored``, the pair's noise read
+off its best-explained quarter: ``pair_noise``) and, as the fill does, counts as texture only what rises above the
+noise.
 
 ``EdgeAwareFill``: a cost volume has nothing to say where the image has no texture (a white table, the sky, a wall)
 or where the match fails (occlusions, noise, compression): there a learned net answers with noise. Classical methods
@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .camera_motion import REACH_PX, camera_motion
+from .camera_motion import FIT_RADII_PX, REACH_PX, camera_motion, similarity_motion
 from .flow_loss import in_frame_mask, warp
 from .window_products import window_mix
 
@@ -205,7 +205,7 @@ CAMERA_SHAKE_PX = 1.0
 #: stand still for the gate to take a motion larger than a shake for a mover's, not the camera's: standing still
 #: explains it (its residual over the gate's window within ``STANDING_MARGIN`` noise floors) and explains it better
 #: than the camera's motion by as much. A door frame on the wall behind a person filling half a webcam's picture
-#: holds 2-30 % of it; a pan of real frames at most 1 %, and real movers in it, which standing still does not
+#: holds 0.5-30 % of it; a pan of real frames at most 1 %, and real movers in it, which standing still does not
 #: explain either, none (exploratory, docs/models.md#a-pan-is-the-cameras-where-nothing-textured-stands-still).
 STANDING_SHARE = 0.02
 STANDING_MARGIN = 2.0
@@ -222,6 +222,12 @@ PAN_EVIDENCE = 1.0
 #: noise, which with its noise restored explains the picture about as well as standing still (box with noise of 8
 #: levels: within 0.7 % of the noise residual, the camera taken in a quarter of the pairs without this evidence).
 CAMERA_EVIDENCE = 0.02
+
+
+def _explains_better(residual: Tensor, than: Tensor, noise: Tensor) -> Tensor:
+    """(B, 1, 1, 1): whether the warp that left ``residual`` explains the whole picture better than the one that left
+    ``than``, by more than ``CAMERA_EVIDENCE`` of the ``noise`` residual."""
+    return than.mean((2, 3), keepdim=True) - residual.mean((2, 3), keepdim=True) > CAMERA_EVIDENCE * noise
 
 
 class StillGate(nn.Module):
@@ -290,8 +296,9 @@ class StillGate(nn.Module):
         """What standing still means, and how much the frames differ under it per pixel: zero (``unwarped``), or
         (``follows_camera``) the camera's motion where the frames confirm it, warped back by it differing less over
         the whole picture than as they came, at the same noise and by more than ``CAMERA_EVIDENCE``; and, larger
-        than a shake (a pan), only where little of the texture ``sure`` stands still (``STANDING_SHARE``), a pan's
-        residual counted ``PAN_EVIDENCE`` noise floors under what it is. A flow's most
+        than a shake (a pan), only where little of the texture ``sure`` stands still (``STANDING_SHARE``), as a
+        similarity where that explains the picture better than the translation, and with its residual counted
+        ``PAN_EVIDENCE`` noise floors under what it is (a pixel's own flow must beat it by that much). A flow's most
         common value is not evidence enough: a net learning from scratch starts with a bias of a few tenths of a
         pixel everywhere, and a static background gated to it was painted (box: all pixels over the first 30 pairs
         0.019 -> 0.067 px; docs/models.md#the-still-gate-follows-the-camera)."""
@@ -300,10 +307,15 @@ class StillGate(nn.Module):
         scale = scene_scale(*flow.shape[-2:])
         camera = camera_motion(flow, REACH_PX * scale).expand_as(flow)
         along = with_noise_restored(warp_residual(prev, cur, camera), camera, noise)
-        gain = unwarped.mean((2, 3), keepdim=True) - along.mean((2, 3), keepdim=True)
-        confirmed = gain > CAMERA_EVIDENCE * noise
+        confirmed = _explains_better(along, unwarped, noise)
         shake = camera[..., :1, :1].norm(dim=1, keepdim=True) <= CAMERA_SHAKE_PX * scale
         pan = ~shake & (self._standing_share(camera, along, unwarped, noise, sure) < STANDING_SHARE)
+        # A hand-held pan turns and zooms a little too: a similarity, where it explains the picture better.
+        radii = tuple(r * scale for r in FIT_RADII_PX)
+        turned = similarity_motion(flow, camera[..., :1, :1], sure * in_frame_mask(camera), radii)
+        turned_along = with_noise_restored(warp_residual(prev, cur, turned), turned, noise)
+        turns = pan & _explains_better(turned_along, along, noise)
+        camera, along = torch.where(turns, turned, camera), torch.where(turns, turned_along, along)
         follows = confirmed & (shake | pan)
         background = along - PAN_EVIDENCE * noise * (confirmed & pan)
         return camera * follows, torch.where(follows, background, unwarped)

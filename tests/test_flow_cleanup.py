@@ -321,6 +321,22 @@ def test_in_a_pan_a_local_motion_the_frames_barely_show_takes_the_camera_s():
         assert abs(float(out.mean()) - expected) < 0.15, (extra, float(out.mean()))
 
 
+def test_a_pan_that_rolls_gives_a_flat_corner_its_own_motion():
+    """A pan of 5 px rolling 1° (1.2 px at the corners of 96x96): the gate follows it as a similarity, so a flat
+    square at a corner, whose flow the match left at zero, takes the motion it has there, not the pan's alone."""
+    size = 96
+    ys, xs = torch.meshgrid(torch.arange(size) - (size - 1) / 2, torch.arange(size) - (size - 1) / 2, indexing="ij")
+    roll = torch.tensor(1.0).deg2rad()
+    truth = torch.stack([5.0 + (roll.cos() - 1) * xs - roll.sin() * ys, (roll.cos() - 1) * ys + roll.sin() * xs])[None]
+    prev = textured(size, size)
+    prev[..., 70:90, 70:90] = 0.5
+    cur = warp(prev, -truth)
+    flow = truth.clone()
+    flow[..., 72:88, 72:88] = 0.0
+    out = StillGate(follows_camera=True)(with_flow(flow, prev, cur))[:, :2].detach()
+    assert (out - truth)[..., 74:86, 74:86].norm(dim=1).max() < 0.25
+
+
 def test_a_gate_hands_on_its_decision_when_asked():
     image = textured()
     noise = torch.full((1, 2, 32, 32), 0.3)  # a small wrong motion on a still picture: gated
