@@ -1,7 +1,7 @@
 """The camera's motion between two frames, read off a flow field: its most common value (a 2-D histogram's peak),
 and for a pan a similarity fitted around it (``similarity_motion``).
 
-Why: the still gate (``flow_cleanup.StillGate``) falls back, where the pair gives no evidence of motion, to what
+Why: the still gate (``still_gate.StillGate``) falls back, where the pair gives no evidence of motion, to what
 the background does. Before a static camera that is zero; before a shaking one it is the camera's motion, which a
 flat wall or a car's ceiling shares though nothing in them can be matched. The most common flow is the background's
 as long as the background is the largest surface that moves as one; a median of each component flipped to a mover's

@@ -12,10 +12,10 @@ features by the flow so far, correlate locally (a parameter-free cost volume, +-
 cost with a soft-argmax into a residual flow, and add a learned correction (initialised to zero).
 Matching thus works from the first frames and the coarse levels reach large motions. Lucas-Kanade steps
 (damped least squares over a window, on RGB plus learned channels) add the sub-pixel precision that a
-soft-argmax over whole cells lacks. Two layers of ``models.flow_cleanup`` end the net: the edge-aware
-fill gives flat regions, where matching has no evidence, the motion of their textured surroundings; then,
-as real cameras mostly watch a static scene, the still gate keeps that scene exactly still. The service's net
-then ends as DIS does, with a variational refinement (``models.variational``).
+soft-argmax over whole cells lacks. Two layers end the net: the edge-aware fill (``models.flow_cleanup``)
+gives flat regions, where matching has no evidence, the motion of their textured surroundings; then,
+as real cameras mostly watch a static scene, the still gate (``models.still_gate``) keeps that scene exactly
+still. The service's net then ends as DIS does, with a variational refinement (``models.variational``).
 
 Stage boundaries: the full-resolution layers set ``keep_with_next``, so automatic balancing never ends
 a stage inside the full-resolution level. The two-frame-old gradient of a pixel-precise refinement,
@@ -45,9 +45,10 @@ from torch import Tensor, nn
 from .correlation import local_correlation
 from .deep_supervision import supervise
 from .exposure import match_exposure
-from .flow_cleanup import EdgeAwareFill, StillGate, box_mean, central_differences, frames_of
+from .flow_cleanup import EdgeAwareFill, box_mean, central_differences, frames_of
 from .flow_loss import online_loss, warp
 from .propagation import FlowPropagation
+from .still_gate import StillGate
 from .variational import VariationalRefinement
 
 
@@ -247,7 +248,7 @@ def pyramid_flow_net(
     None for no steps there); at full resolution ``fill`` carries flow from textured, well-matched pixels into flat
     ones along the image's edges (from ``fill_farther`` dilations too where nothing confident is near; at
     ``fill_verified`` dilations only a neighbour's flow that explains the pixel), then ``still`` gates the flow to
-    zero where nothing moved (``models.flow_cleanup``; with ``still_follows_camera``, to the camera's motion). The
+    zero where nothing moved (``models.still_gate``; with ``still_follows_camera``, to the camera's motion). The
     gate comes last: a fill after it took the gate's zeros, well matched on the still background, for confident flow
     and spread them into slow movers, halving their motion (on tree's first 30 pairs the moving pixels' mean
     projection on the pseudo-GT fell from 1.03 to 0.49 in the fill; docs/models.md#the-still-gate-comes-last). With

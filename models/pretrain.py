@@ -44,9 +44,10 @@ import torch
 from torch import Tensor, nn
 
 from . import scenes
-from .flow_cleanup import EdgeAwareFill, StillGate
+from .flow_cleanup import EdgeAwareFill
 from .flow_metrics import FAST_MOTION
 from .flow_nets import WEIGHTS_DIR, PairFeatures, StartFlow, TakeFlow, build_flow_net
+from .still_gate import StillGate
 
 
 def level_weights(levels: int) -> tuple[float, ...]:

@@ -1,4 +1,5 @@
-"""The layers that clean a learned flow: zero where nothing moves, filled in where nothing is seen, evened out."""
+"""The layers that clean a learned flow: zero where nothing moves (``models.still_gate``), filled in where nothing is
+seen (``models.flow_cleanup``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import torch.nn.functional as F
 
 from models.flow_cleanup import (
     EdgeAwareFill,
-    StillGate,
     box_mean,
     close_gaps,
     confidence,
@@ -16,6 +16,7 @@ from models.flow_cleanup import (
     with_noise_restored,
 )
 from models.flow_loss import warp
+from models.still_gate import StillGate
 
 
 def textured(h: int = 32, w: int = 32, seed: int = 0) -> torch.Tensor:

@@ -1,0 +1,180 @@
+"""The still gate: a flow taken to what the background does where standing still explains the pair as well.
+
+``StillGate``: most of a real camera's picture does not move, and a net's small errors there cost more than the
+motion it gets right (a static street camera is nearly all background). Where standing still explains the pair
+as well as the estimated flow does (the local photometric error of zero flow is no larger than that of the
+flow: the stationary-pixel test of Monodepth2's auto-masking), the flow is gated to zero. Stillness needs evidence
+as motion does: inside a flat region (a hand's palm, a wall) any flow explains a small window as well as standing
+still, so where the pixel's own window has little texture the test is taken over a wide window instead, which
+reaches the region's edges: a palm that moved 17 px kept its motion (it lost a quarter of it to a gate deciding
+on its own window alone), a still wall stays still. And only where the frames barely changed: a window whose
+frames differ clearly is not still, whatever zero flow explains (a fast mover's imperfect flow often explains it
+no better). A mover has no still holes: where the test gates specks inside one (a patch of its texture matched as
+well by standing still), the gaps narrower than 9 px close again; a still background is wider than that. The
+service's net takes "standing still" as moving with the camera (``follows_camera``): a shaking camera's flat ceiling
+shares its motion, which no match inside it can show, and so does a panning camera's flat wall where nothing textured
+stands still. Both explanations are judged at the same noise: a warp's bilinear interpolation averages the current
+frame's noise, so on a noisy camera's still background the net's sub-pixel fit of the noise explained the pair
+better than standing still; the gate puts the averaged noise back (``with_noise_restored``, the pair's noise read
+off its best-explained quarter: ``pair_noise``) and, as the fill does, counts as texture only what rises above the
+noise.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from .camera_motion import FIT_RADII_PX, REACH_PX, camera_motion, similarity_motion
+from .flow_cleanup import (
+    box_mean,
+    close_gaps,
+    frames_of,
+    gradient_magnitude,
+    pair_noise,
+    scene_scale,
+    warp_residual,
+    with_noise_restored,
+)
+from .flow_loss import in_frame_mask
+
+#: A mean gradient of this much over a window (in intensity per pixel) makes its still test half-sure: the fill's
+#: texture scale as it starts (``EdgeAwareFill.log_texture``).
+STILL_TEXTURE = 0.02
+
+
+#: The largest camera motion the still gate follows whatever else the picture shows, in px a frame at
+#: ``MADE_FOR_SIDE`` and below (as much in the scene at larger sizes): a shake. Larger, a common motion may be a
+#: mover filling most of the picture, and following it painted the wall behind one with its motion; the gate then
+#: follows it only where nothing textured stands still (``STANDING_SHARE``;
+#: docs/models.md#the-still-gate-follows-the-camera).
+CAMERA_SHAKE_PX = 1.0
+
+#: The share of the picture's texture (``StillGate``'s ``sure``, where the camera's warp lands in the frame) that must
+#: stand still for the gate to take a motion larger than a shake for a mover's, not the camera's: standing still
+#: explains it (its residual over the gate's window within ``STANDING_MARGIN`` noise floors) and explains it better
+#: than the camera's motion by as much. A door frame on the wall behind a person filling half a webcam's picture
+#: holds 0.5-30 % of it; a pan of real frames at most 1 %, and real movers in it, which standing still does not
+#: explain either, none (exploratory, docs/models.md#a-pan-is-the-cameras-where-nothing-textured-stands-still).
+STANDING_SHARE = 0.02
+STANDING_MARGIN = 2.0
+
+#: In a pan the gate follows, by how many noise floors a pixel's own flow must explain its window better than the
+#: camera's motion to be kept: within a floor it is the camera's estimate with the noise of a window's fit (blurred
+#: pans of 10 px: 0.51 px of error with the flow kept wherever it explained the window at all better, 0.29 with one
+#: floor; movers of real texture in such pans within 0.03 px of their error either way; exploratory,
+#: docs/models.md#a-pan-is-the-cameras-where-nothing-textured-stands-still).
+PAN_EVIDENCE = 1.0
+
+#: By how much of the noise residual (``noise_floor``) the camera's warp must explain the whole picture better than
+#: standing still: on a static camera's noisy frames the flow's most common value is a few tenths of a pixel of
+#: noise, which with its noise restored explains the picture about as well as standing still (box with noise of 8
+#: levels: within 0.7 % of the noise residual, the camera taken in a quarter of the pairs without this evidence).
+CAMERA_EVIDENCE = 0.02
+
+
+def _explains_better(residual: Tensor, than: Tensor, noise: Tensor) -> Tensor:
+    """(B, 1, 1, 1): whether the warp that left ``residual`` explains the whole picture better than the one that left
+    ``than``, by more than ``CAMERA_EVIDENCE`` of the ``noise`` residual."""
+    return than.mean((2, 3), keepdim=True) - residual.mean((2, 3), keepdim=True) > CAMERA_EVIDENCE * noise
+
+
+class StillGate(nn.Module):
+    """[flow, frames, ...] -> the same tensor with the flow gated to zero where zero flow explains the pair as well;
+    decided over ``window`` where that window has texture, else over ``wide`` (module docstring), and only where the
+    frames barely changed over the ``changed`` window; gaps in the kept flow narrower than ``closing`` are closed.
+
+    ``follows_camera``: the background's motion is the camera's (``models.camera_motion``), not zero: the gate then
+    tests and gates to that motion, so before a shaking or panning camera a flat wall moves with it (zero before a
+    static one, as without; docs/models.md#the-still-gate-follows-the-camera and the section after it).
+
+    ``hands_on_keep``: the tensor goes on with the gate's decision appended, (B, 1, H, W) in [0, 1], 1 where the flow
+    was kept: a variational refinement after it does not smooth across that boundary (``models.variational``)."""
+
+    def __init__(
+        self,
+        window: int = 5,
+        wide: int = 31,
+        changed: int = 15,
+        closing: int = 9,
+        follows_camera: bool = False,
+        hands_on_keep: bool = False,
+    ) -> None:
+        super().__init__()
+        self.window, self.windows, self.changed, self.closing = window, (window, wide), changed, closing
+        self.follows_camera, self.hands_on_keep = follows_camera, hands_on_keep
+        # In hundredths of an intensity: an Adam step moves a parameter by about the learning rate whatever its size,
+        # which for a margin of 0.001 in intensity units would be a leap. It may turn negative (gate less).
+        self.margin = nn.Parameter(torch.tensor(0.1))  # how much better moving must be
+        # Width of the gate's transition: about 8-bit video's quantisation step (1/255) averaged over the window's
+        # 25 pixels. A width of 0.002 let 27 % of the flow through where moving explained the pair no better than
+        # standing still (sigmoid(-margin/width) at no gain), which painted the static background on real clips.
+        self.log_softness = nn.Parameter(torch.tensor(0.0005).log())
+        # In hundredths too: a ``changed`` window whose frames differ by more than this on average is not still, however
+        # well standing still explains it. A fast mover's imperfect flow often explains its pixels no better than zero
+        # does; gated, a hand lost part of its motion (tree's fast pixels: EPE 4.7 before the gate, 5.3 after it;
+        # docs/models.md#the-still-gate-leaves-changed-places-alone).
+        self.quiet = nn.Parameter(torch.tensor(5.0))
+
+    def forward(self, x: Tensor) -> Tensor:
+        flow, (prev, cur) = x[:, :2], frames_of(x).split(3, 1)
+        # The decision reads the flow without differentiating it: the gate's steep edge would send the flow
+        # gradients hundreds of times the loss's own (learning from scratch diverged).
+        flow_read = flow.detach()
+        unwarped = (prev - cur).abs().mean(1, keepdim=True)
+        warped = warp_residual(prev, cur, flow_read)
+        # A warp interpolates the current frame, which averages its noise away: on a still, noisy window any
+        # sub-pixel flow explained the pair better than standing still did (box with noise of 4 levels: its still
+        # background painted; docs/models.md#the-still-gate-judges-at-the-same-noise). Every hypothesis is judged
+        # with its full noise, and only the gradient above the noise's own is texture.
+        noise = pair_noise(unwarped, warped, flow_read)
+        moved = with_noise_restored(warped, flow_read, noise)
+        texture = (box_mean(gradient_magnitude(prev), self.window) - noise).clamp_min(0) ** 2
+        sure = texture / (texture + STILL_TEXTURE**2)
+        camera, still = self._background(flow_read, prev, cur, unwarped, noise, sure)
+        margin, softness = self.margin / 100, self.log_softness.exp()
+        near, far = (torch.sigmoid((box_mean(still, w) - box_mean(moved, w) - margin) / softness) for w in self.windows)
+        quiet = torch.sigmoid((self.quiet / 100 - box_mean(still, self.changed)) / softness)
+        keep = close_gaps(1 - quiet * (1 - sure * near - (1 - sure) * far), self.closing)
+        gated = flow * keep if camera is None else camera + (flow - camera) * keep
+        return torch.cat([gated, x[:, 2:], *([keep.detach()] if self.hands_on_keep else [])], 1)
+
+    def _background(
+        self, flow: Tensor, prev: Tensor, cur: Tensor, unwarped: Tensor, noise: Tensor, sure: Tensor
+    ) -> tuple[Tensor | None, Tensor]:
+        """What standing still means, and how much the frames differ under it per pixel: zero (``unwarped``), or
+        (``follows_camera``) the camera's motion where the frames confirm it, warped back by it differing less over
+        the whole picture than as they came, at the same noise and by more than ``CAMERA_EVIDENCE``; and, larger
+        than a shake (a pan), only where little of the texture ``sure`` stands still (``STANDING_SHARE``), as a
+        similarity where that explains the picture better than the translation, and with its residual counted
+        ``PAN_EVIDENCE`` noise floors under what it is (a pixel's own flow must beat it by that much). A flow's most
+        common value is not evidence enough: a net learning from scratch starts with a bias of a few tenths of a
+        pixel everywhere, and a static background gated to it was painted (box: all pixels over the first 30 pairs
+        0.019 -> 0.067 px; docs/models.md#the-still-gate-follows-the-camera)."""
+        if not self.follows_camera:
+            return None, unwarped
+        scale = scene_scale(*flow.shape[-2:])
+        camera = camera_motion(flow, REACH_PX * scale).expand_as(flow)
+        along = with_noise_restored(warp_residual(prev, cur, camera), camera, noise)
+        confirmed = _explains_better(along, unwarped, noise)
+        shake = camera[..., :1, :1].norm(dim=1, keepdim=True) <= CAMERA_SHAKE_PX * scale
+        pan = ~shake & (self._standing_share(camera, along, unwarped, noise, sure) < STANDING_SHARE)
+        # A hand-held pan turns and zooms a little too: a similarity, where it explains the picture better.
+        radii = tuple(r * scale for r in FIT_RADII_PX)
+        turned = similarity_motion(flow, camera[..., :1, :1], sure * in_frame_mask(camera), radii)
+        turned_along = with_noise_restored(warp_residual(prev, cur, turned), turned, noise)
+        turns = pan & _explains_better(turned_along, along, noise)
+        camera, along = torch.where(turns, turned, camera), torch.where(turns, turned_along, along)
+        follows = confirmed & (shake | pan)
+        background = along - PAN_EVIDENCE * noise * (confirmed & pan)
+        return camera * follows, torch.where(follows, background, unwarped)
+
+    def _standing_share(self, camera: Tensor, along: Tensor, unwarped: Tensor, noise: Tensor, sure: Tensor) -> Tensor:
+        """(B, 1, 1, 1): the share of the texture ``sure`` that standing still explains, and explains better than the
+        ``camera``'s motion (``along``), by ``STANDING_MARGIN`` noise floors over the gate's window: a door frame
+        behind a mover, not a pan, nor a mover in a pan. Counted only where the camera's warp lands in the frame;
+        beyond, its residual is the padding's."""
+        still = box_mean(unwarped, self.window)
+        stands = (still < STANDING_MARGIN * noise) & (box_mean(along, self.window) > still + STANDING_MARGIN * noise)
+        counted = sure * in_frame_mask(camera)
+        return (counted * stands).mean((2, 3), keepdim=True) / counted.mean((2, 3), keepdim=True).clamp_min(1e-6)
