@@ -10,8 +10,9 @@ most: at 0.5-20 px a frame at 160x120, sharp; blurred by a shutter open the whol
 motion.
 
 Methods: the service's net with the shipped weights (frozen, as a stream starts), Farneback, DIS-fast, zero flow;
-EPE over the pixels whose true match stays in the picture (the rest have nothing to match). Skipped, with a
-message, without clips. → ``bench/results/camera-flow.{md,json}``.
+EPE over the pixels whose true match stays in the picture (the rest have nothing to match); a picture sheet of the
+first frame under a few of the motions. Skipped, with a message, without clips. →
+``bench/results/camera-flow.{md,json}`` and ``camera-flow-sheet.png``.
 
     python -m bench.camera_flow --video ../shared/clips/box.mp4 [--video ...] [--every 20] [--per-clip 10]
 """
@@ -30,6 +31,7 @@ import torch
 
 from bench.scene_flow import learned_flows
 from models.classical import classical_methods
+from models.flow_viz import flow_to_color
 from testing.report import RESULTS, Run, command_line
 
 SIZE = (160, 120)  # the window, W x H: the service's working size on a CPU
@@ -37,6 +39,7 @@ WINDOW_SHARE = 0.7  # of the frame the window spans, leaving room for the camera
 SOURCE_PX = 1.25  # source pixels per window pixel once the frame is area-downsized: sampled without aliasing
 FAINT_CONTRAST, FAINT_NOISE = 0.3, 2.0
 METHODS = ("learned", "farneback", "dis_fast", "zero_flow")
+SHEET = ("pan 5 px", "pan 10 px, blurred", "pan 5 px, faint", "pan 5 px, rotation 1°", "zoom 10 %")  # drawn motions
 
 
 @dataclass(frozen=True)
@@ -121,10 +124,11 @@ def clip_frames(path: Path, every: int, per_clip: int) -> list[np.ndarray]:
     return frames
 
 
-def score(frames: list[np.ndarray], seed: int) -> dict[str, dict[str, float]]:
-    """EPE per motion and method over the pixels whose match stays in the picture, every frame under each."""
+def score(frames: list[np.ndarray], seed: int) -> tuple[dict[str, dict[str, float]], dict[str, dict[str, np.ndarray]]]:
+    """EPE per motion and method over the pixels whose match stays in the picture, every frame under each; and, for
+    the ``SHEET`` motions, the first frame with its true and estimated flows."""
     classical = classical_methods()
-    result = {}
+    result, shown = {}, {}
     for motion in MOTIONS:
         rng = np.random.default_rng(seed)
         pairs, flows, inside = zip(*(camera_pair(f, motion, rng) for f in frames), strict=True)
@@ -137,7 +141,39 @@ def score(frames: list[np.ndarray], seed: int) -> dict[str, dict[str, float]]:
         }
         errors = {m: np.linalg.norm(e - flows, axis=-1)[inside] for m, e in estimates.items()}
         result[motion.name] = {m: float(e.mean()) for m, e in errors.items()}
-    return result
+        if motion.name in SHEET:
+            shown[motion.name] = {"frame": pairs[0, 0], "true flow": flows[0]} | {
+                m: estimates[m][0] for m in METHODS if m != "zero_flow"
+            }
+    return result, shown
+
+
+def picture_sheet(shown: dict[str, dict[str, np.ndarray]], title: str):
+    """Rows = motions; columns = the first picture, the true flow, each method's; one colour scale per row (the true
+    flow's largest speed: faster vectors are drawn fully saturated)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = list(next(iter(shown.values())))
+    fig, axes = plt.subplots(
+        len(shown), len(columns), figsize=(2.0 * len(columns), 1.5 * len(shown) + 0.6), squeeze=False
+    )
+    for i, (name, row) in enumerate(shown.items()):
+        scale = max(1.0, float(np.linalg.norm(row["true flow"], axis=-1).max()))
+        for j, column in enumerate(columns):
+            image = row[column] if column == "frame" else flow_to_color(row[column], max_magnitude=scale)
+            axes[i, j].imshow(image, interpolation="nearest")
+            axes[i, j].set_xticks([])
+            axes[i, j].set_yticks([])
+            if i == 0:
+                axes[i, j].set_title(column, fontsize=8)
+        axes[i, 0].set_ylabel(f"{name}\n{scale:.1f} px", fontsize=7)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout(rect=(0, 0.0, 1, 0.95))
+    fig.set_dpi(110)
+    return fig
 
 
 def markdown(result: dict[str, dict[str, float]], clips: list[str], frames: int) -> str:
@@ -175,10 +211,11 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     run = Run(command=command_line("bench.camera_flow", argv), directory=args.out)
     frames = [f for v in videos for f in clip_frames(v, args.every, args.per_clip)]
-    result = score(frames, args.seed)
+    result, shown = score(frames, args.seed)
     title = "Exact flow on real pictures: the learned flow under a known camera motion"
     run.write("camera-flow", title, markdown(result, [v.name for v in videos], len(frames)),
               {"clips": [v.name for v in videos], "frames": len(frames), "epe": result})  # fmt: skip
+    run.png("camera-flow-sheet.png", picture_sheet(shown, title))
     return 0
 
 

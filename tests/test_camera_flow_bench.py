@@ -57,6 +57,7 @@ def test_writes_every_motion_and_method(tmp_path):
     pan = data["epe"]["pan 5 px"]
     assert set(pan) == set(camera_flow.METHODS) and pan["zero_flow"] == pytest.approx(5.0)
     assert pan["learned"] < 1.0  # a textured picture panned 5 px: the net follows it
+    assert (tmp_path / "camera-flow-sheet.png").stat().st_size > 10_000
 
 
 def test_skips_without_clips(tmp_path, capsys):
