@@ -46,15 +46,21 @@ def decode(jpeg: bytes) -> np.ndarray:
     return cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR).astype(np.float32)
 
 
-def loss_falls(frames: list[tuple[dict, bytes]]) -> tuple[float, float]:
-    """Median loss of the first and the last LOOP frames of a looping loop.mp4 stream.
+def pairs_learned(frames: list[tuple[dict, bytes]]) -> float:
+    """The share of a looping loop.mp4 stream's frame pairs whose loss in its last loop is below that in its first,
+    each pair matched to itself by its place in the file (its frame number modulo LOOP).
 
-    Each window holds every frame pair of the loop once, so both see the same content and differ only
-    in the weights (a frame's loss depends on how much it moves: first vs last frames of a clip would
-    compare motion, not learning). Medians: the loop's wrap-around is one outlier pair."""
-    losses = [m["loss"] for m, _ in frames]
-    assert len(losses) >= 2 * LOOP
-    return float(np.median(losses[:LOOP])), float(np.median(losses[-LOOP:]))
+    A frame's loss depends on how much it moves, so a pair is only compared with itself. Without learning about half
+    of them come out lower by chance (0.53 at a rate of 1e-12: a pair's loss moves a little from loop to loop);
+    learning from scratch lowered 0.80-0.93 of them in five loops. Paired, this is robust where the loops' medians
+    were not: the net cleans up its flow before it learns anything, and over five loops the median fell by 3-7 %,
+    around the 5 % once asked of it (failing about one run in three)."""
+    assert len(frames) >= 2 * LOOP
+    first = {m["frame"] % LOOP: m["loss"] for m, _ in frames[:LOOP]}
+    last = {m["frame"] % LOOP: m["loss"] for m, _ in frames[-LOOP:]}
+    common = first.keys() & last.keys()
+    assert len(common) >= LOOP - 2, sorted(common)
+    return sum(last[k] < first[k] for k in common) / len(common)
 
 
 def beats_zero_flow(frames: list[tuple[dict, bytes]]) -> tuple[float, float]:

@@ -1,10 +1,11 @@
-"""The layers that clean a learned flow: zero where nothing moves (``models.still_gate``), filled in where nothing is
-seen (``models.flow_cleanup``)."""
+"""The fill (flat or unsure pixels take the flow of their confident neighbours) and the image evidence it shares with
+the still gate (``models.flow_cleanup``)."""
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from image_support import noisy, textured, with_flow
 
 from models.flow_cleanup import (
     EdgeAwareFill,
@@ -16,54 +17,6 @@ from models.flow_cleanup import (
     with_noise_restored,
 )
 from models.flow_loss import warp
-from models.still_gate import StillGate
-
-
-def textured(h: int = 32, w: int = 32, seed: int = 0) -> torch.Tensor:
-    image = torch.rand(1, 3, h, w, generator=torch.Generator().manual_seed(seed))
-    return torch.nn.functional.avg_pool2d(image, 3, 1, 1)
-
-
-def with_flow(flow: torch.Tensor, prev: torch.Tensor, cur: torch.Tensor) -> torch.Tensor:
-    return torch.cat([flow, prev, cur], 1)
-
-
-def test_still_gate_zeroes_a_flow_where_nothing_moved_and_keeps_the_true_one():
-    image = textured()
-    noise = torch.full((1, 2, 32, 32), 0.3)  # a small wrong motion on a still picture
-    out = StillGate()(with_flow(noise, image, image))
-    assert out[:, :2].abs().max() < 1e-3 and torch.equal(out[:, 2:], torch.cat([image, image], 1))
-
-    moved = torch.roll(image, shifts=2, dims=-1)  # content moves 2 px right
-    truth = torch.zeros(1, 2, 32, 32)
-    truth[:, 0] = 2.0
-    kept = StillGate()(with_flow(truth, image, moved))[:, :2]
-    assert (kept[..., 4:-4, 4:-4] - truth[..., 4:-4, 4:-4]).abs().max() < 1e-2
-
-
-def test_still_gate_lets_little_through_where_moving_explains_the_pair_no_better():
-    """A flat picture: any flow warps it onto itself, so moving gains nothing over standing still. A soft gate that
-    let a quarter of such a flow through painted the static background of real clips."""
-    flat = torch.full((1, 3, 32, 32), 0.5)
-    wrong = torch.full((1, 2, 32, 32), 1.0)
-    out = StillGate()(with_flow(wrong, flat, flat))[:, :2]
-    assert out.abs().max() < 0.125
-
-
-def test_still_gate_keeps_an_imperfect_flow_where_the_frames_clearly_changed():
-    """Content moved 6 px right; the flow says 6 px down, which explains the pair no better than standing still. The
-    frames differ clearly, so the place is not still: the flow stays for learning to correct, not zeroed (a fast
-    mover's partial match, gated, lost its motion)."""
-    image = textured()
-    moved = torch.roll(image, shifts=6, dims=-1)
-    wrong = torch.zeros(1, 2, 32, 32)
-    wrong[:, 1] = 6.0
-    gate = StillGate()
-    assert torch.allclose(gate(with_flow(wrong, image, moved))[:, :2], wrong, atol=1e-3)
-    with torch.no_grad():
-        gate.quiet.fill_(100.0)  # every window counts as quiet: the stillness test alone decides
-    gate.closing = 1  # and closes none of the gaps it leaves
-    assert gate(with_flow(wrong, image, moved))[:, :2].abs().mean() < 2.0
 
 
 def test_close_gaps_fills_a_mover_s_narrow_holes_and_leaves_wide_still_regions_and_outlines():
@@ -80,20 +33,6 @@ def test_close_gaps_fills_a_mover_s_narrow_holes_and_leaves_wide_still_regions_a
     wide = keep.clone()
     wide[..., 14:34, 16:32] = 0.0  # a still region 16 px wide inside it stays still
     assert close_gaps(wide, 9)[..., 16:32, 18:30].max() == 0.0
-
-
-def test_still_gate_keeps_the_motion_of_a_flat_mover_that_its_edges_show():
-    """A flat square (a palm) moves 3 px over a textured, still background: inside it any flow explains a small
-    window as well as standing still, but a wide window reaches its edges, where only the motion explains the pair."""
-    background = textured(48, 48)
-    prev, cur = background.clone(), background.clone()
-    prev[..., 14:34, 10:30] = 0.2
-    cur[..., 14:34, 13:33] = 0.2
-    truth = torch.zeros(1, 2, 48, 48)
-    truth[:, 0, 14:34, 10:30] = 3.0
-    kept = StillGate()(with_flow(truth, prev, cur))[:, :2]
-    assert kept[:, 0, 18:30, 16:26].min() > 0.9 * 3.0  # the palm's inside, 6 px or more from its edges
-    assert kept[:, :, 40:, :].abs().max() < 1e-3  # the background stays still
 
 
 def test_confidence_is_high_on_matched_texture_and_low_on_flat_or_mismatched_pixels():
@@ -219,141 +158,6 @@ def test_neighbour_sum_is_the_kernel_weighted_3x3_neighbourhood_with_true_gradie
         assert torch.autograd.gradcheck(neighbour_sum, (t.requires_grad_(), kernel.requires_grad_(), dilation))
 
 
-def test_a_gate_that_follows_the_camera_moves_a_flat_region_with_a_shaking_camera():
-    """The whole picture moved 1 px right (a camera shaking); inside a flat square no match shows it and the flow there
-    is zero. Gated to zero it stays so; following the camera it takes the camera's motion (all but the gate's
-    softness at a tie, under an eighth), and the textured pixels keep theirs. Before a static camera both gates
-    leave the same flow."""
-    prev = textured(48, 48)
-    prev[..., 16:32, 16:32] = 0.5
-    cur = torch.roll(prev, shifts=1, dims=-1)
-    flow = torch.zeros(1, 2, 48, 48)
-    flow[:, 0] = 1.0
-    flow[..., 18:30, 18:30] = 0.0  # no evidence inside the square
-    still, camera = StillGate(), StillGate(follows_camera=True)
-    assert still(with_flow(flow, prev, cur))[:, 0, 20:28, 20:28].abs().max() < 1e-3
-    followed = camera(with_flow(flow, prev, cur))[:, :2]
-    assert followed[:, 0, 20:28, 20:28].min() > 0.875 and followed[:, 1, 20:28, 20:28].abs().max() < 1e-3
-    assert torch.allclose(followed[..., 2:14, 2:-2], torch.tensor([1.0, 0.0]).view(1, 2, 1, 1), atol=1e-3)
-
-    noise = 0.05 * torch.randn(1, 2, 48, 48, generator=torch.Generator().manual_seed(1))
-    assert torch.allclose(camera(with_flow(noise, prev, prev)), still(with_flow(noise, prev, prev)), atol=1e-5)
-
-
-def test_a_gate_that_follows_the_camera_takes_a_biased_flow_for_no_camera_motion():
-    """A net learning from scratch starts with a bias of a few tenths of a pixel everywhere; its most common flow is
-    then no camera motion, since the frames, warped back by it, match worse than as they came: still is zero."""
-    image = textured(48, 48)
-    bias = torch.full((1, 2, 48, 48), 0.3)
-    out = StillGate(follows_camera=True)(with_flow(bias, image, image))[:, :2]
-    assert out.abs().max() < 1e-3
-
-
-def mover_before_a_wall(door: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Frames (1, 3, 48, 48) of a textured mover over the left 34 columns moving 2 px right before a plain wall,
-    with a door frame (a textured stripe at columns 40-43) or without, and that flow (the mover's)."""
-    wall = torch.full((1, 3, 48, 48), 0.6)
-    if door:
-        wall[..., 40:44] = textured(48, 4, seed=3)
-    mover = textured(48, 48)
-    prev, cur = wall.clone(), wall.clone()
-    prev[..., :, :34] = mover[..., :, :34]
-    cur[..., :, 2:36] = mover[..., :, :34]
-    flow = torch.zeros(1, 2, 48, 48)
-    flow[:, 0, :, :34] = 2.0
-    return prev, cur, flow
-
-
-def test_a_gate_that_follows_the_camera_keeps_the_wall_still_where_its_texture_stands_still():
-    """Two frames cannot tell a camera moving 2 px from a textured mover filling most of the picture before a plain
-    wall, and the gate follows that motion; a door frame on the wall, standing still, says it is a mover's: beyond a
-    shake (CAMERA_SHAKE_PX) the gate follows a motion only where no more than STANDING_SHARE of the texture stands
-    still, so with the door the wall stays still."""
-    gate = StillGate(follows_camera=True)
-    prev, cur, flow = mover_before_a_wall(door=True)
-    assert gate(with_flow(flow, prev, cur))[:, :2, :, 36:40].abs().max() < 1e-3
-    prev, cur, flow = mover_before_a_wall(door=False)
-    assert torch.allclose(gate(with_flow(flow, prev, cur))[:, 0, :, 40:], torch.tensor(2.0), atol=1e-3)
-
-
-def test_a_gate_that_follows_the_camera_moves_a_flat_region_with_a_pan():
-    """A pan of 6 px, far beyond a shake: nothing textured stands still, so a flat square the match could not see
-    into takes the pan's motion, as a shake's does (zero before, which on pans of real frames cost flat and faint
-    regions most of their motion)."""
-    prev = textured(64, 64)
-    prev[..., 24:40, 24:40] = 0.5
-    cur = torch.roll(prev, shifts=6, dims=-1)
-    flow = torch.zeros(1, 2, 64, 64)
-    flow[:, 0] = 6.0
-    flow[..., 26:38, 26:38] = 0.0
-    followed = StillGate(follows_camera=True)(with_flow(flow, prev, cur))[:, :2]
-    assert followed[:, 0, 28:36, 28:36].min() > 5.25 and followed[:, 1, 28:36, 28:36].abs().max() < 1e-3
-
-
-def test_a_mover_in_a_pan_does_not_stop_the_gate_following_it():
-    """A textured mover moving 2 px through a 6 px pan: standing still explains it no better than the camera does,
-    so it is no evidence against the pan, and a flat square elsewhere still takes the pan's motion."""
-    prev = textured(64, 64)
-    prev[..., 36:52, 36:52] = 0.5
-    cur = torch.roll(prev, shifts=6, dims=-1)
-    cur[..., 8:28, 10:30] = prev[..., 8:28, 8:28]  # the mover, 20 px, 2 px right
-    flow = torch.zeros(1, 2, 64, 64)
-    flow[:, 0] = 6.0
-    flow[:, 0, 8:28, 8:28] = 2.0
-    flow[..., 38:50, 38:50] = 0.0
-    out = StillGate(follows_camera=True)(with_flow(flow, prev, cur))[:, :2]
-    assert out[:, 0, 40:48, 40:48].min() > 5.25
-    assert torch.allclose(out[:, 0, 12:24, 12:24], torch.tensor(2.0), atol=1e-3)  # the mover keeps its motion
-
-
-def test_in_a_pan_a_local_motion_the_frames_barely_show_takes_the_camera_s():
-    """In a followed pan a region moving half a pixel more than the camera, on a smooth texture with noise of 2.5
-    levels, explains its windows better than the camera's motion by less than PAN_EVIDENCE noise floors: it takes the
-    camera's, the noise of a window's fit; a pixel more is evidence, and the region keeps its own."""
-    for extra, expected in [(0.5, 5.0), (1.0, 6.0)]:
-        flow = torch.zeros(1, 2, 64, 64)
-        flow[:, 0] = 5.0
-        flow[:, 0, 20:44, 20:44] += extra
-        prev = textured(64, 64)
-        cur = warp(prev, -flow)  # prev(x) = cur(x + flow) where the flow is locally constant
-        gen = torch.Generator().manual_seed(4)
-        prev, cur = (t + 0.01 * torch.randn(t.shape, generator=gen) for t in (prev, cur))
-        out = StillGate(follows_camera=True)(with_flow(flow, prev, cur))[:, 0, 24:40, 24:40].detach()
-        assert abs(float(out.mean()) - expected) < 0.15, (extra, float(out.mean()))
-
-
-def test_a_pan_that_rolls_gives_a_flat_corner_its_own_motion():
-    """A pan of 5 px rolling 1° (1.2 px at the corners of 96x96): the gate follows it as a similarity, so a flat
-    square at a corner, whose flow the match left at zero, takes the motion it has there, not the pan's alone."""
-    size = 96
-    ys, xs = torch.meshgrid(torch.arange(size) - (size - 1) / 2, torch.arange(size) - (size - 1) / 2, indexing="ij")
-    roll = torch.tensor(1.0).deg2rad()
-    truth = torch.stack([5.0 + (roll.cos() - 1) * xs - roll.sin() * ys, (roll.cos() - 1) * ys + roll.sin() * xs])[None]
-    prev = textured(size, size)
-    prev[..., 70:90, 70:90] = 0.5
-    cur = warp(prev, -truth)
-    flow = truth.clone()
-    flow[..., 72:88, 72:88] = 0.0
-    out = StillGate(follows_camera=True)(with_flow(flow, prev, cur))[:, :2].detach()
-    assert (out - truth)[..., 74:86, 74:86].norm(dim=1).max() < 0.25
-
-
-def test_a_gate_hands_on_its_decision_when_asked():
-    image = textured()
-    noise = torch.full((1, 2, 32, 32), 0.3)  # a small wrong motion on a still picture: gated
-    x = with_flow(noise, image, image)
-    plain, handing = StillGate()(x), StillGate(hands_on_keep=True)(x)
-    assert handing.shape[1] == plain.shape[1] + 1
-    torch.testing.assert_close(handing[:, :-1], plain)
-    assert handing[:, -1].max() < 1e-2  # nothing kept
-
-
-def noisy(image: torch.Tensor, levels: float, seed: int) -> torch.Tensor:
-    """``image`` with Gaussian noise of ``levels`` 8-bit levels, rounded to them as a camera's frames are."""
-    noise = torch.randn(image.shape, generator=torch.Generator().manual_seed(seed)) * levels / 255
-    return ((image + noise).clamp(0, 1) * 255).round() / 255
-
-
 def test_a_warp_s_residual_with_its_noise_restored_matches_standing_still_on_frames_of_noise():
     """Bilinear interpolation averages the warped frame's noise: on two frames of noise alone, a half-pixel warp
     leaves about sqrt(5/8) of the residual. Restored, every shift leaves what standing still leaves."""
@@ -379,34 +183,3 @@ def test_the_noise_floor_is_read_where_the_pair_is_explained_with_part_of_the_pi
     residual = (prev - cur).abs().mean(1, keepdim=True)
     floor = float(noise_floor(residual).flatten()[0])
     assert 1.0 < floor / float(residual[..., 16:, :].mean()) < 1.2
-
-
-def test_the_still_gate_zeroes_a_noisy_still_picture_s_sub_pixel_flow():
-    """Before a static camera with noisy frames the net fits the noise with sub-pixel flow, and any sub-pixel warp
-    explains such a pair better than standing still (its interpolation averages the noise away): the static
-    background was painted (box with noise of 4 levels; docs/models.md). Judged at the same noise, it stays still;
-    the true motion of a noisy texture is kept, before a static camera and before one that follows."""
-    smooth = F.avg_pool2d(torch.rand(1, 3, 64, 64, generator=torch.Generator().manual_seed(5)), 9, 1, 4)
-    faint = 0.5 + 0.1 * (smooth - 0.5)  # a wall's faint texture, under the noise's
-    fitted = torch.full((1, 2, 64, 64), 0.5)  # a half-pixel fit: the warp that averages the noise most
-    image = textured(64, 64)
-    for gate in (StillGate(), StillGate(follows_camera=True)):
-        assert gate(with_flow(fitted, noisy(faint, 4, 0), noisy(faint, 4, 1)))[:, :2].abs().mean() < 0.1
-
-        prev, moved = noisy(image, 4, 0), noisy(torch.roll(image, shifts=1, dims=-1), 4, 1)  # moves 1 px right
-        truth = torch.zeros(1, 2, 64, 64)
-        truth[:, 0] = 1.0
-        kept = gate(with_flow(truth, prev, moved))[:, :2]
-        assert (kept[..., 4:-4, 4:-4] - truth[..., 4:-4, 4:-4]).abs().max() < 1e-2
-
-
-def test_a_noisy_static_camera_s_common_fitted_flow_is_not_taken_for_its_motion():
-    """On a static camera's noisy frames the net's noise-fitted flow has a most common value of a few tenths of a pixel,
-    which, its noise restored, explains the picture about as well as standing still: by chance a little better in a
-    quarter of these pairs, and the gate then moved the still picture with it. A camera needs evidence above that."""
-    flat = torch.full((1, 3, 96, 96), 0.5)
-    fitted = torch.full((1, 2, 96, 96), 0.2)
-    gate = StillGate(follows_camera=True)
-    for seed in range(12):
-        prev, cur = noisy(flat, 8, 2 * seed), noisy(flat, 8, 2 * seed + 1)
-        assert gate(with_flow(fitted, prev, cur))[:, :2].abs().mean() < 0.05, seed

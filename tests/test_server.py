@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import websockets
 from rtsp_support import RtspCamera
-from server_support import beats_zero_flow, create, decode, delete, loss_falls
+from server_support import beats_zero_flow, create, decode, delete, pairs_learned
 
 from models.streams import generate
 from server.stream.flow_formats import read_flo, read_kitti_png
@@ -26,7 +26,7 @@ from testing.sources import NO_FFMPEG, LiveSource
 from testing.viewers import watch, watch_images
 
 # The fast net matches and cleans up flow before it learns anything, so from scratch it starts well and learning
-# shows as a steady few percent per loop: five loops make it plain.
+# shows as a few percent over the first loops, on most of the loop's pairs: five loops make it plain.
 LEARNING_LOOPS = 5
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_streams_left")]
@@ -37,8 +37,9 @@ def test_file_stream_learns_and_recovers(server):
     info = create(server, source="file:loop.mp4", name="clip", fps=15, loop=True)
     sid = info["id"]
     frames = watch(server, sid, LEARNING_LOOPS * LOOP)
-    first, last = loss_falls(frames)
-    assert last < 0.95 * first, f"loss did not trend down: {[round(m['loss'], 3) for m, _ in frames]}"
+    learned = pairs_learned(frames)
+    assert learned >= 2 / 3, f"{learned:.2f} of the pairs learned: {[round(m['loss'], 4) for m, _ in frames]}"
+    first = float(np.median([m["loss"] for m, _ in frames[:LOOP]]))  # the first loop, before most of the learning
     meta, jpeg = frames[-1]
     assert set(meta) >= {"frame", "loss", "loss_zero", "dp_s", "work_s", "ds_s", "stage_dp_s", "latency_s", "dropped"}
     assert meta["ds_s"] == pytest.approx(1 / 15) and len(meta["stage_dp_s"]) == 2
