@@ -21,8 +21,8 @@ COARSE_BIN_PX = 1.0
 #: The fine histogram's bins around the coarse peak: how precisely the camera's motion is known before the bin's mean
 #: refines it.
 BIN_PX = 0.1
-#: The farthest motion read, in px a frame at 160: a hand-held pan reaches 20-40 (tree.avi's hand, docs/models.md);
-#: beyond, a camera leaves no quiet place for the gate to act on anyway.
+#: The farthest motion read, in px a frame at 160: a hand-held pan reaches 20-40 there; beyond, a camera leaves no
+#: quiet place for the gate to act on anyway.
 REACH_PX = 32.0
 #: A camera whose motion is below this stood still (zero, exactly): the histogram's own precision.
 STILL_PX = 0.1
@@ -82,9 +82,10 @@ def similarity_motion(flow: Tensor, start: Tensor, weight: Tensor, radii: tuple[
         # squared: a vector norm over the channels costs a millisecond at 128x96 on a CPU, the rest of the fit less
         inliers = weight * (((flow - model) ** 2).sum(1, keepdim=True) < radius * radius).to(flow.dtype)
         total = inliers.sum((2, 3), keepdim=True)
-        x = xs - (inliers * xs).sum((2, 3), keepdim=True) / total.clamp_min(1e-6)
-        y = ys - (inliers * ys).sum((2, 3), keepdim=True) / total.clamp_min(1e-6)
-        mean = (inliers * flow).sum((2, 3), keepdim=True) / total.clamp_min(1e-6)
+        count = total.clamp_min(1e-6)
+        x = xs - (inliers * xs).sum((2, 3), keepdim=True) / count
+        y = ys - (inliers * ys).sum((2, 3), keepdim=True) / count
+        mean = (inliers * flow).sum((2, 3), keepdim=True) / count
         du, dv = (flow - mean).split(1, 1)
         spread = (inliers * (x * x + y * y)).sum((2, 3), keepdim=True).clamp_min(1e-6)
         zoom = (inliers * (du * x + dv * y)).sum((2, 3), keepdim=True) / spread
