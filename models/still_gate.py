@@ -158,10 +158,12 @@ class StillGate(nn.Module):
         along = with_noise_restored(warp_residual(prev, cur, camera), camera, noise)
         confirmed = _explains_better(along, unwarped, noise)
         shake = camera[..., :1, :1].norm(dim=1, keepdim=True) <= CAMERA_SHAKE_PX * scale
-        pan = ~shake & (self._standing_share(camera, along, unwarped, noise, sure) < STANDING_SHARE)
+        # The texture where the camera's warp lands in the frame (beyond, its residual is the padding's).
+        counted = sure * in_frame_mask(camera)
+        pan = ~shake & (self._standing_share(along, unwarped, noise, counted) < STANDING_SHARE)
         # A hand-held pan turns and zooms a little too: a similarity, where it explains the picture better.
         radii = tuple(r * scale for r in FIT_RADII_PX)
-        turned = similarity_motion(flow, camera[..., :1, :1], sure * in_frame_mask(camera), radii)
+        turned = similarity_motion(flow, camera[..., :1, :1], counted, radii)
         turned_along = with_noise_restored(warp_residual(prev, cur, turned), turned, noise)
         turns = pan & _explains_better(turned_along, along, noise)
         camera, along = torch.where(turns, turned, camera), torch.where(turns, turned_along, along)
@@ -169,12 +171,10 @@ class StillGate(nn.Module):
         background = along - PAN_EVIDENCE * noise * (confirmed & pan)
         return camera * follows, torch.where(follows, background, unwarped)
 
-    def _standing_share(self, camera: Tensor, along: Tensor, unwarped: Tensor, noise: Tensor, sure: Tensor) -> Tensor:
-        """(B, 1, 1, 1): the share of the texture ``sure`` that standing still explains, and explains better than the
-        ``camera``'s motion (``along``), by ``STANDING_MARGIN`` noise floors over the gate's window: a door frame
-        behind a mover, not a pan, nor a mover in a pan. Counted only where the camera's warp lands in the frame;
-        beyond, its residual is the padding's."""
+    def _standing_share(self, along: Tensor, unwarped: Tensor, noise: Tensor, counted: Tensor) -> Tensor:
+        """(B, 1, 1, 1): the share of the texture ``counted`` that standing still explains, and explains better than
+        the camera's motion (``along``), by ``STANDING_MARGIN`` noise floors over the gate's window: a door frame
+        behind a mover, not a pan, nor a mover in a pan."""
         still = box_mean(unwarped, self.window)
         stands = (still < STANDING_MARGIN * noise) & (box_mean(along, self.window) > still + STANDING_MARGIN * noise)
-        counted = sure * in_frame_mask(camera)
         return (counted * stands).mean((2, 3), keepdim=True) / counted.mean((2, 3), keepdim=True).clamp_min(1e-6)
