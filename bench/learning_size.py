@@ -4,7 +4,8 @@ learns at the picture's own: every size costs it about the same), scored on the 
 Three online learners of the shipped weights, sequential, each pair scored before it is learned (as
 ``bench.realflow``, whose clip loading, pseudo ground truth and scores this uses):
 
-- **at 160**: always at the CPU's largest learning size, its flow scaled up to the picture's size;
+- **at the CPU's size**: always at the CPU's largest learning size (``made_for_side``), its flow scaled up to the
+  picture's size;
 - **at the picture's size**: what a GPU learned at before the motion cap;
 - **capped**: the size the service's motion cap allows (``server.stream.learner.reach.MotionCap``, fed each pair's
   flow; its clock is the clip's), flow scaled up. One learner whose size changes from pair to pair, as the service's
@@ -43,7 +44,7 @@ from models.classical import resize_flow
 from models.online import default_lr, frame_pair, online_pipeline
 from models.scene_cuts import SceneCuts
 from server.stream.learner.reach import MotionCap
-from server.stream.sizing import CPU_LEARNING_SIDE, Size, fit, learning_ladder
+from server.stream.sizing import Size, fit, learning_ladder, made_for_side
 from testing.report import Run, command_line
 
 COLUMNS = ("epe_all", "epe_moving", "epe_fast", "epe_moving_consistent", "epe_fast_consistent")
@@ -89,7 +90,7 @@ def capped(clip: Clip, ladder: list[Size]) -> tuple[PairScores, list[Size]]:
     """The learner whose size the motion cap sets from the flow of the pair before (``MotionCap`` on the clip's
     clock); the sizes it learned at, pair by pair."""
     now = {"t": clip.times[0]}
-    cap = MotionCap(ladder, CPU_LEARNING_SIDE, clock=lambda: now["t"])
+    cap = MotionCap(ladder, made_for_side(*ladder[0]), clock=lambda: now["t"])
     used: list[Size] = []
 
     def size_of(t: int) -> Size:
@@ -136,17 +137,17 @@ def main(argv: list[str] | None = None) -> int:
         picture = parse_size(args.size) if args.size else working_size(width, height, max(width, height))
     except (ValueError, OSError) as exc:
         parser.error(str(exc))
-    if max(picture) <= CPU_LEARNING_SIDE:
+    small = fit(*picture, made_for_side(*picture))
+    if small == picture:
         parser.error(
-            f"the picture ({picture[0]}x{picture[1]}) is no larger than {CPU_LEARNING_SIDE}: nothing to compare"
+            f"the picture ({picture[0]}x{picture[1]}) is no larger than the CPU's learning size: nothing to compare"
         )
     torch.set_num_threads(2)
     run = Run(command=command_line("bench.learning_size", argv), directory=args.out)
     fps = min(source["fps"] or MAX_FPS, MAX_FPS)
     clip = load_clip(args.video, fps, *picture)
-    small = fit(*picture, CPU_LEARNING_SIDE)
     rows = {}
-    print("learning at 160 ...", file=sys.stderr, flush=True)
+    print(f"learning at {small[0]}x{small[1]} ...", file=sys.stderr, flush=True)
     rows[f"at {small[0]}×{small[1]}, scaled up"] = learn(clip, lambda t: small)
     print("learning at the picture's size ...", file=sys.stderr, flush=True)
     rows[f"at {picture[0]}×{picture[1]}"] = learn(clip, lambda t: picture)
@@ -157,7 +158,10 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         name: {window: scores.window(pairs) for window, pairs in WINDOWS.items()} for name, scores in rows.items()
     }
-    title = f"{args.video.name}: the service's net learning at 160 or at the picture's {picture[0]}×{picture[1]}"
+    title = (
+        f"{args.video.name}: the service's net learning at {small[0]}×{small[1]} or at the picture's "
+        f"{picture[0]}×{picture[1]}"
+    )
     data = {"picture": list(picture), "small": list(small), "sizes_used": [list(s) for s in used], "rows": summary}
     run.write(
         f"learning-size-{args.video.stem}-{picture[0]}x{picture[1]}",

@@ -60,11 +60,10 @@ from models.flow_metrics import (
 from models.flow_nets import FLOW_NETS, INITS, build_flow_net
 from models.online import default_lr, frame_pair, online_pipeline, predict_then_learn, stream_pairs
 from pipeline_core import Pipeline
-from server.stream.sizing import NET_MULTIPLE, fit
+from server.stream.sizing import NET_MULTIPLE, fit, made_for_side
 from server.stream.source.resample import FrameClock, Resampler, to_rgb, upright_size
 from testing.report import Run, command_line
 
-LONG_SIDE = 160  # default working size: the source's aspect ratio with this long side
 MAX_FPS = 30.0  # default rate: the source's own, capped here
 
 
@@ -84,10 +83,11 @@ class Clip:
         return self.consistent.reshape(len(self.consistent), -1).mean(axis=1) < MATCHED_SHARE
 
 
-def working_size(width: int, height: int, long_side: int = LONG_SIDE) -> tuple[int, int]:
-    """The source's aspect ratio with ``long_side`` on its longer side, both sides multiples of the nets'
-    ``NET_MULTIPLE``: the size the service would learn at (``server.stream.sizing.fit``)."""
-    return fit(width, height, long_side)
+def working_size(width: int, height: int, long_side: int | None = None) -> tuple[int, int]:
+    """The source's aspect ratio with ``long_side`` on its longer side (None: the CPU's largest learning side,
+    ``made_for_side``), both sides multiples of the nets' ``NET_MULTIPLE``: the size the service would learn at on CPU
+    (``server.stream.sizing.fit``)."""
+    return fit(width, height, long_side or made_for_side(width, height))
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -285,7 +285,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--video", required=True, type=Path, help="a video file PyAV can decode")
-    parser.add_argument("--size", help=f"working size WxH (default: the source's aspect, long side {LONG_SIDE})")
+    parser.add_argument(
+        "--size",
+        help="working size WxH (default: the source's aspect with about 160x120's pixels, as the service on CPU)",
+    )
     parser.add_argument("--fps", type=float, help=f"resampling rate (default: the source's, at most {MAX_FPS:g})")
     parser.add_argument("--stages", default="1,2", help="comma-separated pipeline depths; 1 = sequential")
     parser.add_argument(

@@ -50,8 +50,8 @@ class Settings(BaseSettings):
         ge=16,
         le=1920,
         multiple_of=NET_MULTIPLE,
-        description="long side of the largest learning size chosen automatically (none: 160 on CPU, the picture's own "
-        "on a GPU)",
+        description="long side of the largest learning size chosen automatically (none: on CPU about 160x120's pixels "
+        "in the picture's aspect ratio, 160 for 4:3 and 184 for 16:9; on a GPU the picture's own)",
     )
     width: int | None = Field(
         None,

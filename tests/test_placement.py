@@ -6,7 +6,6 @@ from __future__ import annotations
 from server.placement.gpus import place
 from server.settings import Settings
 from server.stream.config import StreamConfig, learner_process_config, on_gpu
-from server.stream.sizing import CPU_LEARNING_SIDE
 from server.stream.source.sources import parse_source
 
 GPUS = ["cuda:0", "cuda:1", "cuda:2"]
@@ -32,6 +31,8 @@ def test_on_the_cpu_the_largest_learning_size_is_the_cpus(tmp_path):
     cfg = StreamConfig("s", "demo", spec, None, None, None, True, "fast", "pretrained", 1, None, "partime", ("cpu",),
                        False)  # fmt: skip
     ladder = learner_process_config(cfg, settings, (640, 480), 30.0, None).ladder
-    assert ladder[0] == (CPU_LEARNING_SIDE, CPU_LEARNING_SIDE * 3 // 4)
+    assert ladder[0] == (160, 120)
+    wide = learner_process_config(cfg, settings, (640, 360), 30.0, None).ladder
+    assert wide[0] == (184, 104)  # as many pixels as 160x120: a step costs by the pixel
     explicit = Settings(media_dir=tmp_path, checkpoint_dir=tmp_path, cache_dir=tmp_path, learning_side=320)
     assert learner_process_config(cfg, explicit, (640, 480), 30.0, None).ladder[0] == (320, 240)

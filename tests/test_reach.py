@@ -9,9 +9,10 @@ import pytest
 
 from server.stream.learner.budget import BudgetController
 from server.stream.learner.reach import CALM_S, GROW_SHARE, REACH_PX, MotionCap, speed
-from server.stream.sizing import CPU_LEARNING_SIDE, learning_ladder
+from server.stream.sizing import learning_ladder, made_for_side
 
 LADDER = learning_ladder((640, 480), 640)  # 640x480 down to 64x48 in steps of 16 on the long side
+FLOOR = made_for_side(640, 480)  # 160: 160x120, the size the nets were made for
 
 
 class Clock:
@@ -41,7 +42,7 @@ def test_the_speed_is_the_fast_pixels_in_long_sides_per_frame_at_every_size():
 
 
 def test_fast_motion_caps_the_size_on_its_second_frame_where_the_faster_of_the_two_stays_within_reach():
-    cap = MotionCap(LADDER, CPU_LEARNING_SIDE, Clock())
+    cap = MotionCap(LADDER, FLOOR, Clock())
     assert cap.observe(moving(LADDER[0], 2.0)) == 0  # slow: the picture's own size
     assert cap.observe(moving(LADDER[0], 30.0)) == 0  # one frame: a missed cut, a flash, or the first of a fast hand
     top = cap.observe(moving(LADDER[0], 40.0))  # a hand crossing 1/16 of the picture a frame, still
@@ -49,7 +50,7 @@ def test_fast_motion_caps_the_size_on_its_second_frame_where_the_faster_of_the_t
 
 
 def test_a_single_fast_frame_moves_nothing():
-    cap = MotionCap(LADDER, CPU_LEARNING_SIDE, Clock())
+    cap = MotionCap(LADDER, FLOOR, Clock())
     for px in (2.0, 71.0, 2.0, 2.0, 71.0, 1.5):  # box.mp4's loop seam, twice: 71 px at 640x480 for one frame
         assert cap.observe(moving(LADDER[0], px)) == 0
 
@@ -57,7 +58,7 @@ def test_a_single_fast_frame_moves_nothing():
 def test_a_pair_that_spans_skipped_frames_counts_its_motion_per_frame():
     """Frames skipped while a rebuild ran make the next pair span several; its motion a frame is what the cap needs
     (2.4 px a frame at 640 read over 8 frames is 19 px, beyond reach, yet slow)."""
-    cap = MotionCap(LADDER, CPU_LEARNING_SIDE, Clock())
+    cap = MotionCap(LADDER, FLOOR, Clock())
     for _ in range(3):
         assert cap.observe(moving(LADDER[0], 19.0), frames=8) == 0
     assert cap.observe(moving(LADDER[0], 19.0), frames=1) == 0  # the frame after the gap: one frame, not yet
@@ -65,17 +66,17 @@ def test_a_pair_that_spans_skipped_frames_counts_its_motion_per_frame():
 
 
 def test_never_below_the_size_the_nets_were_made_for():
-    cap = MotionCap(LADDER, CPU_LEARNING_SIDE, Clock())
+    cap = MotionCap(LADDER, FLOOR, Clock())
     cap.observe(moving(LADDER[0], 200.0))
-    assert side(cap.observe(moving(LADDER[0], 200.0))) == CPU_LEARNING_SIDE
+    assert side(cap.observe(moving(LADDER[0], 200.0))) == FLOOR
     small = learning_ladder((160, 120), 160)  # the CPU's ladder starts there: never capped
-    small_cap = MotionCap(small, CPU_LEARNING_SIDE, Clock())
+    small_cap = MotionCap(small, FLOOR, Clock())
     assert [small_cap.observe(moving(small[0], 60.0)) for _ in range(2)] == [0, 0]
 
 
 def test_back_up_only_after_a_calm_and_only_as_far_as_the_recent_motion_allows():
     clock = Clock()
-    cap = MotionCap(LADDER, CPU_LEARNING_SIDE, clock)
+    cap = MotionCap(LADDER, FLOOR, clock)
     cap.observe(moving(LADDER[0], 200.0))
     capped = cap.observe(moving(LADDER[0], 200.0))
     floor = LADDER[capped]

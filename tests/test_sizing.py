@@ -6,7 +6,17 @@ from __future__ import annotations
 import pytest
 
 from models.flow_nets import FLOW_NETS, size_multiple
-from server.stream.sizing import FALLBACK_FPS, NET_MULTIPLE, display_size, learning_ladder, learning_size, stream_fps
+from server.stream.sizing import (
+    FALLBACK_FPS,
+    MADE_FOR_PIXELS,
+    NET_MULTIPLE,
+    display_size,
+    fit,
+    learning_ladder,
+    learning_size,
+    made_for_side,
+    stream_fps,
+)
 
 
 def test_a_4_3_source_keeps_its_picture_and_learns_at_4_3():
@@ -34,6 +44,26 @@ def test_wide_portrait_and_odd_sources():
     assert learning_size((640, 480), 128, None, 160) == (128, 96)  # one side asked: the other keeps the aspect
     assert learning_size((640, 480), None, 96, 160) == (128, 96)
     assert learning_size((640, 480), 128, 128, 160) == (128, 128)  # both asked: as asked
+
+
+@pytest.mark.parametrize(
+    ("picture", "side", "size"),
+    [
+        ((640, 480), 160, (160, 120)),
+        ((1920, 1080), 184, (184, 104)),
+        ((640, 272), 216, (216, 88)),
+        ((1080, 1920), 184, (104, 184)),
+        ((176, 144), 152, (152, 128)),
+        ((480, 480), 136, (136, 136)),
+        ((64, 48), 64, (64, 48)),
+    ],  # fmt: skip
+)
+def test_the_cpus_learning_size_has_the_pixels_the_nets_were_made_for(picture, side, size):
+    assert made_for_side(*picture) == side
+    assert fit(*picture, side) == size
+    if max(picture) > side:  # no other side comes closer to 160x120's pixels
+        near = [fit(*picture, s) for s in (side - NET_MULTIPLE, side + NET_MULTIPLE)]
+        assert all(abs(w * h - MADE_FOR_PIXELS) >= abs(size[0] * size[1] - MADE_FOR_PIXELS) for w, h in near)
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from ..settings import Settings
 from .checkpoints import Location, checkpoint_path
 from .learner.learner import LearnerConfig
 from .learner.process import LearnerProcessConfig
-from .sizing import CPU_LEARNING_SIDE, Size, learning_ladder, learning_size
+from .sizing import Size, learning_ladder, learning_size, made_for_side
 from .source.decoder import DecoderConfig
 from .source.sources import SourceSpec
 
@@ -79,7 +79,7 @@ def learner_process_config(
     ``SourceOpened``); ``lr`` is the rate in force (halved after a crash)."""
     s = settings
     gpu = on_gpu(cfg.devices)
-    side = s.learning_side or (max(display) if gpu else CPU_LEARNING_SIDE)
+    side = s.learning_side or (max(display) if gpu else made_for_side(*display))
     largest = learning_size(display, cfg.width, cfg.height, side)
     ladder = tuple(learning_ladder(largest, max(largest))) if cfg.auto else (largest,)
     learner = LearnerConfig(

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 #: The flow nets work on sides that divide by 8 (the service's net's coarsest level is 1/8 of the frame).
 NET_MULTIPLE = 8
-#: The largest learning size's long side on CPU where none is set: what two cores hold in real time with the fast
-#: net (bench/results/service-clip-cpu.md). On a GPU the picture's own: a step there costs about the same at every size.
-CPU_LEARNING_SIDE = 160
+#: The pixels of the size the nets were made for (their pretraining), and of what two cores hold in real time with the
+#: fast net (bench/results/service-clip-cpu.md): the largest learning size on CPU where none is set is the picture's
+#: aspect ratio with about as many (``made_for_side``). A step costs by the pixel, so a wide picture gets a longer side
+#: for the same cost: 16:9 learns at 184x104, not 160x88. On a GPU the picture's own: a step there costs about the
+#: same at every size.
+MADE_FOR_PIXELS = 160 * 120
 #: Candidate learning sizes step down by this much on the long side, down to ``MIN_LEARNING_SIDE``.
 LADDER_STEP = 16
 MIN_LEARNING_SIDE = 64
@@ -30,6 +33,19 @@ def fit(width: int, height: int, long_side: int, multiple: int = NET_MULTIPLE) -
         max(multiple, int(width * scale / multiple + 0.5) * multiple),
         max(multiple, int(height * scale / multiple + 0.5) * multiple),
     )
+
+
+def made_for_side(width: int, height: int) -> int:
+    """The long side at which a ``width`` x ``height`` picture's learning size (``fit``) comes closest to
+    ``MADE_FOR_PIXELS`` pixels, never above the picture's own: the CPU's largest learning side and the motion cap's
+    floor. 160 for 4:3; 184 for 16:9 (160x88 would leave a quarter of the pixels a step can afford unused)."""
+    sides = range(NET_MULTIPLE, max(width, height, NET_MULTIPLE) + 1, NET_MULTIPLE)
+
+    def shortfall(side: int) -> int:
+        w, h = fit(width, height, side)
+        return abs(w * h - MADE_FOR_PIXELS)
+
+    return min(sides, key=shortfall)
 
 
 def display_size(width: int, height: int, max_side: int) -> Size:

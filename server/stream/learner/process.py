@@ -55,7 +55,7 @@ from ..protocol import (
     Phase,
 )
 from ..ring import FrameRing, RingSpec
-from ..sizing import CPU_LEARNING_SIDE, Size
+from ..sizing import Size, made_for_side
 from .budget import BudgetController
 from .device_io import FrameUpload, HostCopy, PendingCopy
 from .learner import CheckpointMismatch, Learner, LearnerConfig
@@ -159,7 +159,7 @@ class FrameLoop:
         self.remember_size = remember_size
         self.painter = Painter(cfg.jpeg_quality)
         self.scale = FlowScale()
-        self.reach = MotionCap(cfg.ladder, CPU_LEARNING_SIDE)
+        self.reach = MotionCap(cfg.ladder, made_for_side(*cfg.ladder[0]))
         self.upload = FrameUpload(learner.device)
         self.lag = (1 if learner.device.type == "cuda" else 0) if lag is None else lag
         self.host = HostCopy(in_flight=max(1, self.lag))

@@ -11,8 +11,9 @@ The measure is the 99th percentile of a frame's flow speed, in long sides per fr
 size; a pair that spans frames the worker skipped is divided by their count). Down when two frames in a row are beyond
 ``REACH_PX`` at the current size, to the largest size where the faster of the two is within it; back up only after
 ``CALM_S`` in which every frame would have stayed within ``GROW_SHARE`` of it at the larger size (the flow at a capped
-size is the better estimate of the motion). Never below ``floor_side``, the long side the nets were made for (their
-pretraining, and the CPU's largest learning size): a ladder that starts there is never capped.
+size is the better estimate of the motion). Never below ``floor_side``, the long side at which the picture has the
+pixels the nets were made for (``sizing.made_for_side``: their pretraining, and the CPU's largest learning size): a
+ladder that starts there is never capped.
 
 Each move costs a rebuild, about 0.7 s of frames on a GPU (a new graph: bench.gpu's "first steps"), so neither a gap
 nor a single frame moves the cap. A gap: frames skipped while a rebuild runs make the next pair span several frames
