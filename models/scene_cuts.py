@@ -10,7 +10,7 @@ The test is the classic one of shot-boundary detection (PySceneDetect's histogra
 kind): the correlation of the two frames' hue-saturation histograms. Motion, even fast, mostly rearranges the same
 colours, and brightness (exposure, flicker) is left out; a cut replaces them. On the real clips at hand, at their own
 size, pairs within a shot correlate 0.92 or more, the five cuts of a held-out street clip 0.27-0.62
-(bench/results/heldout/realflow-bikes-160x72.md lists them: its pseudo ground truth passes its own forward-backward
+(bench/results/heldout/realflow-bikes-216x88.md lists them: its pseudo ground truth passes its own forward-backward
 test on 1-8 % of their pixels, on 90 % of a typical pair's). docs/models.md#scene-cuts has the false cuts on
 generated clips.
 """
