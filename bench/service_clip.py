@@ -16,6 +16,7 @@ The clip loops (the service resamples it to ``--fps``). Skipped, with a message,
 
     python -m bench.service_clip            # ../shared/clips/box.mp4 at 10 fps: service-clip-cpu.*, client-box.png
     python -m bench.service_clip --quick    # 20 s windows, 2 warm starts: *-quick.* (not committed)
+    python -m bench.service_clip --clip .clips-heldout/bigbuckbunny.mp4 --out bench/results/heldout   # a 16:9 clip
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import websockets
 
-from testing.report import Run
+from testing.report import RESULTS, Run
 from testing.server import ROOT, ServerProcess
 
 CLIP = ROOT.parent / "shared" / "clips" / "box.mp4"
@@ -232,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=float, default=20.0, help="seconds before each window (the budget settles)")
     p.add_argument("--starts", type=int, default=5, help="warm starts timed")
     p.add_argument("--quick", action="store_true", help="a smoke run: 20 s windows, 10 s warm-up, 2 warm starts")
+    p.add_argument("--out", type=Path, default=RESULTS, help="folder for the results")
     args = p.parse_args(argv)
     args.suffix = "-quick" if args.quick else ""
     if args.quick:
@@ -239,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.clip.is_file():
         print(f"bench.service_clip: skipped, no clip {args.clip}")
         return 0
-    report = Run()
+    report = Run(directory=args.out)
     result = run(args, report)
     title = f"Service on a real clip ({args.clip.name} at {args.fps:g} fps, sizes by the service, CPU)"
     report.write(f"service-clip-cpu{args.suffix}", title, markdown(result, args), result)

@@ -10,10 +10,10 @@ from __future__ import annotations
 #: The flow nets work on sides that divide by 8 (the service's net's coarsest level is 1/8 of the frame).
 NET_MULTIPLE = 8
 #: The pixels of the size the nets were made for (their pretraining), and of what two cores hold in real time with the
-#: fast net (bench/results/service-clip-cpu.md): the largest learning size on CPU where none is set is the picture's
-#: aspect ratio with about as many (``made_for_side``). A step costs by the pixel, so a wide picture gets a longer side
-#: for the same cost: 16:9 learns at 184x104, not 160x88. On a GPU the picture's own: a step there costs about the
-#: same at every size.
+#: fast net (bench/results/service-clip-cpu.md; a 16:9 clip at 184x104: bench/results/heldout/service-clip-cpu.md):
+#: the largest learning size on CPU where none is set is the picture's aspect ratio with about as many
+#: (``made_for_side``). A step costs by the pixel, so a wide picture gets a longer side for the same cost: 16:9 learns
+#: at 184x104, not 160x88. On a GPU the picture's own: a step there costs about the same at every size.
 MADE_FOR_PIXELS = 160 * 120
 #: Candidate learning sizes step down by this much on the long side, down to ``MIN_LEARNING_SIDE``.
 LADDER_STEP = 16
