@@ -159,7 +159,7 @@ class FrameLoop:
         self.remember_size = remember_size
         self.painter = Painter(cfg.jpeg_quality)
         self.scale = FlowScale()
-        self.reach = MotionCap(cfg.ladder, made_for_side(*cfg.ladder[0]))
+        self.reach = MotionCap(cfg.ladder, made_for_side(*cfg.display))
         self.upload = FrameUpload(learner.device)
         self.lag = (1 if learner.device.type == "cuda" else 0) if lag is None else lag
         self.host = HostCopy(in_flight=max(1, self.lag))
