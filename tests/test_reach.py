@@ -74,6 +74,16 @@ def test_never_below_the_size_the_nets_were_made_for():
     assert [small_cap.observe(moving(small[0], 60.0)) for _ in range(2)] == [0, 0]
 
 
+def test_a_wide_pictures_floor_has_the_pixels_the_nets_were_made_for():
+    wide = learning_ladder((640, 272), 640)  # 2.35:1: the floor is a long side of 216 (216x88), not 160 (160x72)
+    cap = MotionCap(wide, made_for_side(640, 272), Clock())
+    cap.observe(moving(wide[0], 200.0))
+    assert wide[cap.observe(moving(wide[0], 200.0))] == (224, 96)  # the ladder's smallest size that long
+    cpu = learning_ladder((216, 88), 216)  # the CPU's ladder for it starts at its floor: never capped
+    cpu_cap = MotionCap(cpu, made_for_side(640, 272), Clock())
+    assert [cpu_cap.observe(moving(cpu[0], 60.0)) for _ in range(2)] == [0, 0]
+
+
 def test_back_up_only_after_a_calm_and_only_as_far_as_the_recent_motion_allows():
     clock = Clock()
     cap = MotionCap(LADDER, FLOOR, clock)
