@@ -86,11 +86,11 @@ def learn(
     return scores
 
 
-def capped(clip: Clip, ladder: list[Size]) -> tuple[PairScores, list[Size]]:
+def capped(clip: Clip, ladder: list[Size], floor_side: int) -> tuple[PairScores, list[Size]]:
     """The learner whose size the motion cap sets from the flow of the pair before (``MotionCap`` on the clip's
-    clock); the sizes it learned at, pair by pair."""
+    clock, never below ``floor_side``, as the service's); the sizes it learned at, pair by pair."""
     now = {"t": clip.times[0]}
-    cap = MotionCap(ladder, made_for_side(*ladder[0]), clock=lambda: now["t"])
+    cap = MotionCap(ladder, floor_side, clock=lambda: now["t"])
     used: list[Size] = []
 
     def size_of(t: int) -> Size:
@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         picture = parse_size(args.size) if args.size else working_size(width, height, max(width, height))
     except (ValueError, OSError) as exc:
         parser.error(str(exc))
-    small = fit(*picture, made_for_side(*picture))
+    cpu_side = made_for_side(*picture)  # the CPU's largest learning side, and the motion cap's floor
+    small = fit(*picture, cpu_side)
     if small == picture:
         parser.error(
             f"the picture ({picture[0]}x{picture[1]}) is no larger than the CPU's learning size: nothing to compare"
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     print("learning at the picture's size ...", file=sys.stderr, flush=True)
     rows[f"at {picture[0]}×{picture[1]}"] = learn(clip, lambda t: picture)
     print("learning under the motion cap ...", file=sys.stderr, flush=True)
-    rows["capped (the service)"], used = capped(clip, learning_ladder(picture, max(picture)))
+    rows["capped (the service)"], used = capped(clip, learning_ladder(picture, max(picture)), cpu_side)
     references = run_references(clip, set())
     rows.update({f"{name} at {picture[0]}×{picture[1]}": scores for name, scores in references.items()})
     summary = {
