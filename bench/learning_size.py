@@ -30,8 +30,6 @@ import torch
 
 from bench.realflow import (
     MAX_FPS,
-    Clip,
-    PairScores,
     build_learner,
     load_clip,
     parse_size,
@@ -39,7 +37,7 @@ from bench.realflow import (
     run_references,
     working_size,
 )
-from bench.realflow_report import WINDOWS
+from bench.realflow_scores import WINDOWS, Clip, PairScores
 from models.classical import resize_flow
 from models.online import default_lr, frame_pair, online_pipeline
 from models.scene_cuts import SceneCuts

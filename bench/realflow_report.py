@@ -4,18 +4,12 @@ chosen across the clip and at its fastest motion)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
+from bench.realflow_scores import MATCHED_SHARE, WINDOWS, Clip, PairScores
 from models.flow_metrics import FAST_MOTION, motion_mask, photometric_residual
 from models.flow_viz import color_wheel_legend, flow_to_color
 
-if TYPE_CHECKING:
-    from bench.realflow import Clip, PairScores
-
-#: Score windows: the first 30 pairs (how fast a learner gets useful), the first 100 and the whole clip.
-WINDOWS = {"first30": 30, "first100": 100, "all": None}
 CLASSICAL = ("farneback", "dis_fast")  # at the working size; DIS medium is the pseudo-GT's own method
 #: The scores each learner is set against the better classical method on, with their column titles.
 RATIOS = {
@@ -25,10 +19,6 @@ RATIOS = {
     "epe_moving_consistent": "moving, consistent",
     "epe_fast_consistent": "fast, consistent",
 }
-#: A pair whose pseudo-GT passes its own forward-backward test on under this share of its pixels has no
-#: correspondence to score (a scene cut: bench/results/heldout/realflow-bikes-216x88.md, 1-8 % at its five cuts,
-#: 90 % at its median pair; at least 60 % on every pair of box and tree): no method is scored there.
-MATCHED_SHARE = 0.2
 
 
 def sheet_pairs(pairs: int) -> list[int]:

@@ -8,7 +8,7 @@ import pytest
 import torch
 from PIL import Image
 
-from bench import realflow, realflow_report
+from bench import realflow, realflow_report, realflow_scores
 from models.flow_nets import build_flow_net
 from models.streams import generate, write_mp4
 from testing.media import turned_copy
@@ -129,9 +129,9 @@ def test_a_pair_without_correspondence_is_scored_for_no_method():
     gt = np.ones((3, 8, 8, 2), np.float32)
     consistent = np.ones((3, 8, 8), bool)
     consistent[1, 1:] = False  # the reference fails its own test on 7/8 of the second pair: a cut
-    clip = realflow.Clip(frames, gt, consistent, [0.0, 0.1, 0.2, 0.3], {})
+    clip = realflow_scores.Clip(frames, gt, consistent, [0.0, 0.1, 0.2, 0.3], {})
     assert clip.unmatched.tolist() == [False, True, False]
-    scores = realflow.PairScores(clip, set())
+    scores = realflow_scores.PairScores(clip, set())
     for t, error in enumerate((1.0, 50.0, 3.0)):
         scores.add(t, gt[t] + np.array([error, 0.0], np.float32))
     whole = scores.window(None)
@@ -146,9 +146,9 @@ def test_the_pairs_a_learner_loses_most_on_are_listed_with_the_references_own_co
     consistent = np.ones((5, 8, 8), bool)
     consistent[3, :2] = False  # the reference fails its own test on a quarter of pair 3
     consistent[4, 1:] = False  # pair 4: a scene cut, scored for nobody
-    clip = realflow.Clip(frames, gt, consistent, [0.1 * t for t in range(6)], {})
+    clip = realflow_scores.Clip(frames, gt, consistent, [0.1 * t for t in range(6)], {})
     off = {"learned": (0.1, 0.2, 0.1, 3.0, 90.0), "farneback": (0.5, 0.1, 0.5, 1.0, 0.0), "dis_fast": (9, 9, 9, 9, 9)}
-    scores = {name: realflow.PairScores(clip, set()) for name in off}
+    scores = {name: realflow_scores.PairScores(clip, set()) for name in off}
     for name, errors in off.items():
         for t, error in enumerate(errors):
             scores[name].add(t, gt[t] + np.array([error, 0.0], np.float32))
@@ -172,7 +172,7 @@ def test_fast_and_consistent_pixels_are_scored_apart_and_a_window_without_them_h
     gt[1, :2] = (5.0, 0.0)  # 16 fast pixels in the second pair
     consistent = np.ones((2, 8, 8), bool)
     consistent[1, 0] = False  # the reference of 8 of them fails its forward-backward test
-    scores = realflow.PairScores(realflow.Clip(frames, gt, consistent, [0.0, 0.1, 0.2], {}), set())
+    scores = realflow_scores.PairScores(realflow_scores.Clip(frames, gt, consistent, [0.0, 0.1, 0.2], {}), set())
     flow = np.zeros((8, 8, 2), np.float32)
     flow[1, :] = (1.0, 0.0)  # 1 px of the 5 on the consistent row, none on the other
     for t in range(2):
@@ -219,7 +219,9 @@ def test_rates_must_be_positive_numbers():
 
 def test_noise_is_added_to_what_the_methods_see_and_not_to_the_reference(clip, tmp_path):
     frames = np.full((3, 8, 8, 3), 128, np.uint8)
-    still = realflow.Clip(frames, np.zeros((2, 8, 8, 2), np.float32), np.ones((2, 8, 8), bool), [0.0, 0.1, 0.2], {})
+    still = realflow_scores.Clip(
+        frames, np.zeros((2, 8, 8, 2), np.float32), np.ones((2, 8, 8), bool), [0.0, 0.1, 0.2], {}
+    )
     noisy = realflow.with_sensor_noise(still, 4.0, seed=0)
     assert noisy.frames.dtype == np.uint8 and noisy.pseudo_gt is still.pseudo_gt
     assert 3.5 < float(noisy.frames.astype(float).std()) < 4.5
