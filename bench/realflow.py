@@ -13,9 +13,10 @@ per frame, ``FAST_MOTION``: what coarse-to-fine nets damp), the last two also ov
 passes its own forward-backward test (``consistent_mask``: elsewhere it is occluded or wrong, as on a fast, blurred
 hand), the moving region's F1 (flow > 0.5 px against pseudo-GT > 0.5 px; pixels pooled over the window) and the
 photometric error; and each learner's EPE over that of the better of Farneback and DIS-fast, per window (the yardstick
-a learned flow must beat). A pair where the reference has no correspondence (a scene cut: ``MATCHED_SHARE``) is
-scored for no method and listed; so are the pairs the first learner loses most on (``losing_pairs``), with how well
-the reference explains the frames there beside the learner's flow and the classical method's. Writes
+a learned flow must beat; the scores: ``bench.realflow_scores``). A pair where the reference has no correspondence (a
+scene cut: ``MATCHED_SHARE``) is scored for no method and listed; so are the pairs the first learner loses most on
+(``losing_pairs``), with how well the reference explains the frames there beside the learner's flow and the classical
+method's. Writes
 ``realflow-<clip>-<W>x<H>.{json,md,png}`` and ``-sheet.png`` (default under bench/results/); the sheet also shows the
 pair with the fastest motion. ``--noise L``: what every method sees has a camera's noise added (Gaussian, L levels of 8
 bits at the working size, rounded to them; ``-noiseL`` in the file names), while the reference stays the clean
