@@ -16,11 +16,11 @@ photometric error; and each learner's EPE over that of the better of Farneback a
 a learned flow must beat; the scores: ``bench.realflow_scores``). A pair where the reference has no correspondence (a
 scene cut: ``MATCHED_SHARE``) is scored for no method and listed; so are the pairs the first learner loses most on
 (``losing_pairs``), with how well the reference explains the frames there beside the learner's flow and the classical
-method's. Writes
-``realflow-<clip>-<W>x<H>.{json,md,png}`` and ``-sheet.png`` (default under bench/results/); the sheet also shows the
-pair with the fastest motion. ``--noise L``: what every method sees has a camera's noise added (Gaussian, L levels of 8
-bits at the working size, rounded to them; ``-noiseL`` in the file names), while the reference stays the clean
-source's: how the flow holds up before a noisy sensor, as a webcam's raw frames in dim light are.
+method's. Writes ``realflow-<clip>-<W>x<H>.{json,md,png}`` and ``-sheet.png`` (default under bench/results/); the
+sheet also shows the pair with the fastest motion. ``--noise L``: what every method sees has a camera's noise added
+(Gaussian, L levels of 8 bits at the working size, rounded to them; ``-noiseL`` in the file names), while the
+reference stays the clean source's: how the flow holds up before a noisy sensor, as a webcam's raw frames in dim light
+are.
 """
 
 from __future__ import annotations
