@@ -212,6 +212,29 @@ def test_webcam_stream_learns(page, server):
     assert tail < head, f"webcam loss did not go down: first 15 frames {head:.4g}, last 15 {tail:.4g}: {values}"
 
 
+RECENT_TIMINGS = """async () => {
+  const { RecentTimings } = await import("./js/budget_bars.js");
+  const recent = new RecentTimings(2000);
+  const frame = (work, stages) => ({ work_s: work, dp_s: work / 2, stage_dp_s: stages, ds_s: 0.1 });
+  recent.push(0, frame(0.05, [0.02, null]));
+  recent.push(1000, frame(0.15, [0.04, 0.03]));
+  const both = recent.mean();
+  recent.push(2500, frame(0.09, [0.06, 0.05]));  // the first frame is now older than 2 s
+  const later = recent.mean();
+  recent.push(2600, frame(0.07, [0.01]));  // a rebuilt pipeline with one stage starts over
+  return { both, later, rebuilt: recent.mean() };
+}"""
+
+
+def test_the_budget_readouts_average_the_last_two_seconds_of_frames(page):
+    r = page.evaluate(RECENT_TIMINGS)
+    assert r["both"]["work"] == pytest.approx(0.10) and r["both"]["step"] == pytest.approx(0.05)
+    assert r["both"]["stages"] == pytest.approx([0.03, 0.03]), "a stage's mean is over the frames that timed it"
+    assert r["both"]["ds"] == pytest.approx(0.1)
+    assert r["later"]["work"] == pytest.approx(0.12) and r["later"]["stages"] == pytest.approx([0.05, 0.04])
+    assert r["rebuilt"]["work"] == pytest.approx(0.07) and r["rebuilt"]["stages"] == pytest.approx([0.01])
+
+
 def test_unreachable_url_shows_its_error(page, server):
     start(page, "url", UNREACHABLE)
     banner = page.locator("#live-error")

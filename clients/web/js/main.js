@@ -1,6 +1,6 @@
 // Wires the page together: the new-stream form, the stream list, the live view and its charts, deep links.
 import { api } from "./api.js";
-import { renderStageBars, renderVerdict } from "./budget_bars.js";
+import { RecentTimings, renderStageBars, renderVerdict } from "./budget_bars.js";
 import { budgetSeries, LiveChart, lossSeries, COLORS } from "./charts.js";
 import { drawLegend } from "./colorwheel.js";
 import { showKindFields, streamSpec } from "./form.js";
@@ -23,6 +23,7 @@ const state = {
   budgetMs: 0,
   stages: 0,
   arrivals: [],
+  recent: new RecentTimings(), // the budget's readouts: the last 2 s of frames
   smoothLoss: null,
   lastFrame: -1, // the newest frame on the charts (from the history or the socket)
 };
@@ -202,6 +203,7 @@ function resetCharts(stages) {
   state.stages = stages;
   state.budgetMs = 0;
   state.arrivals = [];
+  state.recent.clear();
   state.smoothLoss = null;
   state.lastFrame = -1;
   charts.loss.reset();
@@ -281,11 +283,12 @@ function onFrame({ metrics: m, images }) {
   const fps = span > 0 ? (state.arrivals.length - 1) / span : null;
   chartPoint(m);
 
-  const stages = Array.isArray(m.stage_dp_s) ? m.stage_dp_s : [];
+  state.recent.push(now, m);
+  const recent = state.recent.mean();
   $("stat-frame").textContent = String(m.frame);
   $("stat-fps").textContent = fps == null ? "–" : fps.toFixed(1);
   $("stat-loss").textContent = num(m.loss);
-  const ratio = m.ds_s > 0 ? m.work_s / m.ds_s : null;
+  const ratio = recent.ds > 0 && recent.work != null ? recent.work / recent.ds : null;
   const budget = $("stat-budget");
   budget.textContent = ratio == null ? "–" : `${ratio.toFixed(2)}`;
   budget.className = ratio == null ? "" : ratio <= 1 ? "under" : "over";
@@ -293,7 +296,7 @@ function onFrame({ metrics: m, images }) {
   $("stat-latency").textContent = ms(m.latency_s);
   if (m.flow_scale) $("legend-scale").textContent = `rim: ${m.flow_scale.toFixed(1)} px/frame`;
   renderVerdict($("budget-verdict"), ratio);
-  renderStageBars($("stage-bars"), m.work_s, m.dp_s, stages, m.ds_s);
+  renderStageBars($("stage-bars"), recent.work, recent.step, recent.stages, recent.ds);
 }
 
 /** One frame on the charts (a live message or a point of the server's history), each frame once, in order. */
