@@ -10,7 +10,9 @@ and once more with the cache it filled (warm).
 
 * ``eager-1t`` (the service: one intra-op thread), ``eager-2t``, ``eager-2t-passive`` (OpenMP threads that sleep
   instead of spinning while they wait: ``OMP_WAIT_POLICY=PASSIVE``);
-* ``eager-D2``: PARTIME with 2 stages as threads, one intra-op thread each (the service's default);
+* ``eager-D2``: PARTIME with 2 stages as threads, one intra-op thread each;
+* ``processes-D2``: the same with each stage in a process of its own, forked (the service's learner on CPU:
+  ``server.stream.learner.learner.stage_runtime``);
 * ``adam-loop-1t``: as ``eager-1t`` with torch's default Adam on CPU (a loop over the parameters) instead of the
   service's fused one;
 * ``channels-last-1t`` / ``-D2``: the net and its input in channels-last memory format;
@@ -43,6 +45,7 @@ PLAIN = [
     "eager-2t",
     "eager-2t-passive",
     "eager-D2",
+    "processes-D2",
     "adam-loop-1t",
     "channels-last-1t",
     "channels-last-D2",
@@ -57,6 +60,7 @@ WAYS = {
     "eager-2t": (2, 1, {}),
     "eager-2t-passive": (2, 1, {"OMP_WAIT_POLICY": "PASSIVE"}),
     "eager-D2": (2, 2, {}),  # the local runtime gives each of the 2 stages 2 // 2 = 1 thread
+    "processes-D2": (2, 2, {}),  # so does the process runtime
     "adam-loop-1t": (1, 1, {}),
     "channels-last-1t": (1, 1, {}),
     "channels-last-D2": (2, 2, {}),
@@ -101,6 +105,7 @@ def child(way: str, size: tuple[int, int], steps: int, warmup: int) -> dict:
     from models.flow_nets import build_flow_net
     from models.online import default_lr, flow_optimizer, frame_pair, online_pipeline
     from models.streams import generate
+    from server.stream.learner.learner import STAGE_START_METHOD
 
     threads, stages, _ = WAYS[way]
     torch.set_num_threads(threads)
@@ -116,7 +121,8 @@ def child(way: str, size: tuple[int, int], steps: int, warmup: int) -> dict:
     lr = default_lr("pretrained")
     layers = coarse_then_full(net) if stages == 2 else None
     optimizer = flow_optimizer(lr, fused=not way.startswith("adam-loop"))
-    pipe = online_pipeline(net, torch.zeros(1, 6, h, w), stages, lr, layers=layers, optimizer=optimizer)
+    runtime = {"runtime": "processes", "start_method": STAGE_START_METHOD} if way.startswith("processes") else {}
+    pipe = online_pipeline(net, torch.zeros(1, 6, h, w), stages, lr, layers=layers, optimizer=optimizer, **runtime)
     channels_last = way.startswith("channels-last")
     if channels_last:
         for stage in pipe.stages:

@@ -91,12 +91,15 @@ def online_pipeline(
     align_stale_grad: GradAlign | None = motion_aligned,
     compile_backend: str | None = None,
     cuda_graph: bool | None = None,
+    runtime: str = "local",
+    start_method: str | None = None,
 ) -> Pipeline:
     """The service's learner around ``model``: ``stages`` stages split by measured layer costs (unless ``layers``
     gives the split; ``Pipeline`` profiles it otherwise), one Adam per stage (``flow_optimizer``; or ``optimizer``),
     every stage at ``lr``, the frame pair as target, and a stale stage's gradient moved with the flow
     (``models.stale_gradient``; None: as it was sent, PARTIME as published, for comparison). ``compile_backend`` and
-    ``cuda_graph`` go to ``Pipeline`` (on CUDA whole-step graphs are on by default).
+    ``cuda_graph`` go to ``Pipeline`` (on CUDA whole-step graphs are on by default), as do ``runtime`` and
+    ``start_method`` (where the stages run).
 
     Why one rate for every stage, stale or not: Adam already normalises each step, and a PARTIME stage's gradients are
     only 2(D-1-h) frames old; scaling a stale stage's rate down by its delay (base / (1 + delay), PipeMare's rule,
@@ -117,6 +120,8 @@ def online_pipeline(
         align_stale_grad=align_stale_grad,
         compile_backend=compile_backend,
         cuda_graph=cuda_graph,
+        runtime=runtime,
+        start_method=start_method,
     )
     pipe.set_lr(lr)  # also when ``optimizer`` is given: ``lr`` is every stage's rate whatever the factory's default
     return pipe

@@ -39,6 +39,7 @@ class Pipeline:
         cuda_graph: bool | None = None,
         timeout: float = 120.0,
         runtime: str = "local",
+        start_method: str | None = None,
         align_stale_grad: GradAlign | None = None,
         compile_backend: str | None = None,
     ) -> None:
@@ -55,7 +56,7 @@ class Pipeline:
             model, sample_input, self.balance, resolved, optimizer, schedule, learn, align_stale_grad, compile_backend
         )
         self.stages, self.schedule = built.stages, built.schedule
-        self.runtime: Runtime = self._make_runtime(runtime, built.metas, timeout)
+        self.runtime: Runtime = self._make_runtime(runtime, built.metas, timeout, start_method)
         self._graphs = self._make_graphs(cuda_graph)
         self._epoch = Epoch(self.schedule, learn=loss_fn is not None)
         self._targets: dict[int, Tensor] = {}  # fed targets whose frame's loss is still to come
@@ -65,14 +66,15 @@ class Pipeline:
         self._frame_base = 0  # global index of the current epoch's frame 0
 
     # -- construction helpers ------------------------------------------------------------------
-    def _make_runtime(self, name: str, metas: list[TensorMeta], timeout: float) -> Runtime:
-        """``local``: threads or CUDA streams in this process; ``processes``: one process per stage."""
+    def _make_runtime(self, name: str, metas: list[TensorMeta], timeout: float, start_method: str | None) -> Runtime:
+        """``local``: threads or CUDA streams in this process; ``processes``: one process per stage, started by
+        ``start_method`` (multiprocessing's; default: a fork server, ``processes.START_METHOD``)."""
         slots = self.schedule.message_slots()
         if name == "local":
             return LocalRuntime(self.stages, self.loss_fn, slots=slots, timeout=timeout)
         if name == "processes":
             check_whole_frames(self.schedule)
-            return ProcessRuntime(self.stages, self.loss_fn, metas, slots=slots, timeout=timeout)
+            return ProcessRuntime(self.stages, self.loss_fn, metas, slots, timeout, start_method)
         raise ValueError(f"unknown runtime {name!r}; choose 'local' or 'processes'")
 
     def _make_graphs(self, cuda_graph: bool | None) -> StepGraphs | None:

@@ -120,10 +120,17 @@ class ProcessRuntime:
     cuda = False
 
     def __init__(
-        self, stages: list[Stage], loss_fn: LossFn | None, metas: list[TensorMeta], slots: int, timeout: float
+        self,
+        stages: list[Stage],
+        loss_fn: LossFn | None,
+        metas: list[TensorMeta],
+        slots: int,
+        timeout: float,
+        start_method: str | None = None,
     ) -> None:
         """``metas``: shape and dtype of the pipeline input, then of every stage's output; ``slots``:
-        receive buffers per kind of message (the schedule's messages in flight)."""
+        receive buffers per kind of message (the schedule's messages in flight); ``start_method``: how the workers
+        start (multiprocessing's; default ``START_METHOD``)."""
         if any(s.device.type != "cpu" for s in stages):
             raise ValueError("runtime='processes' runs CPU stages over gloo; for CUDA devices use runtime='local'")
         self.depth = len(stages)
@@ -134,8 +141,9 @@ class ProcessRuntime:
         # The workers' rendezvous, on loopback; kept for the pipeline's lifetime.
         self._store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
         threads = max(1, torch.get_num_threads() // self.depth)  # this process's budget, shared out
-        ctx = mp.get_context(START_METHOD)
-        if START_METHOD == "forkserver":
+        method = start_method or START_METHOD
+        ctx = mp.get_context(method)
+        if method == "forkserver":
             ctx.set_forkserver_preload(PRELOAD)
         self._procs: list[mp.Process] = []
         self._conns: list[Connection] = []

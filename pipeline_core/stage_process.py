@@ -5,6 +5,9 @@ group, reports ready, then answers the controller's commands (``step``, ``state_
 ...) in order until ``close``. Commands and answers are pickled with :func:`dumps`: cloudpickle, so
 lambdas and closures (a ``loss_fn`` written inline) reach the workers by value, and plain CPU tensors
 travel as numpy arrays.
+
+A worker ends when its controller is gone: its pipe closes, or, for a worker forked from the controller (which then
+holds copies of the pipes' other ends, so no pipe closes), its parent changes.
 """
 
 from __future__ import annotations
@@ -29,6 +32,9 @@ from .dist_transport import DistTransport
 from .partition import TensorMeta
 from .schedules import StepActions
 from .worker import StageWorker, prepare_process, settle_process
+
+#: How often a worker waiting for a command looks whether its parent is still there.
+PARENT_POLL_S = 1.0
 
 
 # -- messages over the pipes --------------------------------------------------------------------
@@ -126,8 +132,12 @@ def _serve(worker: StageWorker, conn: Connection) -> bool:
         "set_lr": stage.set_lr,
         "module": lambda: stage.module,
     }
+    parent = os.getppid()
     while True:
         try:
+            while not conn.poll(PARENT_POLL_S):
+                if os.getppid() != parent:
+                    return False  # the controller (or the fork server that started this worker) is gone
             name, args = recv(conn)
         except (EOFError, OSError):
             return False  # the controller is gone

@@ -1,7 +1,8 @@
 """Nothing left in /dev/shm: a generation's queues (POSIX semaphores, ``sem.*``) and its frame ring (``psm_*``) are
 released when it stops (its stream deleted, its worker restarted, the server stopped with SIGTERM), and the
 resource tracker finds nothing leaked at shutdown. Nor in /tmp: the server stopped with SIGTERM exits normally, which
-removes multiprocessing's temporary folder (the fork server's socket).
+removes multiprocessing's temporary folder (the fork server's socket). Nor a process: a killed worker's pipeline
+stages (processes of its own on CPU) end with it.
 
 Other processes on the machine use /dev/shm as well, so only the entries this server's processes map count: they
 are sampled while each generation runs, then must disappear.
@@ -12,6 +13,7 @@ from __future__ import annotations
 import os
 import signal
 
+import psutil
 import pytest
 
 from testing.api import Api
@@ -47,6 +49,10 @@ def released(names: set[str], what: str) -> None:
         raise AssertionError(f"{what} left {left(names)} in /dev/shm") from None
 
 
+def running(procs: list[psutil.Process]) -> list[psutil.Process]:
+    return [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
 def test_start_restart_delete_stop_leaves_nothing_behind(tmp_path):
     server = small_server(tmp_path)
     make_video(server.media_dir / "clip.mp4", frames=60)
@@ -57,8 +63,11 @@ def test_start_restart_delete_stop_leaves_nothing_behind(tmp_path):
             sid = api.create({"source": "file:clip.mp4", "name": "leaks", "fps": 15, "loop": True})["id"]
             first = generation(server, api, sid, seen)
             worker = api.get(sid)["pids"]["worker"]
+            stages = psutil.Process(worker).children()
+            assert len(stages) == api.get(sid)["stages"], "one process per pipeline stage on CPU"
             os.kill(worker, signal.SIGKILL)  # a crashed worker: its whole generation is replaced
             api.wait(sid, 60, "a new worker", lambda s: s["pids"]["worker"] not in (None, worker))
+            until(lambda: not running(stages), 30, "the killed worker's stage processes ended")
             second = generation(server, api, sid, seen | first)
             released(first, "the generation of the killed worker")
             api.delete(sid)

@@ -46,6 +46,24 @@ class LearnerConfig:
     compile_backend: str | None = None
 
 
+#: How a stage process starts (``stage_runtime``): forked from the learner process. The learner is itself a fork
+#: server's child, and there multiprocessing would start a fork server of its own, a new interpreter importing torch:
+#: seconds of a small machine at every start of a generation.
+STAGE_START_METHOD = "fork"
+
+
+def stage_runtime(cfg: LearnerConfig, compile_backend: str | None) -> dict[str, str | None]:
+    """Where the pipeline's stages run: on CPU, more than one stage, each in a process of its own; else in the
+    learner process (threads, or CUDA streams). Why: a step of the flow net is some ten thousand small ops, each
+    dispatched by Python under the GIL, so stage threads of one process mostly take turns; as processes they compute
+    at once (``bench.learning_step``: eager-D2 against processes-D2). A compiled pipeline stays in the process that
+    compiles it (``compiled_twin``)."""
+    cpu = all(d.type == "cpu" for d in resolve_devices(list(cfg.devices) if cfg.devices else None))
+    if cpu and cfg.stages > 1 and compile_backend is None:
+        return {"runtime": "processes", "start_method": STAGE_START_METHOD}
+    return {"runtime": "local", "start_method": None}
+
+
 class CheckpointMismatch(Exception):
     pass
 
@@ -108,6 +126,7 @@ class Learner:
             devices=list(cfg.devices) if cfg.devices else None,
             schedule=cfg.schedule,
             compile_backend=compile_backend,
+            **stage_runtime(cfg, compile_backend),
         )
 
     def _compile_in_background(self) -> None:
