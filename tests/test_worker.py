@@ -11,7 +11,10 @@ import pytest
 import torch
 
 from models.online import frame_pair
+from pipeline_core.processes import ProcessRuntime
+from pipeline_core.runtime import LocalRuntime
 from server.stream import checkpoints
+from server.stream.learner import learner as learner_module
 from server.stream.learner.learner import CheckpointMismatch, Learner, LearnerConfig
 from server.stream.learner.profile_cache import JsonCache
 
@@ -197,3 +200,31 @@ def test_checkpoints_at_a_url_resume_as_from_a_folder(cfg):
     assert again.resumed_from == 3 and all(torch.equal(a, b) for a, b in zip(saved, weights(again), strict=True))
     assert checkpoints.load(at_url.checkpoint_path)["pipeline"]["frames"] == 3
     again.close()
+
+
+def test_cpu_stages_are_processes_that_learn_as_threads_do(cfg, monkeypatch):
+    """On CPU a learner of two stages runs them as processes (``stage_runtime``: stage threads take turns on the
+    GIL); they learn what the same stages as threads learn, and keep it across a new learning size."""
+    two = replace(cfg, stages=2)
+    with_processes = Learner(two, SIZE)
+    monkeypatch.setattr(learner_module, "stage_runtime", lambda *_: {"runtime": "local", "start_method": None})
+    with_threads = Learner(two, SIZE)
+    monkeypatch.undo()
+    try:
+        assert isinstance(with_processes.pipe.runtime, ProcessRuntime)
+        assert isinstance(with_threads.pipe.runtime, LocalRuntime)
+        for x in pairs(4):
+            a, b = with_processes.step(x), with_threads.step(x)
+            assert (a is None) == (b is None)
+            if a is not None:
+                torch.testing.assert_close(a.output, b.output)
+        for p, q in zip(weights(with_processes), weights(with_threads), strict=True):
+            torch.testing.assert_close(p, q)
+        before = weights(with_processes)
+        with_processes.resize((40, 24))
+        assert isinstance(with_processes.pipe.runtime, ProcessRuntime)
+        for p, q in zip(weights(with_processes), before, strict=True):
+            torch.testing.assert_close(p, q, rtol=0, atol=0)
+    finally:
+        with_processes.close()
+        with_threads.close()
