@@ -202,17 +202,18 @@ def test_checkpoints_at_a_url_resume_as_from_a_folder(cfg):
     again.close()
 
 
-def test_cpu_stages_are_processes_that_learn_as_threads_do(cfg, monkeypatch):
+def test_cpu_stages_are_processes_that_learn_as_threads_do(cfg, monkeypatch, tmp_path):
     """On CPU a learner of two stages runs them as processes (``stage_runtime``: stage threads take turns on the
     GIL); they learn what the same stages as threads learn, and keep it across a new learning size."""
-    two = replace(cfg, stages=2)
-    with_processes = Learner(two, SIZE)
+    two, splits = replace(cfg, stages=2), JsonCache(tmp_path / "splits.json")  # one split: the first one measured
+    with_processes = Learner(two, SIZE, splits)
     monkeypatch.setattr(learner_module, "stage_runtime", lambda *_: {"runtime": "local", "start_method": None})
-    with_threads = Learner(two, SIZE)
+    with_threads = Learner(two, SIZE, splits)
     monkeypatch.undo()
     try:
         assert isinstance(with_processes.pipe.runtime, ProcessRuntime)
         assert isinstance(with_threads.pipe.runtime, LocalRuntime)
+        assert with_processes.pipe.balance == with_threads.pipe.balance
         for x in pairs(4):
             a, b = with_processes.step(x), with_threads.step(x)
             assert (a is None) == (b is None)

@@ -89,8 +89,8 @@ def run_learner_process(cfg: LearnerProcessConfig, ring_spec: RingSpec, slots: A
     # built no longer rescan it, which cut them from about 0.4 s to 0.13 s of the stream's start (one run, exploratory).
     settle_process()
     # A daemonic process may not start processes; the pipeline's stages may be processes of this one
-    # (``learner.stage_runtime``). They end with it: at its exit (they are daemons), or, were it killed, when their
-    # pipe to it closes (``pipeline_core.stage_process``).
+    # (``learner.stage_runtime``). They end with it: at its exit (they are daemons), or, were it killed, when they
+    # find their parent gone (``pipeline_core.stage_process``).
     mp.current_process().daemon = False
     torch.set_num_threads(1)  # see the module's docstring
     cv2.setNumThreads(1)
