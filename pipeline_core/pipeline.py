@@ -70,6 +70,8 @@ class Pipeline:
         """``local``: threads or CUDA streams in this process; ``processes``: one process per stage, started by
         ``start_method`` (multiprocessing's; default: a fork server, ``processes.START_METHOD``)."""
         slots = self.schedule.message_slots()
+        if name == "local" and start_method is not None:
+            raise ValueError(f"start_method={start_method!r} is for runtime='processes': the local runtime starts none")
         if name == "local":
             return LocalRuntime(self.stages, self.loss_fn, slots=slots, timeout=timeout)
         if name == "processes":

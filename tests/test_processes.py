@@ -194,6 +194,11 @@ def test_unknown_runtime_is_refused():
         Pipeline(make_model(), torch.zeros(1, 3, 8, 8), balance=BALANCE, runtime="fibers")
 
 
+def test_a_start_method_is_for_processes_only():
+    with pytest.raises(ValueError, match="start_method"):
+        Pipeline(make_model(), torch.zeros(1, 3, 8, 8), balance=BALANCE, runtime="local", start_method="fork")
+
+
 def test_micro_batch_schedules_are_refused():
     with pytest.raises(ValueError, match="micro-batches"):
         Pipeline(
