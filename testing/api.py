@@ -9,7 +9,8 @@ Why a subclass of ``clients.stream_api.StreamApi``: create, get, delete and the 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
 import httpx
 
@@ -18,14 +19,24 @@ from testing.metrics import Scrape
 from testing.net import http_client
 from testing.poll import until
 
-if TYPE_CHECKING:
-    from testing.server import ServerProcess
+
+class Served(Protocol):
+    """What the client needs of the server it talks to: where it answers, where its checkpoints land, and its log
+    (for errors that say what the server did). ``testing.server.ServerProcess`` is one; the client does not import
+    it, the server owns its client."""
+
+    url: str
+
+    @property
+    def checkpoint_dir(self) -> Path: ...
+
+    def log_tail(self, chars: int = ...) -> str: ...
 
 
 class Api(StreamApi):
     """A server's REST API with one bearer token (or none); every call bounded by a timeout."""
 
-    def __init__(self, server: ServerProcess, token: str | None, timeout_s: float = 15.0) -> None:
+    def __init__(self, server: Served, token: str | None, timeout_s: float = 15.0) -> None:
         super().__init__(server.url, token, timeout=60.0)  # a delete waits for the stream's final checkpoint
         self.server = server
         headers = {"Authorization": f"Bearer {token}"} if token else {}
