@@ -33,6 +33,7 @@ DECODER_DIED = "decoder_died"
 CHECKPOINT_MISMATCH = "checkpoint_mismatch"
 CHECKPOINT_FAILED = "checkpoint_failed"
 NODE_LOST = "node_lost"
+WAITING_FOR_ROOM = "waiting_for_room"  # a lost node's stream that no node has room for (a Ray cluster)
 NO_CHECKPOINT = "no_checkpoint"
 NO_FLOW = "no_flow"
 BAD_FRAME = "bad_frame"

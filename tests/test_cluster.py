@@ -1,11 +1,13 @@
 """The service on a real Ray cluster on this machine (``bench.cluster --quick``): a head and two worker nodes
 (separate raylets on 127.0.0.1) in a network namespace of the test's own, a real ``overtime serve --ray-address``.
 Skipped with the reason where no namespace can be made (root and ``unshare`` needed). About 1.5 minutes on 2 cores.
+A second cluster has no room for a lost node's stream (``cluster_support.py``): about a minute more.
 """
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +57,26 @@ def test_the_cluster_leaves_no_shared_memory_behind(result):
     """The lost node's frame rings and semaphores go with it (here the nodes share one machine's /dev/shm), the
     deleted streams' are released, and no stream is left running when the cluster stops."""
     assert result["shared_memory_left"] == [], result["shared_memory_left"]
+
+
+@pytest.fixture(scope="module")
+def no_room(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("room") / "room.json"
+    tests = str(Path(__file__).resolve().parent)
+    proc = netns.run_module("cluster_support", "--inside", str(out), timeout_s=480, env={"PYTHONPATH": tests})
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return json.loads(out.read_text())
+
+
+def test_a_lost_stream_that_no_node_has_room_for_says_it_waits_for_room_and_metrics_count_it(no_room):
+    """Not "it resumes on another node" for ever: what it needs, what the cluster has free; then, a node added, it
+    runs there from its checkpoint and the count is back to 0."""
+    assert no_room["before"]["waiting"] == 0, no_room
+    lost = no_room["lost"]
+    assert lost["state"] == "reconnecting" and lost["error"]["code"] == "waiting_for_room", lost
+    assert "needs 1 CPU on one node" in lost["error"]["message"], lost
+    assert "the cluster has 0 CPUs free" in lost["error"]["message"], lost
+    assert lost["waiting"] == 1 and lost["reconnecting"] == 1, lost
+    back = no_room["room"]
+    assert back["state"] == "running" and back["moved"] and back["resumed_from"] > 0, back
+    assert back["waiting"] == 0, back

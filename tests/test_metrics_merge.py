@@ -3,6 +3,7 @@ actor elsewhere): one family per name, each stream's series under its label, a s
 
 from __future__ import annotations
 
+from server import errors
 from server.api.metrics import ServerMetrics
 from server.stream.metrics import StreamMetrics
 from testing.metrics import Scrape
@@ -35,3 +36,12 @@ def test_a_series_reported_by_two_places_is_summed_but_not_its_creation_time():
     assert len(created) == 1 and created[0] == Scrape.parse(server.exposition([a.families()]).decode()).value(
         "overtime_frames_created", stream="a", outcome="decoded"
     )
+
+
+def test_streams_waiting_for_room_are_counted_from_their_errors():
+    server = ServerMetrics()
+    room = {"code": errors.WAITING_FOR_ROOM, "message": "…"}
+    server.count_waiting_for_room([None, room, {"code": errors.NODE_LOST, "message": "…"}, room])
+    assert Scrape.parse(server.exposition([]).decode()).require("overtime_streams_waiting_for_room") == 2
+    server.count_waiting_for_room([None])
+    assert Scrape.parse(server.exposition([]).decode()).require("overtime_streams_waiting_for_room") == 0

@@ -1,8 +1,13 @@
 """A new stream goes to the GPU with the fewest streams, all its stages on it; what it asked for stands; without a
-GPU it learns on the CPU, with the CPU's largest learning size."""
+GPU it learns on the CPU, with the CPU's largest learning size. On a cluster, a lost stream that no node has room for
+says what it needs and what is free."""
 
 from __future__ import annotations
 
+import pytest
+
+from server import errors
+from server.placement import room
 from server.placement.gpus import place
 from server.settings import Settings
 from server.stream.config import StreamConfig, learner_process_config, on_gpu
@@ -36,3 +41,27 @@ def test_on_the_cpu_the_largest_learning_size_is_the_cpus(tmp_path):
     assert wide[0] == (184, 104)  # as many pixels as 160x120: a step costs by the pixel
     explicit = Settings(media_dir=tmp_path, checkpoint_dir=tmp_path, cache_dir=tmp_path, learning_side=320)
     assert learner_process_config(cfg, explicit, (640, 480), 30.0, None).ladder[0] == (320, 240)
+
+
+def test_a_lost_stream_that_no_node_has_room_for_says_what_it_needs_and_what_is_free():
+    schema = pytest.importorskip("ray.autoscaler.v2.schema")
+
+    def node(cpus: float, used: float, gpus: float = 0.0) -> object:
+        usage = [schema.ResourceUsage("CPU", cpus, used), *([schema.ResourceUsage("GPU", gpus, 0.0)] if gpus else [])]
+        return schema.NodeInfo("t", "t", "i", "127.0.0.1", resource_usage=schema.NodeUsage(usage, 0))
+
+    def status(pending: list[dict[str, float]], *nodes: object) -> object:
+        demand = schema.RayTaskActorDemand([schema.ResourceRequestByCount(b, 1) for b in pending])
+        return schema.ClusterStatus(active_nodes=list(nodes), resource_demands=schema.ResourceDemandSummary(
+            ray_task_actor_demand=[demand]))  # fmt: skip
+
+    wants = room.needs(2, 0)
+    assert wants == {"CPU": 2.0}
+    assert room.waiting_for_room(wants, status([], node(2, 2), node(4, 1))) is None, "nothing waits: Ray starts it"
+    assert room.waiting_for_room(wants, status([{"CPU": 1.0}], node(2, 2))) is None, "another shape waits, not this"
+    error = room.waiting_for_room(wants, status([{"CPU": 2.0}], node(2, 2), node(4, 3), node(0, 0)))
+    assert error["code"] == errors.WAITING_FOR_ROOM
+    assert "needs 2 CPUs on one node" in error["message"], error
+    assert "the cluster has 1 CPU free, at most 1 on one node (3 nodes)" in error["message"], error
+    with_gpu = room.waiting_for_room(room.needs(1, 0.25), status([{"CPU": 1.0, "GPU": 0.25}], node(1, 1, gpus=1)))
+    assert "needs 1 CPU and 0.25 GPUs" in with_gpu["message"] and "1 GPU free" in with_gpu["message"], with_gpu

@@ -141,9 +141,12 @@ class StreamManager:
         self.placement.close()
 
     def exposition(self) -> bytes:
-        """``/metrics``: this process's series (streams by state as of now) and every stream's own."""
+        """``/metrics``: this process's series (streams by state, and those waiting for room, as of now) and every
+        stream's own."""
         sessions = [s for s in self.all() if s.runner is not None]
-        self.metrics.count_states(s.snapshot().state for s in sessions)
+        snapshots = [s.snapshot() for s in sessions]
+        self.metrics.count_states(snap.state for snap in snapshots)
+        self.metrics.count_waiting_for_room(snap.error for snap in snapshots)
         return self.metrics.exposition(s.work.metric_families() for s in sessions)
 
     def _refresh(self, force: bool = False) -> None:

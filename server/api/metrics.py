@@ -36,6 +36,11 @@ class ServerMetrics:
             registry=r,
         )
         self.streams = Gauge("overtime_streams", "streams by state", ["state"], registry=r)
+        self.waiting_for_room = Gauge(
+            "overtime_streams_waiting_for_room",
+            "streams whose node was lost and that no node of the cluster has room for (state reconnecting)",
+            registry=r,
+        )
         self.ws_clients = Gauge("overtime_ws_clients", "connected WebSocket viewers", ["stream"], registry=r)
         self.ws_dropped = Counter("overtime_ws_dropped", "frames a slow viewer skipped", ["stream"], registry=r)
         self.sources_refused.labels(errors.PRIVATE_ADDRESS)  # the series exists (at 0) from the start
@@ -44,6 +49,10 @@ class ServerMetrics:
         states = list(states)
         for state in STATES:
             self.streams.labels(state).set(sum(s == state for s in states))
+
+    def count_waiting_for_room(self, stream_errors: Iterable[dict[str, str] | None]) -> None:
+        """How many streams wait for a node with room, from each stream's error (``errors.WAITING_FOR_ROOM``)."""
+        self.waiting_for_room.set(sum((e or {}).get("code") == errors.WAITING_FOR_ROOM for e in stream_errors))
 
     def viewers(self, stream: str, n: int) -> None:
         self.ws_clients.labels(stream).set(n)

@@ -20,6 +20,7 @@ from ..stream.checkpoints import is_url
 from ..stream.config import StreamConfig
 from ..stream.work import OnFrame, OnNotice, StreamRunner
 from .ray_actors import NAMESPACE, REGISTRY, RayStream, Registry, StreamActor, actor_name, first_snapshot
+from .room import needs
 
 #: Ray's resource on the head node: the registry lives there.
 HEAD = "node:__internal_head__"
@@ -50,12 +51,13 @@ class RayPlacement:
 
     def start(self, sid: str, cfg: StreamConfig, on_frame: OnFrame, on_notice: OnNotice
               ) -> tuple[StreamConfig, StreamRunner]:  # fmt: skip
+        asked = self._resources()
         actor = self._actor_class.options(
             name=actor_name(sid), lifetime="detached", max_restarts=-1, max_concurrency=16,
-            scheduling_strategy="SPREAD", **self._resources(),
+            scheduling_strategy="SPREAD", **asked,
         ).remote(sid, cfg, self.settings)  # fmt: skip
         ray.get(self.registry.add.remote(sid, cfg))
-        return cfg, self._watch(actor, on_frame, on_notice)
+        return cfg, self._watch(actor, on_frame, on_notice, needs(asked["num_cpus"], asked["num_gpus"]))
 
     def running(self) -> dict[str, StreamConfig]:
         """Every stream of the cluster, by id."""
@@ -68,10 +70,11 @@ class RayPlacement:
             actor = ray.get_actor(actor_name(sid), namespace=NAMESPACE)
         except ValueError as exc:
             raise LookupError(f"no actor for stream {sid}") from exc
-        return self._watch(actor, on_frame, on_notice)
+        asked = self._resources()  # as this API process would ask: the same settings as the one that started it
+        return self._watch(actor, on_frame, on_notice, needs(asked["num_cpus"], asked["num_gpus"]))
 
-    def _watch(self, actor: Any, on_frame: OnFrame, on_notice: OnNotice) -> RayStream:
-        runner = RayStream(actor, self.client, on_frame, on_notice, first_snapshot(actor))
+    def _watch(self, actor: Any, on_frame: OnFrame, on_notice: OnNotice, wants: dict[str, float]) -> RayStream:
+        runner = RayStream(actor, self.client, on_frame, on_notice, first_snapshot(actor, wants), wants)
         runner.start()
         return runner
 

@@ -31,6 +31,7 @@ from ..stream.config import StreamConfig
 from ..stream.pictures import FramePictures
 from ..stream.work import OnFrame, OnNotice, StreamSnapshot, StreamWork
 from .gpus import available_gpus, place
+from .room import cluster_status, waiting_for_room
 
 log = logging.getLogger(__name__)
 NAMESPACE = "overtime"
@@ -134,13 +135,22 @@ def actor_name(sid: str) -> str:
     return f"stream-{sid}"
 
 
-def first_snapshot(actor: Any) -> StreamSnapshot:
-    """The actor's snapshot; while it cannot answer (its node lost, Ray starting it elsewhere), one that says so."""
+def unreachable_error(needs: dict[str, float]) -> dict[str, str]:
+    """Why a stream's actor does not answer: its node was lost and Ray starts it again elsewhere, or no node has room
+    for it (``room.py``: what it needs, what the cluster has free)."""
+    status = cluster_status()
+    return (waiting_for_room(needs, status) if status is not None else None) or dict(UNREACHABLE)
+
+
+def first_snapshot(actor: Any, needs: dict[str, float]) -> StreamSnapshot:
+    """The actor's snapshot; while it cannot answer (its node lost, Ray starting it elsewhere or waiting for room),
+    one that says so."""
     try:
         return ray.get(actor.snapshot.remote(), timeout=CALL_S)
     except (RayActorError, RaySystemError, GetTimeoutError):
-        notice = {"type": "state", "state": "reconnecting", "error": dict(UNREACHABLE), "phase": None}
-        return StreamSnapshot(state="reconnecting", error=dict(UNREACHABLE), phase=None, fps=None, display=None,
+        error = unreachable_error(needs)
+        notice = {"type": "state", "state": "reconnecting", "error": error, "phase": None}
+        return StreamSnapshot(state="reconnecting", error=dict(error), phase=None, fps=None, display=None,
                               learning_size=None, budget_note=None, lr=None, loss=None, resumed_from=None,
                               checkpoint_frames=None, source_info={}, counters={}, pids={}, node="", devices=None,
                               notice=notice)  # fmt: skip
@@ -149,11 +159,12 @@ def first_snapshot(actor: Any) -> StreamSnapshot:
 class RayStream:
     """The API process's view of a stream whose work runs in a Ray actor (``StreamRunner``). A thread pulls what
     the actor has for viewers and its snapshot; while the actor cannot be reached (its node was lost and Ray starts
-    it again elsewhere) the stream shows as ``reconnecting``, and the API keeps answering from the last snapshot."""
+    it again elsewhere) the stream shows as ``reconnecting``, and the API keeps answering from the last snapshot;
+    where no node has room for what the actor asks (``needs``), the stream's error says it waits for room."""
 
-    def __init__(self, actor: Any, client: str, on_frame: OnFrame,
-                 on_notice: OnNotice, snapshot: StreamSnapshot) -> None:  # fmt: skip
-        self.actor, self.client = actor, client
+    def __init__(self, actor: Any, client: str, on_frame: OnFrame, on_notice: OnNotice,
+                 snapshot: StreamSnapshot, needs: dict[str, float]) -> None:  # fmt: skip
+        self.actor, self.client, self.needs = actor, client, needs
         self.on_frame, self.on_notice = on_frame, on_notice
         self._snapshot = snapshot
         self._closing = threading.Event()
@@ -180,11 +191,14 @@ class RayStream:
                 (self.on_frame if kind == "frame" else self.on_notice)(item)
 
     def _unreachable(self, exc: BaseException) -> None:
-        if self._snapshot.state == "reconnecting" and self._snapshot.error == UNREACHABLE:
+        """Show the stream as reconnecting, with why (asked again at every failed call: room may come or go)."""
+        error = unreachable_error(self.needs)
+        if self._snapshot.state == "reconnecting" and self._snapshot.error == error:
             return
-        log.warning("stream actor unreachable (%s): showing it as reconnecting", type(exc).__name__)
+        log.warning("stream actor unreachable (%s): showing it as reconnecting (%s)", type(exc).__name__,
+                    error["code"])  # fmt: skip
         snap = self._snapshot
-        snap.state, snap.error = "reconnecting", dict(UNREACHABLE)
+        snap.state, snap.error = "reconnecting", error
         snap.notice = {"type": "state", "state": snap.state, "error": snap.error, "phase": snap.phase}
         self.on_notice(snap.notice)
 
