@@ -47,10 +47,11 @@ from bench.realflow_report import (
     versus_classical,
 )
 from bench.realflow_scores import WINDOWS, Clip, PairScores
+from models import online
 from models.classical import REFINEMENT, classical_methods, dis_refined, resize_flow
 from models.flow_metrics import FAST_MOTION, consistent_mask
 from models.flow_nets import FLOW_NETS, INITS, build_flow_net
-from models.online import default_lr, frame_pair, online_pipeline, predict_then_learn, stream_pairs
+from models.online import frame_pair, learning_for, online_pipeline, predict_then_learn, stream_pairs
 from pipeline_core import Pipeline
 from server.stream.sizing import NET_MULTIPLE, fit, made_for_side
 from server.stream.source.resample import FrameClock, Resampler, to_rgb, upright_size
@@ -129,7 +130,7 @@ def build_learner(init: str, net: str, sample: torch.Tensor, stages: int, lr: fl
     model = build_flow_net(net, init=init if init in INITS else "scratch")
     if init not in INITS:
         model.load_state_dict(torch.load(init, map_location="cpu", weights_only=True))
-    return online_pipeline(model, sample, stages, lr)
+    return online_pipeline(model, sample, stages, lr, learning=learning_for(init))
 
 
 def init_label(init: str) -> str:
@@ -150,12 +151,12 @@ def learn(
     the service pairs frames: one that begins a new shot with itself (``stream_pairs``)."""
     pairs = stream_pairs(clip.frames)
     scores = PairScores(clip, shown)
-    lr = lr or default_lr(init)
+    lr = learning_for(init).lr if lr is None else lr
     with build_learner(init, args.net, frame_pair(clip.frames[0], clip.frames[1]), stages, lr, args.seed) as pipe:
-        for r in predict_then_learn(pipe, pairs):
+        for r in predict_then_learn(pipe, pairs, learning_for(init).feed(args.seed)):
             scores.seconds.append(r.step_seconds)
             if r.frame is not None:
-                scores.add(r.frame, r.output[0].detach().permute(1, 2, 0).cpu().numpy(), r.loss)
+                scores.add(r.frame, online.shown(r.output)[0].detach().permute(1, 2, 0).cpu().numpy(), r.loss)
     return scores, {"init": init, "stages": stages, "balance": pipe.balance, "lr": lr, "net": args.net}
 
 
@@ -177,15 +178,15 @@ def run_references(clip: Clip, shown: set[int]) -> dict[str, PairScores]:
 
 
 def parse_rates(text: str | None) -> list[float | None]:
-    """``--lr``: comma-separated positive rates, or none given (each init's default)."""
+    """``--lr``: comma-separated rates (0: the weights stay frozen), or none given (each init's default)."""
     if text is None:
         return [None]
     try:
         rates = [float(r) for r in text.split(",")]
     except ValueError:
         raise ValueError(f"--lr must be comma-separated numbers, got {text!r}") from None
-    if not rates or any(not r > 0 for r in rates):
-        raise ValueError(f"--lr rates must be positive, got {text!r}")
+    if not rates or any(not r >= 0 for r in rates):
+        raise ValueError(f"--lr rates must not be negative, got {text!r}")
     return rates
 
 
@@ -207,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--net", default="fast", choices=sorted(FLOW_NETS), help="default: the service's")
     parser.add_argument(
         "--lr",
-        help="Adam lr of every stage, comma-separated to compare several in one run; default: by init (default_lr)",
+        help="Adam lr of every stage, comma-separated to compare several in one run; default: by init (learning_for)",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(

@@ -78,6 +78,7 @@ class Progress:
         self.times: list[float] = []
         self.last_print = 0.0
         self.line_open = False
+        self.versus: list[tuple[float, float]] = []  # (loss, frozen start's loss) on the last frames it scored
 
     def update(self, m: dict) -> None:
         now = time.monotonic()
@@ -86,7 +87,7 @@ class Progress:
         ratio = m["dp_s"] / m["ds_s"] if m.get("ds_s") else float("nan")
         zero = f" (zero flow {m['loss_zero']:.4g})" if m.get("loss_zero") is not None else ""
         line = (
-            f"frame {m['frame']:>6}  fps {fps:5.1f}  loss {m['loss']:.4g}{zero}  "
+            f"frame {m['frame']:>6}  fps {fps:5.1f}  loss {m['loss']:.4g}{zero}{self._versus_start(m)}  "
             f"ΔP/ΔS {ratio:4.2f}{' OVER' if ratio > 1 else ''}  drops {m.get('dropped', 0)}"
         )
         if self.tty:
@@ -96,6 +97,14 @@ class Progress:
         elif now - self.last_print >= 1.0:
             self.out.write(line + "\n")
             self.last_print = now
+
+    def _versus_start(self, m: dict) -> str:
+        """The loss over the frozen start's on the last ten frames the start scored (the server's window): what
+        learning bought, under 1 where it pays."""
+        if m.get("loss_start") is not None and m.get("loss") is not None:
+            self.versus = [*self.versus[-9:], (m["loss"], m["loss_start"])]
+        start = sum(s for _, s in self.versus)
+        return f"  vs start {sum(v for v, _ in self.versus) / start:.2f}x" if start > 0 else ""
 
     def note(self, state: str, words: str) -> None:
         """A state change (starting, reconnecting, ...) on a line of its own."""

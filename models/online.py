@@ -1,5 +1,10 @@
 """The online-learning set-up shared by the service and the bench: one frame pair, one step.
 
+Two ways to learn (``Learning``): a learner that starts from the shipped weights learns from pairs with a known flow
+made of the stream's own frames (``KNOWN_MOTION``, ``models.known_motion``), each step's input the pair it shows and
+the pair it learns from, side by side in a batch of two; a learner from scratch (PARTIME's research setting) learns
+from the photometric loss of the pair it shows (``PHOTOMETRIC``). ``learning_for(init)`` picks one.
+
 Why one module: the optimiser, its learning rate for a D-stage pipeline and the frame-pair tensor
 must be identical wherever flow is learned, or bench numbers would not describe the service.
 """
@@ -7,15 +12,17 @@ must be identical wherever flow is learned, or bench numbers would not describe 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from pipeline_core import Pipeline, Schedule, StepResult
-from pipeline_core.stage import GradAlign
+from pipeline_core.stage import GradAlign, LossFn
 
-from .flow_loss import guarded_flow_loss
+from .flow_loss import MAX_FLOW_PX, guarded_flow_loss, online_zero_flow_loss
+from .known_motion import KnownMotion, known_flow_loss
 from .scene_cuts import SceneCuts
 from .stale_gradient import motion_aligned
 
@@ -26,33 +33,36 @@ OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 BASE_LR = 4e-3
 
 
-#: Adam rate of a sequential learner that starts from the shipped pretrained weights: it adapts a good prior to
-#: the scene and must not wreck it. Compared on both real clips at 1e-4, 3e-5 and 1e-5 (bench/results/adapt-lr/):
-#: on box (453 pairs) every faster rate moved the flow further from the pseudo ground truth (EPE 0.059 / 0.057 /
-#: 0.057, moving-region F1 0.770 / 0.793 / 0.800); on tree (67 pairs) faster was slightly better (EPE 0.505 / 0.508
-#: / 0.511, F1 0.826 / 0.823 / 0.819). The unsupervised loss's optimum is not the true flow, and over a long clip
-#: the drift costs more than the early gain, so adapting stays this gentle. bench/results/realflow-*.md hold the
-#: runs at this default.
-ADAPT_LR = 1e-5
+#: Adam rate of the convolutions of a learner that starts from the shipped pretrained weights and learns from known
+#: motion (``KNOWN_MOTION``); its scalar priors learn ``PRIOR_SCALE`` times faster.
+ADAPT_LR = 1e-4
+#: How many times faster than the convolutions the nets' scalar priors learn from known motion (the still gate's
+#: margins, the Lucas-Kanade dampings, the matches' temperatures): a few numbers that the stream's noise, contrast and
+#: light decide, learned from every pixel of every pair.
+PRIOR_SCALE = 300.0
 
 
-def default_lr(init: str) -> float:
-    """The base rate for a learner that starts ``init`` (``models.flow_nets.INITS``, or a weights file: adapting)."""
-    return BASE_LR if init == "scratch" else ADAPT_LR
-
-
-def flow_optimizer(lr: float = BASE_LR, fused: bool = True) -> OptimizerFactory:
+def flow_optimizer(lr: float = BASE_LR, fused: bool = True, prior_scale: float | None = None) -> OptimizerFactory:
     """Adam factory (one optimiser per pipeline stage). beta2 = 0.99: on a non-stationary stream the
     second-moment estimate must forget within ~100 frames, or a burst of large gradients (a fast
     patch entering) keeps the step size wrong for a long time. ``fused``: one kernel updates every parameter (the
     same update); torch's default on CPU loops over the flow nets' ~40 small tensors one op at a time
     (``python -m bench.learning_step`` times both: ways eager-1t and adam-loop-1t). On CUDA it is also capturable
-    (its step counts live on the device), so a CUDA graph can hold the whole learning step."""
+    (its step counts live on the device), so a CUDA graph can hold the whole learning step. ``prior_scale``: the
+    scalar parameters (the priors) learn at that multiple of ``lr`` (a group's ``lr_scale``, which
+    ``Pipeline.set_lr`` keeps)."""
 
     def make(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
         params = list(params)
         on_cuda = any(p.device.type == "cuda" for p in params)
-        return torch.optim.Adam(params, lr=lr, betas=(0.9, 0.99), fused=fused or None, capturable=on_cuda)
+        groups: list[dict] = [{"params": params}]
+        if prior_scale is not None:
+            priors = [p for p in params if p.dim() == 0]
+            weights = [p for p in params if p.dim() > 0]
+            groups = [g for g in ({"params": weights}, {"params": priors, "lr_scale": prior_scale}) if g["params"]]
+            for g in groups:
+                g["lr"] = lr * g.get("lr_scale", 1.0)
+        return torch.optim.Adam(groups, lr=lr, betas=(0.9, 0.99), fused=fused or None, capturable=on_cuda)
 
     return make
 
@@ -77,27 +87,138 @@ def stream_pairs(frames: Iterable[np.ndarray]) -> Iterator[torch.Tensor]:
         previous = frame
 
 
+def guarded_known_flow_loss(output: Tensor, target: Tensor) -> Tensor:
+    """``known_flow_loss``, NaN where the flow blew up (as ``guarded_flow_loss``: the learner then restores its last
+    good weights)."""
+    blown_up = ~(output.detach().abs().amax() <= MAX_FLOW_PX)  # NaN compares false
+    loss = known_flow_loss(torch.where(blown_up, torch.zeros_like(output), output), target)
+    return torch.where(blown_up, torch.full_like(loss, float("nan")), loss)
+
+
+class Feed:
+    """Turns each real pair into a pipeline step's input and target, and reads what the step showed. The pair shown is
+    always sample 0 of the input (``shown``)."""
+
+    def __call__(self, pair: Tensor) -> tuple[Tensor, Tensor]:
+        return pair, pair
+
+    def observe(self, output: Tensor) -> None:
+        """The flow a step put out, for the pairs still to come."""
+
+
+class KnownMotionFeed(Feed):
+    """Each step's input: the real pair (shown) and a pair made from its second frame with a known flow (learned
+    from; ``models.known_motion``); the target: that flow. The made pair borrows the stream's noise and change of light
+    through the newest flow the learner showed (zero flow until it has shown one)."""
+
+    def __init__(self, seed: int = 0, speed: float | None = None) -> None:
+        self.motion = KnownMotion(seed, KNOWN_HOLD)
+        self.speed = KNOWN_SPEED if speed is None else speed
+        self.flow: Tensor | None = None
+
+    def __call__(self, pair: Tensor) -> tuple[Tensor, Tensor]:
+        flow = self.flow if self.flow is not None and self.flow.shape[-2:] == pair.shape[-2:] else None
+        if flow is None:
+            flow = pair.new_zeros(1, 2, *pair.shape[-2:])
+        known = self.motion(pair, flow.to(pair.device), self.speed)
+        return torch.cat([pair, known.pair]), known.target()
+
+    def observe(self, output: Tensor) -> None:
+        self.flow = shown(output).detach()
+
+
+#: How many pairs in a row one known motion holds (``models.known_motion.KnownMotion``).
+KNOWN_HOLD = 8
+#: The camera's shift between the frames of a made pair, in pixels at the learning size (standard deviation per axis;
+#: a mover moves ``models.known_motion.MOVER_SPEED`` times as far).
+KNOWN_SPEED = 2.0
+
+
+def shown(output: Tensor) -> Tensor:
+    """The flow of the pair a step showed (sample 0), (1, 2, H, W)."""
+    return output[:1]
+
+
+@dataclass(frozen=True)
+class Learning:
+    """What a learner learns from and at what rate (the module docstring): its loss, its optimizer's rates, how a
+    stale stage treats an older gradient, whether the coarse levels add their own photometric losses, and the feed
+    that makes each step's input."""
+
+    name: str
+    lr: float
+    loss_fn: LossFn
+    align_stale_grad: GradAlign | None
+    prior_scale: float | None
+    deep_supervision: bool
+    known_motion: bool
+
+    def feed(self, seed: int = 0) -> Feed:
+        return KnownMotionFeed(seed) if self.known_motion else Feed()
+
+    def sample(self, pair: Tensor) -> Tensor:
+        """The pipeline's sample input for a real pair (1, 6, H, W)."""
+        return torch.cat([pair, pair]) if self.known_motion else pair
+
+    def optimizer(self, lr: float | None = None) -> OptimizerFactory:
+        return flow_optimizer(self.lr if lr is None else lr, prior_scale=self.prior_scale)
+
+    def zero_flow_loss(self, step_input: Tensor, target: Tensor) -> Tensor:
+        """The loss zero flow would have on a step's input (0-d): the baseline a learned flow must beat."""
+        if self.known_motion:
+            return known_flow_loss(torch.zeros_like(step_input[-1:, :2]), target)
+        return online_zero_flow_loss(step_input)
+
+    def prepare(self, net: nn.Sequential) -> nn.Sequential:
+        """``net`` with its layers' own losses on or off (``models.deep_supervision``)."""
+        if not self.deep_supervision:
+            for layer in net:
+                if hasattr(layer, "supervision"):
+                    layer.supervision = 0.0
+        return net
+
+
+#: A learner from scratch: the photometric loss of the pair it shows (with the coarse levels' own), every parameter at
+#: ``BASE_LR``, a stale gradient moved with the flow.
+PHOTOMETRIC = Learning("photometric", BASE_LR, guarded_flow_loss, motion_aligned, None, True, False)
+#: A learner from the shipped weights: the end-point error on pairs of known motion (``models.known_motion``), the
+#: convolutions at ``ADAPT_LR`` and the priors ``PRIOR_SCALE`` times faster.
+KNOWN_MOTION = Learning("known-motion", ADAPT_LR, guarded_known_flow_loss, None, PRIOR_SCALE, False, True)
+
+
+def learning_for(init: str) -> Learning:
+    """How a learner that starts ``init`` (``models.flow_nets.INITS``, or a weights file: adapting) learns."""
+    return PHOTOMETRIC if init == "scratch" else KNOWN_MOTION
+
+
+def default_lr(init: str) -> float:
+    """The base rate for a learner that starts ``init``."""
+    return learning_for(init).lr
+
+
 def online_pipeline(
     model: nn.Sequential,
     sample: torch.Tensor,
     stages: int,
-    lr: float = BASE_LR,
+    lr: float | None = None,
     *,
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = guarded_flow_loss,
+    learning: Learning = PHOTOMETRIC,
+    loss_fn: LossFn | None = None,
     layers: list[int] | None = None,
     devices: list[str | torch.device] | None = None,
     schedule: str | Schedule = "partime",
     optimizer: OptimizerFactory | None = None,
-    align_stale_grad: GradAlign | None = motion_aligned,
+    align_stale_grad: GradAlign | None | str = "learning",
     compile_backend: str | None = None,
     cuda_graph: bool | None = None,
     runtime: str = "local",
     start_method: str | None = None,
 ) -> Pipeline:
-    """The service's learner around ``model``: ``stages`` stages split by measured layer costs (unless ``layers``
-    gives the split; ``Pipeline`` profiles it otherwise), one Adam per stage (``flow_optimizer``; or ``optimizer``),
-    every stage at ``lr``, the frame pair as target, and a stale stage's gradient moved with the flow
-    (``models.stale_gradient``; None: as it was sent, PARTIME as published, for comparison). ``compile_backend`` and
+    """The service's learner around ``model``, learning as ``learning`` says (``Learning``: its loss, optimizer, rate
+    and stale-gradient rule unless ``loss_fn``, ``optimizer``, ``lr`` or ``align_stale_grad`` (None: as it was sent,
+    PARTIME as published) say otherwise), on inputs shaped as ``learning.sample(sample)`` for a real pair ``sample``:
+    ``stages`` stages split by measured layer costs (unless ``layers`` gives the split; ``Pipeline`` profiles it
+    otherwise), one Adam per stage, every stage at ``lr``. ``compile_backend`` and
     ``cuda_graph`` go to ``Pipeline`` (on CUDA whole-step graphs are on by default), as do ``runtime`` and
     ``start_method`` (where the stages run).
 
@@ -108,16 +229,17 @@ def online_pipeline(
 
     Why one function: the service's worker and the benchmarks build their learners here, so a benchmark
     measures what the service runs."""
+    lr = learning.lr if lr is None else lr
     pipe = Pipeline(
-        model,
-        sample,
+        learning.prepare(model),
+        learning.sample(sample),
         stages=stages,
         balance=layers,
         devices=devices,
-        loss_fn=loss_fn,
-        optimizer=optimizer or flow_optimizer(lr),
+        loss_fn=loss_fn or learning.loss_fn,
+        optimizer=optimizer or learning.optimizer(lr),
         schedule=schedule,
-        align_stale_grad=align_stale_grad,
+        align_stale_grad=learning.align_stale_grad if align_stale_grad == "learning" else align_stale_grad,
         compile_backend=compile_backend,
         cuda_graph=cuda_graph,
         runtime=runtime,
@@ -127,16 +249,23 @@ def online_pipeline(
     return pipe
 
 
-def predict_then_learn(pipe: Pipeline, pairs: Iterable[torch.Tensor]) -> Iterator[StepResult]:
-    """Feed each frame pair once, in order, as its own target; yield every step's result, then the flush's.
+def predict_then_learn(pipe: Pipeline, pairs: Iterable[torch.Tensor], feed: Feed | None = None) -> Iterator[StepResult]:
+    """Feed each frame pair once, in order, as ``feed`` makes it a step's input and target (by default the pair alone,
+    its own target); yield every step's result, then the flush's. ``shown(r.output)`` is the pair's flow.
 
-    Scoring ``r.output`` against pair ``r.frame`` is prequential: no weight that produced the output has learned
-    from that pair. A stage records its output when it forwards, before that step's backward and update. With
-    PARTIME and D stages, stage h forwards pair f at step f + h; each of its earlier updates, at a step s < f + h,
-    used the loss of pair s + h - 2(D - 1) <= f - 1 - 2(D - 1 - h) < f (a deep-supervised layer adds its own
-    pair s - h < f). The last stage computes pair f's loss in the step that outputs it, after the forward.
-    ``tests/test_online.py`` recomputes every output from the weights each stage had when it forwarded.
+    Scoring ``shown(r.output)`` against pair ``r.frame`` is prequential: no weight that produced the output has
+    learned from that pair (nor from a pair made of its frames). A stage records its output when it forwards, before
+    that step's backward and update. With PARTIME and D stages, stage h forwards pair f at step f + h; each of its
+    earlier updates, at a step s < f + h, used the loss of pair s + h - 2(D - 1) <= f - 1 - 2(D - 1 - h) < f (a
+    deep-supervised layer adds its own pair s - h < f). The last stage computes pair f's loss in the step that outputs
+    it, after the forward. ``tests/test_online.py`` recomputes every output from the weights each stage had when it
+    forwarded.
     """
+    feed = feed or Feed()
     for x in pairs:
-        yield pipe.step(x, target=x)
+        step_input, target = feed(x)
+        r = pipe.step(step_input, target=target)
+        if r.output is not None:
+            feed.observe(r.output)
+        yield r
     yield from pipe.flush()

@@ -146,9 +146,11 @@ class Stage:
         self.optimizer.zero_grad(set_to_none=False)
 
     def set_lr(self, lr: float) -> None:
+        """The stage's rate; a parameter group with an ``lr_scale`` learns at that multiple of it (the flow nets'
+        scalar priors learn faster than their convolutions: ``models.online.flow_optimizer``)."""
         if self.optimizer is not None:
             for group in self.optimizer.param_groups:
-                group["lr"] = lr
+                group["lr"] = lr * group.get("lr_scale", 1.0)
 
     def end_step(self) -> None:
         """Drop forward-only results: they were needed only within the step."""

@@ -20,7 +20,8 @@ from server.stream.learner import budget
 from server.stream.learner.learner import Learner, LearnerConfig
 from server.stream.learner.process import FrameLoop, LearnerProcessConfig
 from server.stream.learner.profile_cache import JsonCache, key
-from server.stream.protocol import BudgetChanged, FrameLearned, FramesDropped, NonFiniteLoss
+from server.stream.learner.versus_start import VersusStart
+from server.stream.protocol import BudgetChanged, FrameLearned, FramesDropped, NonFiniteLoss, WentBackToBest
 from server.stream.sizing import learning_ladder
 
 DISPLAY = (128, 96)
@@ -117,11 +118,11 @@ def test_the_budget_counts_what_the_host_spends_on_a_step_not_the_steps_own_cloc
 
     def overlapped(x: torch.Tensor):
         time.sleep(0.02)
-        r = step(x)
+        zero, r = step(x)
         if r is None:  # nothing left the pipeline yet (it fills)
-            return None
+            return zero, None
         device_clock = SimpleNamespace(seconds=5.0)  # the step's span as a device's events would tell it
-        return StepResult(r.output, r.loss_tensor, r.frame, device_clock, list(r.stage_seconds))
+        return zero, StepResult(r.output, r.loss_tensor, r.frame, device_clock, list(r.stage_seconds))
 
     loop.learner.step = overlapped
     seen: list[float] = []
@@ -221,3 +222,33 @@ def test_a_frame_that_begins_a_new_shot_is_paired_with_itself(loop):
     assert [frames[f].scene_cut for f in sorted(frames)] == [f == 2 for f in sorted(frames)]
     # Its pair is the frame and itself: zero flow explains it (the loss's floor), unlike its neighbours' pairs.
     assert frames[2].loss_zero < 0.1 * min(frames[1].loss_zero, frames[3].loss_zero)
+
+
+@pytest.mark.parametrize("lag", [0, 1], ids=["lag0", "lag1"])
+def test_the_frozen_start_scores_now_and_then_and_a_learner_behind_it_goes_back_to_its_best(tmp_path, lag):
+    """The frozen start scores every few frames what the step learned from; where a window of them reads the learner
+    behind its start, it goes back to its best weights, says so, and learns on, the frames numbered on."""
+    loop = make_loop(tmp_path, lag, auto=False, init="pretrained")
+    loop.versus_start = VersusStart(every=2, window=2, margin=0.02)
+    start = weights(loop.learner)
+    went_back_to: list[list[torch.Tensor]] = []
+    go_back = loop.learner.go_back_to_best
+    loop.learner.go_back_to_best = lambda: (go_back(), went_back_to.append(weights(loop.learner)))
+    loop.learner.start_loss = lambda: torch.tensor(1e-6)  # a start that explains everything: the learner is behind
+    rng = np.random.default_rng(3)
+    for i, picture in enumerate(rng.integers(0, 255, (12, DISPLAY[1], DISPLAY[0], 3), np.uint8)):
+        loop.on_frame(picture, float(i))
+    frames = [m for m in loop.out if isinstance(m, FrameLearned)]
+    scored = [m.frame for m in frames if m.loss_start is not None]
+    assert scored and all(f % 2 == 1 for f in scored)  # the second pair fed, the fourth, ...: frames 1, 3, ...
+    went = [m for m in loop.out if isinstance(m, WentBackToBest)]
+    assert went and went[0].ratio > 1e3 and went[0].scored == 2
+    assert frames[-1].frame > went[0].frame and np.isfinite(frames[-1].loss)  # it learns on
+    assert [m.frame for m in frames] == sorted({m.frame for m in frames})  # numbered on, never back
+    # No window was ever ahead of the start: the best weights it had were its start's.
+    assert went_back_to and all(torch.equal(a, b) for a, b in zip(start, went_back_to[0], strict=True))
+    loop.learner.pipe.close()
+
+
+def weights(learner: Learner) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in learner.pipe.module().parameters()]

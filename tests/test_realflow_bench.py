@@ -209,10 +209,10 @@ def test_several_rates_are_compared_in_one_run(clip, tmp_path):
     assert [m["lr"] for m in list(methods.values())[:2]] == [1e-4, 1e-5]
 
 
-def test_rates_must_be_positive_numbers():
+def test_rates_must_be_numbers_not_below_zero():
     assert realflow.parse_rates(None) == [None]
-    assert realflow.parse_rates("1e-4,3e-5") == [1e-4, 3e-5]
-    for bad in ("fast", "1e-4,0", "-1e-4", ""):
+    assert realflow.parse_rates("1e-4,3e-5,0") == [1e-4, 3e-5, 0.0]  # 0: the weights stay frozen
+    for bad in ("fast", "1e-4,-1", "-1e-4", ""):
         with pytest.raises(ValueError):
             realflow.parse_rates(bad)
 

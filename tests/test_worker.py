@@ -1,5 +1,5 @@
 """The worker's learner: checkpoints (atomic, resumable, guarded), recovery to the last good weights, a new learning
-size with the same weights, and the zero-flow baseline."""
+size with the same weights, the zero-flow baseline, its frozen start's scores and its best weights."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def weights(learner: Learner) -> list[torch.Tensor]:
 def test_checkpoint_is_atomic_and_resumes(cfg):
     learner = Learner(cfg, SIZE)
     for x in pairs(3):
-        assert learner.step(x) is not None
+        assert learner.step(x)[1] is not None
     assert learner.save() == 3
     assert [p.name for p in cfg.checkpoint_path.parent.iterdir()] == ["unit.pt"]  # no temp file left behind
     saved = weights(learner)
@@ -83,12 +83,12 @@ def test_recovery_restores_checkpoint_and_halves_lr(cfg):
     good = weights(learner)
     with torch.no_grad():
         next(learner.pipe.stages[0].module.parameters()).fill_(float("nan"))
-    assert not np.isfinite(learner.step(xs[2]).loss)  # the caller reads it, and recovers (tests/test_frame_loop.py)
+    assert not np.isfinite(learner.step(xs[2])[1].loss)  # the caller reads it, and recovers (tests/test_frame_loop.py)
     learner.recover()
     assert learner.nonfinite == 1 and learner.lr == pytest.approx(5e-4)
     assert all(torch.equal(a, b) for a, b in zip(good, weights(learner), strict=True))
     assert all(g["lr"] == pytest.approx(5e-4) for s in learner.pipe.stages for g in s.optimizer.param_groups)
-    r = learner.step(xs[3])
+    _, r = learner.step(xs[3])
     assert r is not None and np.isfinite(r.loss)
     with torch.no_grad():
         next(learner.pipe.stages[0].module.parameters()).fill_(float("inf"))
@@ -111,7 +111,7 @@ def test_resize_keeps_weights_optimizer_and_split_and_learns_on(cfg, tmp_path):
     assert all(torch.equal(a, b) for a, b in zip(before, weights(learner), strict=True))
     after = [s.optimizer.state_dict()["state"] for s in learner.pipe.stages]
     assert all(torch.equal(a[k]["exp_avg"], b[k]["exp_avg"]) for a, b in zip(moments, after, strict=True) for k in a)
-    results = [learner.step(x) for x in pairs(3, (48, 40))]
+    results = [learner.step(x)[1] for x in pairs(3, (48, 40))]
     assert results[-1] is not None and results[-1].output.shape[-2:] == (40, 48) and np.isfinite(results[-1].loss)
     learner.pipe.close()
     again = Learner(replace(cfg, stages=2, name="other"), SIZE, splits)  # the cached split: nothing measured
@@ -136,26 +136,84 @@ def test_a_net_of_another_version_measures_its_split_again_and_refuses_old_check
         Learner(replace(cfg, stages=2), SIZE, splits)
 
 
-def test_zero_flow_loss_is_the_learners_loss_of_zero_flow(cfg):
-    learner = Learner(cfg, SIZE)
+@pytest.mark.parametrize("init", ["scratch", "pretrained"])
+def test_zero_flow_loss_is_the_learners_loss_of_zero_flow(cfg, init):
+    """From scratch the pair's own photometric loss; from the shipped weights the error on the pair made from it."""
+    learner = Learner(replace(cfg, init=init), SIZE)
     x = pairs(1)[0]
-    expected = float(learner.pipe.loss_fn(torch.zeros(1, 2, 32, 32), x))
-    assert float(learner.zero_flow_loss(x)) == pytest.approx(expected) and expected > 0
-    still = frame_pair(np.full((32, 32, 3), 90, np.uint8), np.full((32, 32, 3), 90, np.uint8))
-    assert float(learner.zero_flow_loss(still)) < 1e-2 * expected  # nothing moves: zero flow explains it all
+    zero, _ = learner.step(x)
+    step_input, target = learner._fed
+    expected = float(learner.pipe.loss_fn(torch.zeros(len(step_input), 2, 32, 32), target))
+    assert float(zero) == pytest.approx(expected) and expected > 0
     learner.pipe.close()
+    if init == "scratch":
+        learner = Learner(replace(cfg, name="still"), SIZE)
+        still = frame_pair(np.full((32, 32, 3), 90, np.uint8), np.full((32, 32, 3), 90, np.uint8))
+        assert float(learner.step(still)[0]) < 1e-2 * expected  # nothing moves: zero flow explains it all
+        learner.pipe.close()
 
 
-def test_new_learner_starts_from_its_init_at_its_rate(cfg):
+def test_new_learner_starts_from_its_init_at_its_rates(cfg):
     from models.flow_nets import build_flow_net
-    from models.online import default_lr
+    from models.online import KNOWN_MOTION, PRIOR_SCALE
 
     learner = Learner(replace(cfg, init="pretrained", lr=None), SIZE)
     shipped = build_flow_net("fast", init="pretrained").state_dict()
     assert all(torch.equal(shipped[k], v) for k, v in learner.pipe.module().state_dict().items())
-    assert learner.lr == default_lr("pretrained")
+    assert learner.lr == KNOWN_MOTION.lr and learner.learning is KNOWN_MOTION
+    rates = sorted(g["lr"] for s in learner.pipe.stages for g in s.optimizer.param_groups)
+    assert rates == [pytest.approx(KNOWN_MOTION.lr), pytest.approx(KNOWN_MOTION.lr * PRIOR_SCALE)]
     learner.save()
     assert checkpoints.load(cfg.checkpoint_path)["init"] == "pretrained"
+    assert checkpoints.load(cfg.checkpoint_path)["learning"] == "known-motion"
+    learner.pipe.close()
+    halved = Learner(replace(cfg, init="pretrained", lr=KNOWN_MOTION.lr / 2), SIZE)  # a restart after a crash
+    rates = sorted(g["lr"] for s in halved.pipe.stages for g in s.optimizer.param_groups)
+    assert rates == [pytest.approx(KNOWN_MOTION.lr / 2), pytest.approx(KNOWN_MOTION.lr / 2 * PRIOR_SCALE)]
+    halved.pipe.close()
+
+
+def test_a_checkpoint_that_learned_another_way_is_refused_in_words(cfg):
+    learner = Learner(replace(cfg, init="pretrained"), SIZE)
+    learner.save()
+    learner.pipe.close()
+    state = torch.load(cfg.checkpoint_path, weights_only=False)
+    del state["learning"]  # as every checkpoint before known motion: photometric
+    torch.save(state, cfg.checkpoint_path)
+    with pytest.raises(CheckpointMismatch, match="photometric"):
+        Learner(replace(cfg, init="pretrained"), SIZE)
+
+
+@pytest.mark.parametrize(("init", "stages"), [("pretrained", 1), ("pretrained", 2), ("scratch", 1)])
+def test_the_frozen_start_scores_what_the_learner_learned_from(cfg, init, stages):
+    """Before any update the learner's weights are its start's (random ones too): the two losses on the step's input
+    agree; after some learning the start's stays where it was while the learner's moves."""
+    learner = Learner(replace(cfg, init=init, stages=stages, schedule="sequential"), SIZE)
+    xs = pairs(4)
+    _, r = learner.step(xs[0])
+    assert r is not None and float(learner.start_loss()) == pytest.approx(float(r.loss_tensor), rel=1e-5)
+    for x in xs[1:]:
+        learner.step(x)
+    start = float(learner.start_loss())
+    assert float(learner.start_loss()) == start  # frozen: no graph, no update
+    learner.pipe.close()
+
+
+def test_going_back_to_the_best_weights_keeps_the_frame_count(cfg):
+    learner = Learner(replace(cfg, init="pretrained"), SIZE)
+    xs = pairs(6)
+    for x in xs[:2]:
+        learner.step(x)
+    learner.keep_best()
+    best = weights(learner)
+    for x in xs[2:5]:
+        learner.step(x)
+    assert not all(torch.equal(a, b) for a, b in zip(best, weights(learner), strict=True))
+    learner.go_back_to_best()
+    assert all(torch.equal(a, b) for a, b in zip(best, weights(learner), strict=True))
+    assert learner.pipe.state_dict()["frames"] == 5
+    _, r = learner.step(xs[5])
+    assert r is not None and r.frame == 5
     learner.pipe.close()
 
 
@@ -178,7 +236,7 @@ def test_a_compiled_twin_takes_over_with_the_same_weights_and_learns_the_same(cf
     assert compiled.compiled and all(s.run is not s.module for s in compiled.pipe.stages)
     assert all(torch.equal(a, b) for a, b in zip(weights(eager), weights(compiled), strict=True))
     for x in xs[2:]:
-        a, b = eager.step(x), compiled.step(x)
+        (_, a), (_, b) = eager.step(x), compiled.step(x)
         assert (a is None) == (b is None)
         if a is not None:
             torch.testing.assert_close(b.output, a.output, rtol=0, atol=1e-6)
@@ -215,7 +273,7 @@ def test_cpu_stages_are_processes_that_learn_as_threads_do(cfg, monkeypatch, tmp
         assert isinstance(with_threads.pipe.runtime, LocalRuntime)
         assert with_processes.pipe.balance == with_threads.pipe.balance
         for x in pairs(4):
-            a, b = with_processes.step(x), with_threads.step(x)
+            (_, a), (_, b) = with_processes.step(x), with_threads.step(x)
             assert (a is None) == (b is None)
             if a is not None:
                 torch.testing.assert_close(a.output, b.output)

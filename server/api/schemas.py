@@ -53,6 +53,15 @@ class ErrorInfo(BaseModel):
     message: str
 
 
+class VersusStart(BaseModel):
+    """What learning bought over the last frames the stream's frozen start scored (every tenth)."""
+
+    ratio: float = Field(description="the learner's mean loss / the frozen start's: under 1, learning pays")
+    learned: float = Field(description="the learner's mean loss, each frame's before it learned from it")
+    start: float = Field(description="the frozen start's mean loss on the same frames")
+    scored: int = Field(description="frames in the window")
+
+
 class StreamInfo(BaseModel):
     id: str
     name: str
@@ -76,6 +85,12 @@ class StreamInfo(BaseModel):
     loop: bool
     counters: Counters
     loss: float | None
+    learning: str = Field(
+        description="what the learner learns from: known-motion (pairs with a known flow made from the stream's own "
+        "frames; from the shipped weights) or photometric (the pair's own loss; from scratch)"
+    )
+    versus_start: VersusStart | None = Field(description="its loss beside its frozen start's (null: none yet)")
+    notes: list[str] = Field(description="what the stream did on its own that you should know (oldest first)")
     resumed_from: int | None = Field(description="frames the weights had learned when this run loaded them")
     checkpoint_frames: int | None = Field(description="frame count in the latest checkpoint written")
     source_info: dict
@@ -90,6 +105,7 @@ class HistoryPoint(BaseModel):
     frame: int
     loss: float | None
     loss_zero: float | None
+    loss_start: float | None = Field(description="the frozen start's loss on the same pair, on the frames it scored")
     dp_s: float
     work_s: float
     ds_s: float

@@ -17,6 +17,7 @@ class Counters(BaseModel):
     reconnects: int = 0
     worker_restarts: int = 0
     nonfinite_losses: int = 0
+    went_back_to_best: int = 0  # times learning fell behind the frozen start and went back to its best weights
     scene_cuts: int = 0  # frames that began a new shot: shown without flow, not learned from
     ws_clients: int = 0  # filled in by the API process, which holds the viewers
 
@@ -56,6 +57,10 @@ class StreamCounts:
     def nonfinite_loss(self) -> None:
         self.counters.nonfinite_losses += 1
         self.metrics.nonfinite.inc()
+
+    def went_back_to_best(self) -> None:
+        self.counters.went_back_to_best += 1
+        self.metrics.went_back.inc()
 
     def checkpoint_failed(self) -> None:
         self.metrics.checkpoint_failures.inc()

@@ -28,6 +28,7 @@ from .protocol import (
     Phase,
     SourceEnded,
     SourceOpened,
+    WentBackToBest,
 )
 from .restart_policy import Outcome
 from .status import StreamStatus
@@ -79,6 +80,13 @@ class MessageDispatcher:
                 if m.error:
                     counts.checkpoint_failed()
                 self.acks.answer(m)
+            case WentBackToBest():
+                counts.went_back_to_best()
+                status.notes.append(
+                    f"frame {m.frame}: learning fell behind its start (its loss {m.ratio:.3g} times the frozen "
+                    f"start's over the last {m.scored} frames the start scored), so it went back to its best weights"
+                )
+                status.versus_start.pairs.clear()
             case NonFiniteLoss():
                 status.lr, status.resumed_from = m.lr, m.restored_from
                 counts.nonfinite_loss()
@@ -92,6 +100,10 @@ class MessageDispatcher:
         if m.scene_cut:
             self.counts.scene_cut()
         status.loss, status.learning_size = m.loss, tuple(m.learning_size)
+        if m.loss is not None and m.loss_start is not None:
+            status.versus_start.record(m.loss, m.loss_start)
+            if (standing := status.versus_start.standing()) is not None:
+                self.counts.metrics.versus_start.set(standing.ratio)
         if status.state != "running":
             status.set_phase(None)
             status.set_state("running", None, "")

@@ -13,7 +13,7 @@ from .pictures import FramePictures
 from .protocol import FrameLearned
 
 HISTORY_POINTS = 600  # frames of chart history kept per stream
-HISTORY_KEYS = ("frame", "loss", "loss_zero", "dp_s", "work_s", "ds_s", "stage_dp_s")
+HISTORY_KEYS = ("frame", "loss", "loss_zero", "loss_start", "dp_s", "work_s", "ds_s", "stage_dp_s")
 
 
 class FrameRecord:
@@ -32,11 +32,13 @@ class FrameRecord:
         for stage, seconds in enumerate(m.stage_dp_s):
             if seconds is not None:
                 metrics.stage_step(stage).observe(seconds)
-        for gauge, value in ((metrics.loss, m.loss), (metrics.loss_zero, m.loss_zero)):
+        losses = ((metrics.loss, m.loss), (metrics.loss_zero, m.loss_zero), (metrics.loss_start, m.loss_start))
+        for gauge, value in losses:
             if value is not None and math.isfinite(value):
                 gauge.set(value)
         message = {
-            "type": "frame", "frame": m.frame, "loss": m.loss, "loss_zero": m.loss_zero, "dp_s": m.dp_s,
+            "type": "frame", "frame": m.frame, "loss": m.loss, "loss_zero": m.loss_zero, "loss_start": m.loss_start,
+            "dp_s": m.dp_s,
             "work_s": m.work_s, "ds_s": ds, "stage_dp_s": m.stage_dp_s, "dropped": dropped,
             "capture_time": m.capture_time, "learning_size": list(m.learning_size), "flow_scale": m.flow_scale,
             "scene_cut": m.scene_cut,

@@ -56,6 +56,24 @@ class StreamMetrics:
             ["stream"],
             registry=r,
         ).labels(sid)
+        self.loss_start = Gauge(
+            "overtime_loss_start_weights",
+            "the same loss for the stream's frozen start (the weights it began with), latest frame it scored",
+            ["stream"],
+            registry=r,
+        ).labels(sid)
+        self.versus_start = Gauge(
+            "overtime_learning_versus_start",
+            "the learner's mean loss over its frozen start's on the last frames the start scored (< 1: learning pays)",
+            ["stream"],
+            registry=r,
+        ).labels(sid)
+        self.went_back = Counter(
+            "overtime_went_back_to_best",
+            "times learning fell behind the frozen start over a window and went back to its best weights",
+            ["stream"],
+            registry=r,
+        ).labels(sid)
         self.reconnects = Counter(
             "overtime_source_reconnects", "source reconnects (decoder restarts)", ["stream"], registry=r
         ).labels(sid)

@@ -70,8 +70,9 @@ class FrameLearned:
     """Learner -> work: what left the pipeline for one frame: its flow, pictures and timings."""
 
     frame: int
-    loss: float | None
-    loss_zero: float | None  # the same loss for zero flow on the same pair
+    loss: float | None  # the learner's loss on what its step learned from, before learning from it
+    loss_zero: float | None  # the same loss for zero flow there
+    loss_start: float | None  # the same loss for the stream's frozen start there, on the frames it scored, else None
     dp_s: float  # the whole pipeline step
     stage_dp_s: list[float | None]
     work_s: float  # the frame's whole work (the frame budget)
@@ -118,6 +119,16 @@ class NonFiniteLoss:
 
 
 @dataclass(frozen=True)
+class WentBackToBest:
+    """Learner -> work: over a window of frames the learner's loss was ``ratio`` times its frozen start's (``scored``
+    frames), so it went back to its best weights (``learner.versus_start``)."""
+
+    frame: int
+    ratio: float
+    scored: int
+
+
+@dataclass(frozen=True)
 class LearnerFailed:
     """Learner -> work: the learner could not start (its code from ``errors``); the process exits."""
 
@@ -145,6 +156,7 @@ LearnerMessage = (
     Phase
     | LearnerReady
     | FrameLearned
+    | WentBackToBest
     | BudgetChanged
     | FramesDropped
     | CheckpointWritten

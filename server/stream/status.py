@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .learner.versus_start import VersusStart
 from .sizing import Size
 
 
@@ -17,6 +18,8 @@ class StreamStatus:
         self.error: dict[str, str] | None = None
         self.phase: str | None = "opening the source"
         self.loss: float | None = None
+        self.versus_start = VersusStart()  # the learner's loss beside its frozen start's, over the last window
+        self.notes: list[str] = []  # what the stream did on its own that a user should know (went back to its best)
         self.lr = lr  # the learning rate in force
         self.fps = fps  # the rate in force: the source's, once it opened, unless one was asked for
         self.display: Size | None = None

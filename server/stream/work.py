@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import queue
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from prometheus_client.metrics_core import Metric
@@ -61,6 +61,8 @@ class StreamSnapshot:
     node: str
     devices: tuple[str, ...] | None
     notice: dict[str, Any] = field(default_factory=dict)  # the viewers' ``state`` message
+    versus_start: dict[str, float] | None = None  # ``versus_start.Standing`` as a dict: what learning bought
+    notes: list[str] = field(default_factory=list)  # what the stream did on its own (went back to its best weights)
 
     @property
     def active(self) -> bool:
@@ -139,6 +141,7 @@ class StreamWork:
             counters=self.counts.counters.model_dump(),
             pids={"decoder": gen.decoder.pid if gen else None, "worker": gen.learner_pid if gen else None},
             node=self.node, devices=self.cfg.devices, notice=s.notice(),
+            versus_start=asdict(standing) if (standing := s.versus_start.standing()) else None, notes=list(s.notes),
         )  # fmt: skip
 
     def history(self) -> list[dict]:

@@ -126,4 +126,5 @@ export const lossSeries = () => [
   { label: "loss", stroke: "rgba(122,162,255,.45)", width: 1, legendColor: COLORS.loss },
   { label: "smoothed", stroke: COLORS.accent, width: 2, legendColor: COLORS.accent },
   { label: "zero flow", stroke: COLORS.budget, dash: [6, 4], width: 1.5, legendColor: COLORS.budget },
+  { label: "frozen start", stroke: COLORS.bad, dash: [2, 3], width: 1.5, legendColor: COLORS.bad },
 ];

@@ -2,6 +2,7 @@
 import { api } from "./api.js";
 import { RecentTimings, renderStageBars, renderVerdict } from "./budget_bars.js";
 import { budgetSeries, LiveChart, lossSeries, COLORS } from "./charts.js";
+import { VersusStart } from "./versus_start.js";
 import { drawLegend } from "./colorwheel.js";
 import { showKindFields, streamSpec } from "./form.js";
 import { errorWords, ms, num, shortSource } from "./format.js";
@@ -25,6 +26,7 @@ const state = {
   arrivals: [],
   recent: new RecentTimings(), // the budget's readouts: the last 2 s of frames
   smoothLoss: null,
+  versus: new VersusStart(), // the learner's loss beside its frozen start's
   lastFrame: -1, // the newest frame on the charts (from the history or the socket)
 };
 
@@ -205,13 +207,14 @@ function resetCharts(stages) {
   state.arrivals = [];
   state.recent.clear();
   state.smoothLoss = null;
+  state.versus.clear();
   state.lastFrame = -1;
   charts.loss.reset();
   charts.budget.reset(budgetSeries(stages, () => state.budgetMs));
   charts.dropped.reset();
   charts.latency.reset();
   $("stage-bars").replaceChildren();
-  for (const id of ["frame", "fps", "loss", "budget", "dropped", "latency"]) $(`stat-${id}`).textContent = "–";
+  for (const id of ["frame", "fps", "loss", "versus", "budget", "dropped", "latency"]) $(`stat-${id}`).textContent = "–";
   $("legend-scale").textContent = "rim: – px/frame";
   renderVerdict($("budget-verdict"), null);
 }
@@ -288,6 +291,9 @@ function onFrame({ metrics: m, images }) {
   $("stat-frame").textContent = String(m.frame);
   $("stat-fps").textContent = fps == null ? "–" : fps.toFixed(1);
   $("stat-loss").textContent = num(m.loss);
+  const versus = state.versus.ratio();
+  $("stat-versus").textContent = versus == null ? "–" : `${versus.toFixed(2)}×`;
+  $("stat-versus").className = versus == null ? "" : versus <= 1 ? "under" : "over";
   const ratio = recent.ds > 0 && recent.work != null ? recent.work / recent.ds : null;
   const budget = $("stat-budget");
   budget.textContent = ratio == null ? "–" : `${ratio.toFixed(2)}`;
@@ -310,7 +316,8 @@ function chartPoint(m) {
   }
   state.budgetMs = m.ds_s * 1000;
   if (Number.isFinite(m.loss)) state.smoothLoss = state.smoothLoss == null ? m.loss : 0.9 * state.smoothLoss + 0.1 * m.loss;
-  charts.loss.push(m.frame, [m.loss, state.smoothLoss, m.loss_zero]);
+  if (Number.isFinite(m.loss_start)) state.versus.add(m.loss, m.loss_start);
+  charts.loss.push(m.frame, [m.loss, state.smoothLoss, m.loss_zero, state.versus.start()]);
   charts.budget.push(m.frame, [m.work_s * 1000, m.dp_s * 1000, ...stages.map((s) => (s == null ? null : s * 1000)), state.budgetMs]);
   charts.dropped.push(m.frame, [m.dropped]);
   charts.latency.push(m.frame, [m.latency_s * 1000]);

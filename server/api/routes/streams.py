@@ -7,6 +7,8 @@ from typing import Literal
 from fastapi import APIRouter, Depends, Response
 from fastapi.concurrency import run_in_threadpool
 
+from models.online import learning_for
+
 from ... import errors
 from ...stream import checkpoints
 from ...stream.checkpoint_acks import CheckpointFailed
@@ -14,7 +16,7 @@ from ...stream.config import checkpoint_file, shown_settings
 from ...stream.counts import Counters
 from ..deps import AppSettings, Manager, require_token
 from ..manager import RequestError
-from ..schemas import ErrorInfo, History, HistoryPoint, Size, StreamCreate, StreamInfo
+from ..schemas import ErrorInfo, History, HistoryPoint, Size, StreamCreate, StreamInfo, VersusStart
 from ..session import StreamSession
 
 router = APIRouter(prefix="/api/streams", tags=["streams"], dependencies=[Depends(require_token)])
@@ -35,6 +37,8 @@ def stream_info(session: StreamSession) -> StreamInfo:
         fps=snap.fps, width=display[0], height=display[1],
         learning_size=_size(snap.learning_size), budget_note=snap.budget_note, phase=snap.phase,
         lr=snap.lr, counters=Counters(**{**snap.counters, "ws_clients": session.viewers}), loss=snap.loss,
+        learning=learning_for(cfg.init).name, notes=snap.notes,
+        versus_start=VersusStart(**snap.versus_start) if snap.versus_start else None,
         resumed_from=snap.resumed_from, checkpoint_frames=snap.checkpoint_frames,
         source_info=snap.source_info, pids=snap.pids, node=snap.node, devices=snap.devices,
         ws=f"/ws/streams/{session.id}",

@@ -1,5 +1,8 @@
-"""A stream's learner: the pipeline at its learning size, its learning rate, its checkpoints, and the zero-flow
-baseline of each frame.
+"""A stream's learner: the pipeline at its learning size, its learning rate, its checkpoints, the zero-flow
+baseline of each frame, and its frozen start, which now and then scores the same frame (what learning bought).
+
+How it learns is ``models.online.learning_for(init)``: from the shipped weights, each step's input is the real pair
+(shown) and a pair made from it with a known flow (learned from); from scratch, the real pair's photometric loss.
 
 The flow nets are fully convolutional, so the learned weights (and Adam's moments, one per weight) fit any learning
 size: ``resize`` rebuilds the pipeline at another size from the current state, keeping the split between stages.
@@ -17,9 +20,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from models.flow_loss import online_zero_flow_loss
 from models.flow_nets import build_flow_net
-from models.online import default_lr, online_pipeline
+from models.online import Learning, learning_for, online_pipeline
 from pipeline_core import Pipeline, StepResult
 from pipeline_core.partition import resolve_devices
 
@@ -30,6 +32,8 @@ from .profile_cache import JsonCache, key
 
 #: Checkpoints made before ``init`` was recorded were all learned from scratch.
 LEGACY_INIT = "scratch"
+#: Checkpoints made before ``learning`` was recorded all learned from the photometric loss.
+LEGACY_LEARNING = "photometric"
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,7 @@ class LearnerConfig:
     model: str
     init: str  # "pretrained" | "scratch" (``models.flow_nets.INITS``)
     stages: int
-    lr: float | None  # the last stage's; None: the checkpoint's, else ``default_lr(init)``
+    lr: float | None  # every stage's; None: the checkpoint's, else ``learning_for(init).lr``
     schedule: str
     devices: tuple[str, ...] | None
     checkpoint_path: checkpoints.Location
@@ -70,6 +74,7 @@ class CheckpointMismatch(Exception):
 
 
 def sample(size: Size) -> torch.Tensor:
+    """A real pair's shape at ``size``."""
     return torch.zeros(1, 6, size[1], size[0])
 
 
@@ -82,16 +87,22 @@ class Learner:
         saved = checkpoints.load(cfg.checkpoint_path)
         if saved is not None:
             self._check_compatible(saved)
-        torch.manual_seed(zlib.crc32(cfg.name.encode()))  # a new stream's initial weights depend on its name only
+        seed = zlib.crc32(cfg.name.encode())
+        torch.manual_seed(seed)  # a new stream's initial weights depend on its name only
+        self.learning: Learning = learning_for(cfg.init)
+        self.feed = self.learning.feed(seed)
         # The lr of every stage (``online_pipeline``). An explicit one wins (a restart after a crash passes a halved
         # one); else the checkpoint's; else the default.
-        self.lr = cfg.lr or (float(saved["lr"]) if saved else default_lr(cfg.init))
+        self.lr = cfg.lr or (float(saved["lr"]) if saved else self.learning.lr)
         devices = list(cfg.devices) if cfg.devices else None
         split_key = key(cfg.model, size, cfg.stages, resolve_devices(devices)[0])
         # A resumed stream keeps its checkpoint's split (the weights and optimizer states are stored per stage); a
         # new one takes the cached split, unless it was measured for another version of the net (another layer
         # count), or measures one.
         net = build_flow_net(cfg.model, init=cfg.init)
+        # The stream's frozen start, the weights it began with (a resumed stream's too: they depend on the name and
+        # the init only): it scores a frame now and then (``start_loss``).
+        self.start = copy.deepcopy(net).eval().requires_grad_(False)
         cached = splits.get(split_key) if splits is not None and not saved else None
         layers = saved["pipeline"]["balance"] if saved else (cached if cached and sum(cached) == len(net) else None)
         if saved and sum(layers) != len(net):
@@ -109,6 +120,9 @@ class Learner:
             self.resumed_from = int(saved["pipeline"]["frames"])
         self._apply_lr()  # after the load: optimizer states carry lrs
         self._initial = None if saved else copy.deepcopy(self.pipe.state_dict())
+        self.start.to(self.device)
+        self._fed: tuple[torch.Tensor, torch.Tensor] | None = None  # the last step's input and target
+        self._best = copy.deepcopy(self.pipe.state_dict())  # the best weights so far (``keep_best``)
         self.nonfinite = 0
         self.poison_next = False  # fault-injection hook: the next frame is all NaN, so its loss is NaN
         self.compiled = False  # the pipeline's stages are compiled
@@ -123,6 +137,7 @@ class Learner:
             sample(size),
             cfg.stages,
             self.lr,
+            learning=self.learning,
             layers=layers,
             devices=list(cfg.devices) if cfg.devices else None,
             schedule=cfg.schedule,
@@ -160,8 +175,10 @@ class Learner:
         self.compiled = True
 
     def _check_compatible(self, saved: dict) -> None:
-        mine = {"model": self.cfg.model, "stages": self.cfg.stages, "init": self.cfg.init}
-        theirs = {"model": saved.get("model"), "stages": saved.get("stages"), "init": saved.get("init", LEGACY_INIT)}
+        mine = {"model": self.cfg.model, "stages": self.cfg.stages, "init": self.cfg.init,
+                "learning": learning_for(self.cfg.init).name}  # fmt: skip
+        theirs = {"model": saved.get("model"), "stages": saved.get("stages"), "init": saved.get("init", LEGACY_INIT),
+                  "learning": saved.get("learning", LEGACY_LEARNING)}  # fmt: skip
         if mine != theirs:
             raise CheckpointMismatch(
                 f"checkpoint {checkpoints.file_name(self.cfg.checkpoint_path)} was made with {theirs}, this stream "
@@ -191,8 +208,9 @@ class Learner:
             return -1
         cfg = self.cfg
         checkpoints.save_atomic(
-            {"pipeline": state, "model": cfg.model, "init": cfg.init, "stages": cfg.stages, "width": self.size[0],
-             "height": self.size[1], "lr": self.lr, "saved_at": time.time()},
+            {"pipeline": state, "model": cfg.model, "init": cfg.init, "learning": self.learning.name,
+             "stages": cfg.stages, "width": self.size[0], "height": self.size[1], "lr": self.lr,
+             "saved_at": time.time()},
             cfg.checkpoint_path,
         )  # fmt: skip
         return int(state["frames"])
@@ -202,19 +220,39 @@ class Learner:
         """Where frame pairs go in (the first stage's device)."""
         return self.pipe.stages[0].device
 
-    def step(self, x: torch.Tensor) -> StepResult | None:
-        """One frame pair (on ``device``) in; what left the pipeline out, None while it fills. Nothing is read on the
-        host here: the caller checks the loss once it has it (``recover`` after a non-finite one)."""
+    def step(self, x: torch.Tensor) -> tuple[torch.Tensor, StepResult | None]:
+        """One real frame pair (on ``device``) in: the loss zero flow has on what the step learns from (0-d, on the
+        device: the baseline a learned flow must beat), and what left the pipeline, None while it fills
+        (``models.online.shown`` of its output is a pair's flow). Nothing is read on the host here: the caller checks
+        the loss once it has it (``recover`` after a non-finite one)."""
         if self.poison_next:
             x, self.poison_next = torch.full_like(x, float("nan")), False
-        r = self.pipe.step(x, target=x)
-        return r if r.frame is not None else None
-
-    def zero_flow_loss(self, x: torch.Tensor) -> torch.Tensor:
-        """The learner's own loss of zero flow on the pair ``x`` (0-d, on its device): the baseline a learned flow
-        must beat."""
+        step_input, target = self._fed = self.feed(x)
         with torch.no_grad():
-            return online_zero_flow_loss(x)
+            zero = self.learning.zero_flow_loss(step_input, target)
+        r = self.pipe.step(step_input, target=target)
+        if r.output is not None:
+            self.feed.observe(r.output)
+        return zero, (r if r.frame is not None else None)
+
+    def start_loss(self) -> torch.Tensor:
+        """The frozen start's loss on what the last step learned from (0-d, on the device): beside the learner's own
+        loss on it, what learning bought. A forward of one sample, without a graph."""
+        assert self._fed is not None, "start_loss scores the last step's input: step first"
+        step_input, target = self._fed
+        with torch.no_grad():
+            return self.learning.loss_fn(self.start(step_input[-1:]), target)
+
+    def keep_best(self) -> None:
+        """Keep the current weights (and optimizer states) as the best so far (``go_back_to_best``)."""
+        self._best = copy.deepcopy(self.pipe.state_dict())
+
+    def go_back_to_best(self) -> None:
+        """Learn on from the best weights kept (the ones this run began with, before any were kept); the frame count
+        goes on, the frames in flight go."""
+        state = {**self._best, "frames": self.pipe.state_dict()["frames"]}
+        self.pipe.load_state_dict(copy.deepcopy(state))
+        self._apply_lr()
 
     def recover(self) -> None:
         """After a non-finite loss: back to the last good weights, half the step size."""

@@ -1,9 +1,11 @@
 """The learner process: owns one stream's learner and learns optical flow on every frame.
 
 Per frame (the picture, from the ring) it scales the frame down to the learning size, forms the pair (previous,
-current), calls ``Pipeline.step`` once, and publishes what leaves the pipeline (PARTIME: the output of step t belongs
-to frame t-(D-1)): the raw flow field, the pictures viewers want (``pictures.py``), the loss and the loss of zero
-flow on the same pair, ΔP for the whole step and per stage, the whole frame's work, and the frame's capture time. On
+current), calls ``Pipeline.step`` once (``Learner.step``: the pair shown and the pair learned from), and publishes what
+leaves the pipeline (PARTIME: the output of step t belongs to frame t-(D-1)): the raw flow field, the pictures viewers
+want (``pictures.py``), the loss and the loss of zero flow on what it learned from, now and then the frozen start's
+loss there too (``versus_start.py``: a learner fallen behind its start goes back to its best weights), ΔP for the whole
+step and per stage, the whole frame's work, and the frame's capture time. On
 a GPU it publishes one frame later still, so that the host's part of a frame runs while the device learns the next
 (``FrameLoop``).
 The budget controller (``budget.py``) sees every frame's work and may move the learning size, under the cap that
@@ -54,6 +56,7 @@ from ..protocol import (
     LearnerReady,
     NonFiniteLoss,
     Phase,
+    WentBackToBest,
 )
 from ..ring import FrameRing, RingSpec
 from ..sizing import Size, made_for_side
@@ -62,6 +65,7 @@ from .device_io import FrameUpload, HostCopy, PendingCopy
 from .learner import CheckpointMismatch, Learner, LearnerConfig
 from .profile_cache import JsonCache, key
 from .reach import MotionCap
+from .versus_start import VersusStart
 
 log = logging.getLogger(__name__)
 POLL_S = 0.2
@@ -137,9 +141,10 @@ class InPipeline:
 
     picture: np.ndarray
     capture_time: float
-    loss_zero: torch.Tensor  # its pair's zero-flow loss, on the learner's device
+    loss_zero: torch.Tensor  # zero flow's loss on what its step learned from, on the learner's device
     scene_cut: bool  # it began a new shot (paired with itself)
     frames: int  # how many frames of the stream its pair spans: more than one where the worker skipped some
+    loss_start: torch.Tensor | None = None  # the frozen start's loss there, where it scored this frame
 
 
 @dataclass
@@ -177,6 +182,9 @@ class FrameLoop:
         self.outgoing: deque[Outgoing] = deque()  # frames out of the pipeline, their results on the way (``lag``)
         self.note = controller.note(cfg.fps)
         self.reserve = self._measure_pictures()  # what every picture of a frame costs, wanted or not
+        self.versus_start = VersusStart()
+        self.fed = 0  # pairs fed to the learner
+        self.start_share = 0.0  # the frozen start's scoring, spread over the frames between two (seconds a frame)
 
     def _measure_pictures(self) -> float:
         """The pictures' cost is part of the frame budget even while nobody watches: a viewer may join any time."""
@@ -208,10 +216,10 @@ class FrameLoop:
         x = torch.cat([current if cut else previous, current])[None]
         learner = self.learner
         frames = max(1, round((capture_time - previous_time) * self.cfg.fps))
-        self.pending.append(InPipeline(picture, capture_time, learner.zero_flow_loss(x), cut, frames))
         epochs, stepping = learner.pipe.epochs, time.perf_counter()
-        r = learner.step(x)
+        loss_zero, r = learner.step(x)
         stepped = time.perf_counter() - stepping
+        self.pending.append(InPipeline(picture, capture_time, loss_zero, cut, frames, self._score_start()))
         if learner.pipe.epochs != epochs:
             self.pending.clear()  # the pipeline started afresh (a step its CUDA graph could not capture)
         if r is not None:
@@ -219,16 +227,31 @@ class FrameLoop:
         while len(self.outgoing) > self.lag:
             if (costs := self._publish(self.outgoing.popleft(), start)) is not None:
                 work_s, pictures_s, waited_s = costs
-                self._keep_budget(work_s - pictures_s + self.reserve, stepped + waited_s)
+                self._keep_budget(work_s - pictures_s + self.reserve + self.start_share, stepped + waited_s)
                 stepped = 0.0  # counted once
+
+    def _score_start(self) -> torch.Tensor | None:
+        """Every ``versus_start.EVERY`` frames, the frozen start's loss on what this frame's step learned from. Its
+        time is spread over the frames between two scorings in what the frame budget sees (``start_share``), not
+        counted whole in the frame that pays it: the budget sizes the steady work."""
+        self.fed += 1
+        if not self.versus_start.due(self.fed):
+            return None
+        began = time.perf_counter()
+        loss = self.learner.start_loss()
+        self.start_share = (time.perf_counter() - began) / self.versus_start.every
+        return loss
 
     def _send_off(self, r: StepResult) -> None:
         """Queue the copies to the host of what left the pipeline for the oldest frame inside it."""
         frame = self.pending.popleft()
         assert r.output is not None and r.loss_tensor is not None
+        device = r.loss_tensor.device
+        start = frame.loss_start if frame.loss_start is not None else torch.tensor(float("nan"))
         copy = self.host.start(
             flow=r.output[0].permute(1, 2, 0).contiguous(),
-            losses=torch.stack([r.loss_tensor.float(), frame.loss_zero.to(r.loss_tensor.device, torch.float32)]),
+            losses=torch.stack([r.loss_tensor.float(), frame.loss_zero.to(device, torch.float32),
+                                start.to(device, torch.float32)]),  # fmt: skip
         )
         self.outgoing.append(Outgoing(r, copy, frame))
 
@@ -240,10 +263,13 @@ class FrameLoop:
         waiting = time.perf_counter()
         got = going.copy.result()
         waited_s = time.perf_counter() - waiting
-        loss, loss_zero = (float(v) for v in got["losses"])
+        loss, loss_zero, loss_start = (float(v) for v in got["losses"])
         if not math.isfinite(loss):
             self._recover()
             return None
+        loss_start = loss_start if math.isfinite(loss_start) else None
+        if loss_start is not None:
+            self._judge_learning(r.frame, loss, loss_start)
         flow = got["flow"]
         self.reach.observe(flow, frame.frames)
         scale = self.scale.update(flow, shown.shape[1] / flow.shape[1])
@@ -255,11 +281,24 @@ class FrameLoop:
             self.reserve += RESERVE_WEIGHT * (pictures_s - self.reserve)
         work_s = time.perf_counter() - start
         self.out.put(FrameLearned(
-            frame=r.frame, loss=loss, loss_zero=loss_zero, dp_s=r.step_seconds, stage_dp_s=list(r.stage_seconds),
+            frame=r.frame, loss=loss, loss_zero=loss_zero, loss_start=loss_start, dp_s=r.step_seconds,
+            stage_dp_s=list(r.stage_seconds),
             work_s=work_s, capture_time=frame.capture_time, learning_size=(flow.shape[1], flow.shape[0]),
             flow_scale=scale, flow=flow, images=images, scene_cut=frame.scene_cut,
         ))  # fmt: skip
         return work_s, pictures_s, waited_s
+
+    def _judge_learning(self, frame: int, loss: float, loss_start: float) -> None:
+        """A frame the frozen start scored: keep the weights of the best window so far, or go back to them when a
+        window has fallen behind the start (``versus_start``)."""
+        verdict = self.versus_start.add(loss, loss_start)
+        if verdict is not None and verdict.kind == "best":
+            self.learner.keep_best()
+        elif verdict is not None and verdict.kind == "behind":
+            self.learner.go_back_to_best()
+            self.pending.clear()
+            self.outgoing.clear()  # learned with the weights just left
+            self.out.put(WentBackToBest(frame, verdict.standing.ratio, verdict.standing.scored))
 
     def _recover(self) -> None:
         """After a non-finite loss: the last good weights, half the rate; the frames in flight are gone."""

@@ -1,0 +1,192 @@
+"""Pairs with a known flow, made from the stream's own frames: what the online learner learns from.
+
+Why: the photometric loss the flow nets could learn from online has its optimum away from the true flow (a noisy
+pair is explained best by a flow that follows the noise, a flickering one by a flow that follows the light), so every
+step of it pulled the shipped weights away from where pretraining put them, more the faster they learned
+(docs/models.md#learning-while-watching). A frame of the stream moved by a motion chosen here is a pair whose flow is
+exact and whose look is the stream's own: its light, contrast, noise, blur, codec and colours. Learning to find that
+motion is learning to see this camera's pictures, with a loss whose optimum is the true flow (Aleotti et al., "Learning
+optical flow from still images", CVPR 2021, make training pairs from single pictures the same way, offline).
+
+What one frame cannot show is borrowed from the stream's last real pair: its sensor noise, drawn afresh for each
+frame of the made pair (a picture moved by a known motion carries the same noise into both frames, where a camera's
+two frames have noise of their own), and its change of light between the frames along the rows (a flicker, a
+rolling shutter's band, an exposure step), put on the made pair's second frame.
+
+The motion: a camera's (a shift, a turn and a zoom about the centre, from a view a little off the frame's own) with a
+mover on top (a square cut from elsewhere in the frame, moving on its own, faster). Its size follows the stream's own
+flow (``speed``). Every op is a tensor op on the frame's device.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .flow_cleanup import pair_noise, warp_residual
+from .flow_loss import pixel_grid, sample_at, warp
+
+#: Spread of the view the made pair starts from, around the frame's own: a shift of this share of the shorter side and
+#: a turn of this many radians (standard deviations), so that both of its frames are resampled alike.
+VIEW_SHIFT, VIEW_TURN = 0.05, 0.05
+#: Spread of the camera's turn and zoom between the two frames (radians; log of the scale).
+TURN, ZOOM = 0.01, 0.01
+#: A mover's side, as a share of the frame's shorter side (uniform between the two), and its speed over the camera's.
+MOVER_SIDE, MOVER_SPEED = (0.2, 0.36), 2.5
+#: The residual of two frames' Gaussian noise, mean absolute over the channels, per standard deviation of one frame's
+#: noise: sqrt(2) · sqrt(2/pi).
+NOISE_RESIDUAL_PER_SIGMA = 2 / math.sqrt(math.pi)
+#: Rows averaged (a running mean) into the change of light along the rows.
+LIGHT_ROWS = 9
+
+
+@dataclass(frozen=True)
+class KnownPair:
+    """A made pair (1, 6, H, W), its exact flow from the first frame to the second (1, 2, H, W), and where that flow
+    is known (1, 1, H, W; 0 where the first frame's pixel leaves the second)."""
+
+    pair: Tensor
+    flow: Tensor
+    valid: Tensor
+
+    def target(self) -> Tensor:
+        """(1, 3, H, W): the flow and where it is known, as ``known_flow_loss`` reads them."""
+        return torch.cat([self.flow, self.valid], 1)
+
+
+def _similarity(turn: float, zoom: float, shift: Tensor, centre: Tensor) -> Tensor:
+    """(2, 3): pixel x of a frame -> pixel of the source picture, centre + zoom · R(turn) (x - centre) + shift."""
+    c, s = math.cos(turn) * zoom, math.sin(turn) * zoom
+    linear = torch.tensor([[c, -s], [s, c]], dtype=shift.dtype, device=shift.device)
+    return torch.cat([linear, (centre + shift - linear @ centre)[:, None]], 1)
+
+
+def _apply(affine: Tensor, points: Tensor) -> Tensor:
+    """(2, 3) affine of points (2, H, W)."""
+    return torch.einsum("ij,jhw->ihw", affine[:, :2], points) + affine[:, 2, None, None]
+
+
+def _inside(points: Tensor, height: int, width: int) -> Tensor:
+    x, y = points
+    return (x >= 0) & (x <= width - 1) & (y >= 0) & (y <= height - 1)
+
+
+def sensor_noise(shown: Tensor, flow: Tensor) -> Tensor:
+    """(B, 1, 1, 1): the standard deviation of one frame's noise in the real pair ``shown`` (B, 6, H, W), read off its
+    residual under ``flow`` (``pair_noise``, as the still gate reads it)."""
+    prev, cur = shown[:, :3], shown[:, 3:6]
+    unwarped = (prev - cur).abs().mean(1, keepdim=True)
+    return pair_noise(unwarped, warp_residual(prev, cur, flow), flow) / NOISE_RESIDUAL_PER_SIGMA
+
+
+def light_change(shown: Tensor, flow: Tensor) -> Tensor:
+    """(B, 1, H, 1): how much brighter each row of the real pair's second frame is than its first, the second warped
+    back by ``flow`` (so motion does not count), over ``LIGHT_ROWS`` rows; a gain, clamped to [0.5, 2]."""
+    grey = torch.tensor([0.299, 0.587, 0.114], dtype=shown.dtype, device=shown.device).view(1, 3, 1, 1)
+    prev = (shown[:, :3] * grey).sum(1, keepdim=True).mean(-1, keepdim=True)
+    back = (warp(shown[:, 3:6], flow) * grey).sum(1, keepdim=True).mean(-1, keepdim=True)
+    gain = back / prev.clamp_min(1e-3)
+    r = LIGHT_ROWS // 2
+    return F.avg_pool2d(F.pad(gain, [0, 0, r, r], mode="replicate"), (LIGHT_ROWS, 1), 1).clamp(0.5, 2.0)
+
+
+@dataclass(frozen=True)
+class _Draw:
+    """One known motion, in units of the picture's shorter side and of ``speed`` (so it fits any learning size)."""
+
+    view_shift: tuple[float, float]
+    view_turn: float
+    shift: tuple[float, float]  # in speeds
+    turn: float
+    log_zoom: float
+    mover_half: float  # a share of the shorter side
+    mover_place: tuple[float, float]  # in [0, 1] of where it fits
+    mover_texture: tuple[float, float]
+    mover_motion: tuple[float, float]  # in speeds
+
+
+class KnownMotion:
+    """Makes, from each real pair, a pair of its second frame moved by a known motion (module docstring); random but
+    reproducible from ``seed``. One motion holds for ``hold`` pairs in a row: a PARTIME stage pushes through its
+    current pair the gradient of the pair 2(D-1-h) steps before, which must show the same motion (only the picture
+    under it moved on, as the stream's frames do)."""
+
+    def __init__(self, seed: int = 0, hold: int = 1) -> None:
+        self.generator = torch.Generator().manual_seed(seed)
+        self.hold, self.made = hold, 0
+        self.draw: _Draw | None = None
+
+    def _normal(self) -> float:
+        return float(torch.randn((), generator=self.generator))
+
+    def _uniform(self, low: float = 0.0, high: float = 1.0) -> float:
+        return low + (high - low) * float(torch.rand((), generator=self.generator))
+
+    def _next_draw(self) -> _Draw:
+        if self.draw is None or self.made % self.hold == 0:
+            n, u = self._normal, self._uniform
+            self.draw = _Draw((n() * VIEW_SHIFT, n() * VIEW_SHIFT), n() * VIEW_TURN, (n(), n()), n() * TURN,
+                              n() * ZOOM, u(*MOVER_SIDE) / 2, (u(), u()), (u(), u()),
+                              (n() * MOVER_SPEED, n() * MOVER_SPEED))  # fmt: skip
+        self.made += 1
+        return self.draw
+
+    def __call__(self, shown: Tensor, flow: Tensor, speed: float) -> KnownPair:
+        """A made pair from ``shown`` (1, 6, H, W: the real pair, RGB in [0, 1]) and its flow as the net sees it
+        (1, 2, H, W); ``speed``: the camera's shift between the frames, in pixels (standard deviation per axis)."""
+        draw = self._next_draw()
+        picture = shown[:, 3:6]
+        _, _, h, w = picture.shape
+        device, dtype = picture.device, picture.dtype
+        grid = pixel_grid(h, w, device, dtype)[0]
+        centre = torch.tensor([(w - 1) / 2, (h - 1) / 2], dtype=dtype, device=device)
+        view_shift = torch.tensor(draw.view_shift, dtype=dtype, device=device) * min(h, w)
+        shift = torch.tensor(draw.shift, dtype=dtype, device=device) * speed
+        first = _similarity(draw.view_turn, 1.0, view_shift, centre)
+        second = _similarity(draw.view_turn + draw.turn, math.exp(draw.log_zoom), view_shift + shift, centre)
+        source = _apply(first, grid)  # where each pixel of the first frame reads the picture
+        # The pixel of the second frame that reads the same point: second⁻¹(source).
+        lands = torch.linalg.solve(second[:, :2], (source - second[:, 2, None, None]).flatten(1)).view(2, h, w)
+        a, b = sample_at(picture, source[None]), sample_at(picture, _apply(second, grid)[None])
+        known_flow = lands - grid
+        valid = _inside(source, h, w) & _inside(lands, h, w)
+        a, b, known_flow, valid = _mover(draw, picture, grid, a, b, known_flow, valid, speed)
+        noise = sensor_noise(shown, flow)
+        a = a + noise * torch.randn(a.shape, generator=self.generator).to(device, dtype)
+        b = b + noise * torch.randn(b.shape, generator=self.generator).to(device, dtype)
+        b = b * light_change(shown, flow)
+        pair = torch.cat([a, b], 1).clamp(0.0, 1.0)
+        return KnownPair(pair, known_flow[None], valid[None, None].to(dtype))
+
+
+def _mover(draw: _Draw, picture: Tensor, grid: Tensor, a: Tensor, b: Tensor, flow: Tensor, valid: Tensor,
+           speed: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
+    """A square of the picture from elsewhere, put on both frames, moving by its own shift between them."""
+    _, _, h, w = picture.shape
+    device, dtype = picture.device, picture.dtype
+    half = min(h, w) * draw.mover_half
+    room = torch.tensor([w - 2 * half, h - 2 * half], dtype=dtype, device=device)
+    place = half + room * torch.tensor(draw.mover_place, dtype=dtype, device=device)
+    texture = half + room * torch.tensor(draw.mover_texture, dtype=dtype, device=device)
+    motion = torch.tensor(draw.mover_motion, dtype=dtype, device=device) * speed
+    offset = grid - place[:, None, None]
+    in_first = (offset.abs() <= half).all(0)
+    in_second = ((offset - motion[:, None, None]).abs() <= half).all(0)
+    on_first = sample_at(picture, (offset + texture[:, None, None])[None])
+    on_second = sample_at(picture, (offset - motion[:, None, None] + texture[:, None, None])[None])
+    a, b = torch.where(in_first, on_first, a), torch.where(in_second, on_second, b)
+    flow = torch.where(in_first, motion[:, None, None].expand(2, h, w), flow)
+    return a, b, flow, valid | in_first
+
+
+def known_flow_loss(output: Tensor, target: Tensor) -> Tensor:
+    """Mean end-point error of ``output``'s last sample (B, 2, H, W: the made pair's flow) against the known flow
+    ``target`` (1, 3, H, W: flow, where known; ``KnownPair.target``). Earlier samples (the shown pair) are not
+    learned from."""
+    flow, valid = target[:, :2], target[:, 2:3]
+    error = torch.linalg.vector_norm(output[-1:] - flow, dim=1, keepdim=True)
+    return (error * valid).sum() / valid.sum().clamp_min(1.0)

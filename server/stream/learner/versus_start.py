@@ -1,0 +1,78 @@
+"""What learning bought: the learner's loss beside its frozen start's, on the same frames, and the check that keeps a
+stream from drifting below where it began.
+
+Every ``EVERY`` frames the learner's frozen start (the weights the stream began with) scores what that frame's step
+learned from (``Learner.start_loss``); the learner's own loss on it was computed before it learned from it, so the two
+are comparable. Over the last ``WINDOW`` such frames, ``ratio`` = the learner's mean loss / the start's. Where a full
+window's ratio is over ``1 + MARGIN`` the learner has fallen behind its start: the stream goes back to its best
+weights (those it had when a full window last read its lowest ratio; the start's, before any did) and says so in its
+notes. Why a window: one frame's loss varies by tens of per cent with its content, both weights' alike.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+#: Frames between two scorings by the frozen start: its forward, one sample without a graph, is a share of a frame's
+#: budget (``process.FrameLoop`` spreads it over the frames between).
+EVERY = 10
+#: Scorings per window, and how far over the start's loss a window's mean may go before the stream goes back.
+WINDOW, MARGIN = 10, 0.02
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where the learner stands against its start over the last window."""
+
+    ratio: float  # the learner's mean loss over the start's
+    learned: float
+    start: float
+    scored: int  # frames in the window
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a full window decided: ``behind`` (go back to the best weights) or ``best`` (keep these as the best)."""
+
+    kind: str
+    standing: Standing
+
+
+class VersusStart:
+    """The window of (learner's, start's) losses, and the decisions it leads to."""
+
+    def __init__(self, every: int = EVERY, window: int = WINDOW, margin: float = MARGIN) -> None:
+        self.every = every
+        self.pairs: deque[tuple[float, float]] = deque(maxlen=window)
+        self.margin = margin
+        self.best: float | None = None  # the lowest full-window ratio so far
+
+    def due(self, fed: int) -> bool:
+        """Whether the frozen start scores the ``fed``-th pair (every ``every``-th)."""
+        return fed % self.every == 0
+
+    def record(self, learned: float, start: float) -> None:
+        """One scored frame, for ``standing`` alone."""
+        self.pairs.append((learned, start))
+
+    def add(self, learned: float, start: float) -> Verdict | None:
+        """One scored frame; a verdict where a full window decides something."""
+        self.record(learned, start)
+        standing = self.standing()
+        if standing is None or len(self.pairs) < (self.pairs.maxlen or 0):
+            return None
+        if standing.ratio > 1 + self.margin:
+            self.pairs.clear()  # the weights it goes back to start a new window
+            return Verdict("behind", standing)
+        if self.best is None or standing.ratio < self.best:
+            self.best = standing.ratio
+            return Verdict("best", standing)
+        return None
+
+    def standing(self) -> Standing | None:
+        if not self.pairs:
+            return None
+        learned = sum(p[0] for p in self.pairs) / len(self.pairs)
+        start = sum(p[1] for p in self.pairs) / len(self.pairs)
+        return Standing(learned / start if start > 0 else float("nan"), learned, start, len(self.pairs))

@@ -1,0 +1,68 @@
+"""Pairs with a known flow made from the stream's own frames: the flow is exact, the look is the stream's, and the
+loss reads only the made pair."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from models.flow_loss import warp
+from models.known_motion import KnownMotion, known_flow_loss, light_change, sensor_noise
+from models.online import frame_pair
+from models.streams import generate
+
+
+def real_pair(noise: float = 0.0, gain: float = 1.0) -> torch.Tensor:
+    """Two frames of a generated stream (a photo moving a little), the second with ``noise`` levels of sensor noise
+    and ``gain`` times the light."""
+    stream = generate(size=64, frames=2, seed=1, patches=0)
+    rng = np.random.default_rng(0)
+    second = stream.frames[1] * gain + rng.normal(0, noise, stream.frames[1].shape)
+    first = stream.frames[0] + rng.normal(0, noise, stream.frames[0].shape)
+    as_uint8 = [np.clip(np.rint(f), 0, 255).astype(np.uint8) for f in (first, second)]
+    return frame_pair(*as_uint8), torch.from_numpy(stream.flow[0]).permute(2, 0, 1)[None]
+
+
+def test_the_made_pair_moves_by_its_known_flow():
+    """Warping the made pair's second frame back by the known flow gives its first, where the flow is known and the
+    picture smooth enough for bilinear sampling to agree (a noise-free pair: nothing is added)."""
+    pair, flow = real_pair()
+    still = torch.cat([pair[:, 3:], pair[:, 3:]], 1)  # no noise to borrow, no change of light
+    made = KnownMotion(seed=3)(still, torch.zeros_like(flow), speed=2.0)
+    back = warp(made.pair[:, 3:], made.flow)
+    inner = made.valid.clone()
+    inner[..., :4, :], inner[..., -4:, :], inner[..., :, :4], inner[..., :, -4:] = 0, 0, 0, 0
+    error = ((back - made.pair[:, :3]).abs().mean(1, keepdim=True) * inner).sum() / inner.sum()
+    moved = ((made.pair[:, 3:] - made.pair[:, :3]).abs().mean(1, keepdim=True) * inner).sum() / inner.sum()
+    assert made.flow.abs().amax() > 1.0 and error < 0.25 * moved  # it moved, and the known flow explains it
+    assert 0.5 < made.valid.mean() <= 1.0
+
+
+def test_one_motion_holds_for_its_pairs_then_another_is_drawn():
+    pair, flow = real_pair()
+    motion = KnownMotion(seed=0, hold=2)
+    flows = [motion(pair, flow, 2.0).flow for _ in range(3)]
+    assert torch.equal(flows[0], flows[1]) and not torch.equal(flows[1], flows[2])
+
+
+def test_the_made_pair_borrows_the_streams_noise_and_light():
+    clean, flow = real_pair()
+    noisy, _ = real_pair(noise=6.0)
+    assert float(sensor_noise(clean, flow)) < 1.5 / 255 < 4.0 / 255 < float(sensor_noise(noisy, flow)) < 9.0 / 255
+    darker, _ = real_pair(gain=0.8)  # darker: no pixel saturates
+    gain = light_change(darker, flow)
+    assert gain.shape == (1, 1, 64, 1) and torch.allclose(gain, torch.tensor(0.8), atol=0.03)
+    made = KnownMotion(seed=1)(darker, flow, 2.0)
+    ratio = made.pair[:, 3:].mean() / made.pair[:, :3].mean()
+    assert ratio == pytest.approx(0.8, abs=0.04)
+
+
+def test_the_loss_reads_the_made_pair_alone_and_is_zero_for_its_flow():
+    pair, flow = real_pair()
+    made = KnownMotion(seed=2)(pair, flow, 2.0)
+    target = made.target()
+    shown_flow = torch.full_like(made.flow, 50.0)  # whatever the shown pair's flow is, the loss does not read it
+    assert float(known_flow_loss(torch.cat([shown_flow, made.flow]), target)) == pytest.approx(0.0, abs=1e-6)
+    off = made.flow + torch.tensor([3.0, 4.0]).view(1, 2, 1, 1)
+    assert float(known_flow_loss(torch.cat([shown_flow, off]), target)) == pytest.approx(5.0, rel=1e-5)
