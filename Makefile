@@ -15,7 +15,7 @@ CLIPS ?= ../shared/clips
 
 .PHONY: run test lint docs clean screenshots up up-gpu down \
 	bench bench-engine bench-flow bench-flow-heldout flow-streams bench-realflow bench-realflow-heldout bench-scene-flow \
-	bench-camera-flow bench-schedules bench-memory bench-processes \
+	bench-camera-flow bench-adaptation bench-schedules bench-memory bench-processes \
 	bench-service bench-load bench-soak bench-outage bench-cluster bench-gpu gpu-wheels docker-check pretrain
 
 $(VENV)/.installed: pyproject.toml
@@ -92,6 +92,12 @@ bench-scene-flow: $(VENV)/.installed
 CAMERA_CLIPS = $(wildcard $(CLIPS)/*.mp4 $(CLIPS)/*.avi .clips-heldout/*.mp4)
 bench-camera-flow: $(VENV)/.installed
 	$(PY) -m bench.camera_flow $(foreach f,$(CAMERA_CLIPS),--video $(f))
+
+## What learning while watching buys: the service's adapting learner against its frozen start on exact-flow streams
+## (clean, and as five camera shifts), long ones, and the real clips in CLIPS and .clips-heldout/:
+## bench/results/adaptation/ (about 2 hours on 2 cores).
+bench-adaptation: $(VENV)/.installed
+	$(PY) -m bench.adaptation --clips $(CLIPS)
 
 # Trains the shipped weights (models/weights/fast.pt + fast.json: data, time, result); about 70 min on one core of a
 # shared machine (fast.json: data_seconds, train_seconds).

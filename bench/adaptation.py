@@ -1,14 +1,27 @@
 """What learning while watching buys: the service's adapting learner against its own frozen start, on the same frames.
 
-``python -m bench.adaptation --stream FILE.npz [--shift NAME] --out STEM``: one exact-flow stream (the ``.npz`` of
-``models.streams``; ``--shift``: as a camera shift of ``models.camera_shifts`` shows it) scored pair by pair, each
-pair before it is learned from, for
+Every pair is scored before it is learned from, for
 - ``frozen``: the shipped ``fast`` net, its weights never changed;
 - ``adapting``: the service's learner from those weights (``models.online.learning_for("pretrained")``), sequential;
 - ``adapting_d2``: the same learner as a PARTIME pipeline of two stages (the service's D on CPU);
-- ``scratch`` (``--scratch``): the learner from random weights, for reference (PARTIME's research setting).
-Writes ``STEM.json`` (per learner the end-point error over ``first100``, ``last100`` and ``whole``, and ``per100``,
-each 100 pairs in turn; and each pair's), ``STEM.md`` and ``STEM.png`` (adapting / frozen over the stream).
+- ``scratch``: the learner from random weights (PARTIME's research setting), for reference, on the unshifted streams.
+
+``python -m bench.adaptation`` runs the set below into ``bench/results/adaptation/``: a file per stream (``.json``,
+``.md``, and ``.png``: adapting / frozen over the stream) and ``summary.{md,json,png}``:
+- exact-flow streams no setting was chosen on: photographs under a smooth camera with patches moving over them
+  (``models.streams``, seeds and photos none of the nets' settings were chosen on), at 128x128, 300 frames; each also
+  as the five camera shifts pretraining did not show (``models.camera_shifts``: night, heavy motion blur, a starved
+  H.264 encoder, infrared in false colours, flicker); the pretraining generator's clips (``models.scenes``, seeds it
+  never drew) at 160x120, 300 frames; two long streams (1,500 frames) to show drift. Windows: the first and last 100
+  pairs, the whole stream, and each 100 in turn;
+- real clips (``--clips``, and ``.clips-heldout/`` where ``bench.heldout_clips`` fetched them), scored as
+  ``bench.realflow`` scores them: against DIS-medium's refined flow on all pixels and on the moving pixels where that
+  reference passes its own forward-backward test (the ``consistent`` columns), over the first 30 pairs, 100 and the
+  whole clip, beside Farneback and DIS-fast.
+
+``python -m bench.adaptation --stream FILE.npz [--shift NAME] --out STEM`` scores one exact-flow stream (the
+``.npz`` of ``models.streams``) and writes ``STEM.json``: for ``frozen``, ``adapting`` and ``adapting_d2`` the
+end-point error over ``first100``, ``last100`` and ``whole`` (and ``per100``, and each pair's).
 """
 
 from __future__ import annotations
@@ -16,8 +29,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
@@ -26,12 +42,21 @@ from models.camera_shifts import SHIFTS, shift
 from models.flow_metrics import epe
 from models.flow_nets import build_flow_net, size_multiple
 from models.online import frame_pair, learning_for, online_pipeline, predict_then_learn, shown, stream_pairs
-from models.streams import Stream, load_npz
-from testing.report import RESULTS, Run
+from models.streams import Stream, generate, load_npz, save_npz
+from testing.report import RESULTS, Run, command_line
 
 #: The windows every learner is scored over, in pairs.
 WINDOW = 100
 NET = "fast"
+OUT = RESULTS / "adaptation"
+CACHE = Path(__file__).resolve().parent.parent / ".cache" / "adaptation"
+#: The photographs' streams: (photo, seed) pairs of ``models.streams`` that no setting was chosen on, the size and
+#: length; the generator's clips: ``models.scenes`` seeds it never drew (pretraining drew 0 and 1), their size.
+PHOTO_STREAMS = (("immunohistochemistry", 6), ("colorwheel", 7), ("astronaut", 8), ("coffee", 9))
+STREAM_SIZE, STREAM_FRAMES = 128, 300
+SCENE_SEEDS, SCENE_SIZE = (101, 102), (160, 120)
+LONG_STREAM, LONG_FRAMES = ("chelsea", 10), 1500
+LEARNERS = ("adapting", "adapting_d2")
 
 
 def windows(errors: np.ndarray) -> dict[str, object]:
@@ -70,68 +95,271 @@ def learner_errors(stream: Stream, stages: int, init: str, seed: int = 0) -> np.
     return errors
 
 
-LEARNERS = {
+RUNS: dict[str, Callable[[Stream], np.ndarray]] = {
+    "frozen": frozen_errors,
     "adapting": lambda s: learner_errors(s, 1, "pretrained"),
     "adapting_d2": lambda s: learner_errors(s, 2, "pretrained"),
     "scratch": lambda s: learner_errors(s, 1, "scratch"),
 }
 
 
-def score_stream(stream: Stream, learners: list[str]) -> Iterator[tuple[str, np.ndarray, float]]:
-    """(learner, each pair's error, seconds) for the frozen net and each of ``learners``."""
-    for name in ["frozen", *learners]:
+@dataclass(frozen=True)
+class StreamJob:
+    """One exact-flow stream of the set: a photograph's stream (``photo``) or a generator's clip (``photo`` None), as
+    ``shift`` shows it, and the learners that score it."""
+
+    name: str
+    seed: int
+    frames: int
+    photo: str | None = None
+    shift: str | None = None
+    learners: tuple[str, ...] = LEARNERS
+
+    def make(self) -> Stream:
+        """The stream, kept in ``.cache/adaptation/`` once made (the same arguments, the same pixels)."""
+        if self.photo is None:
+            key, size = f"scene_{self.seed}_{SCENE_SIZE[0]}x{SCENE_SIZE[1]}", SCENE_SIZE
+        else:
+            key, size = f"s{STREAM_SIZE}_{self.seed}_{self.photo}", (STREAM_SIZE, STREAM_SIZE)
+        path = CACHE / f"{key}_{self.frames}.npz"
+        if path.is_file():
+            stream = load_npz(path)
+        else:
+            if self.photo is None:
+                from models.scenes import camera_clip
+
+                stream = camera_clip(np.random.default_rng(self.seed), *size, self.frames)
+            else:
+                stream = generate(STREAM_SIZE, self.frames, self.seed, self.photo)
+            CACHE.mkdir(parents=True, exist_ok=True)
+            save_npz(stream, path)
+        return shift(stream, self.shift) if self.shift else stream
+
+
+def stream_set() -> list[StreamJob]:
+    """The exact-flow streams of the set (module docstring), longest first (they set the run's length)."""
+    photo, seed = LONG_STREAM
+    jobs = [StreamJob(f"long-{photo}-{seed}", seed, LONG_FRAMES, photo),
+            StreamJob(f"long-{photo}-{seed}-night", seed, LONG_FRAMES, photo, "night")]  # fmt: skip
+    for photo, seed in PHOTO_STREAMS:
+        jobs.append(StreamJob(f"{photo}-{seed}", seed, STREAM_FRAMES, photo, None, (*LEARNERS, "scratch")))
+        jobs += [StreamJob(f"{photo}-{seed}-{s}", seed, STREAM_FRAMES, photo, s) for s in SHIFTS]
+    jobs += [StreamJob(f"scene-{seed}", seed, STREAM_FRAMES) for seed in SCENE_SEEDS]
+    return jobs
+
+
+def score_stream(stream: Stream, learners: tuple[str, ...]) -> dict[str, dict]:
+    """Per learner (the frozen net first) its windows, its seconds and each pair's error."""
+    results = {}
+    for name in ("frozen", *learners):
         start = time.perf_counter()
-        errors = frozen_errors(stream) if name == "frozen" else LEARNERS[name](stream)
-        yield name, errors, time.perf_counter() - start
+        e = RUNS[name](stream)
+        results[name] = {**windows(e), "seconds": round(time.perf_counter() - start, 1), "pairs": e.tolist()}
+        print(f"  {name}: first100 {results[name]['first100']:.4f} last100 {results[name]['last100']:.4f} "
+              f"whole {results[name]['whole']:.4f}", file=sys.stderr, flush=True)  # fmt: skip
+    return results
 
 
-def plot(errors: dict[str, np.ndarray], title: str):
+def plot(results: dict[str, dict], title: str):
     """Each learner's error over the frozen net's, 25-pair running means."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 3.5))
+    fig, ax = plt.subplots(figsize=(8, 3.2))
     kernel = np.ones(25) / 25
-    frozen = np.convolve(errors["frozen"], kernel, mode="valid")
-    for name, e in errors.items():
+    frozen = np.convolve(results["frozen"]["pairs"], kernel, mode="valid")
+    for name, r in results.items():
         if name != "frozen":
-            ax.plot(np.convolve(e, kernel, mode="valid") / frozen, label=f"{name} / frozen")
+            ax.plot(np.convolve(r["pairs"], kernel, mode="valid") / frozen, label=f"{name} / frozen", lw=1)
     ax.axhline(1.0, color="grey", lw=0.8)
-    ax.set_xlabel("pair (25-pair running mean)")
+    ax.set_xlabel("pair (25-pair running means)")
     ax.set_ylabel("end-point error / frozen's")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=8)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     return fig
 
 
 def markdown(results: dict[str, dict]) -> str:
-    lines = ["| learner | first 100 | last 100 | whole | / frozen first 100 | / frozen last 100 | / frozen whole |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| learner | first 100 | last 100 | whole | / frozen: first 100 | last 100 | whole | each 100 |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     frozen = results["frozen"]
     for name, r in results.items():
         ratios = " | ".join(f"{r[w] / frozen[w]:.3f}" for w in ("first100", "last100", "whole"))
-        lines.append(f"| {name} | {r['first100']:.3f} | {r['last100']:.3f} | {r['whole']:.3f} | {ratios} |")
+        each = " ".join(f"{a / b:.2f}" for a, b in zip(r["per100"], frozen["per100"], strict=True))
+        lines.append(f"| {name} | {r['first100']:.3f} | {r['last100']:.3f} | {r['whole']:.3f} | {ratios} | {each} |")
     return "\n".join(lines) + "\n"
 
 
+def write_stream(stream: Stream, name: str, learners: tuple[str, ...], out: Path, command: str) -> dict[str, dict]:
+    """Score ``stream`` and write ``out/name.{json,md,png}``; the results."""
+    run = Run(command=command, directory=out)
+    print(f"{name}: {len(stream.flow)} pairs", file=sys.stderr, flush=True)
+    results = score_stream(stream, learners)
+    size = "x".join(map(str, stream.frames.shape[2:0:-1]))
+    title = f"{name}: {len(stream.frames)} frames {size}, net {NET}, end-point error (px), each pair before learning"
+    run.png(f"{name}.png", plot(results, title))
+    run.write(name, title, f"{markdown(results)}\n![adapting / frozen]({name}.png)", results)
+    return results
+
+
+def run_stream_job(job: StreamJob, out: Path, command: str) -> tuple[str, dict[str, dict]]:
+    torch.set_num_threads(1)
+    return job.name, write_stream(job.make(), job.name, job.learners, out, command)
+
+
+# -- real clips ------------------------------------------------------------------------------------------------------
+def run_clip(video: Path, out: Path, command: str) -> tuple[str, dict]:
+    """A real clip as ``bench.realflow`` scores it: the frozen net (rate 0), the adapting learner at D = 1 and 2, the
+    classical methods; ``out/clip-<name>.{json,md}``."""
+    from bench import realflow
+    from bench.realflow_report import versus_classical
+    from bench.realflow_scores import WINDOWS
+
+    torch.set_num_threads(1)
+    probe = realflow.probe(video)
+    width, height = realflow.working_size(probe["width"], probe["height"])
+    fps = min(probe["fps"] or realflow.MAX_FPS, realflow.MAX_FPS)
+    clip = realflow.load_clip(video, fps, width, height)
+    args = SimpleNamespace(net=NET, seed=0)
+    methods = {}
+    for name, stages, lr in (("frozen", 1, 0.0), ("adapting", 1, None), ("adapting_d2", 2, None)):
+        scores, info = realflow.learn(clip, "pretrained", stages, lr, args, set())
+        methods[name] = {**scores.summary(), **info}
+    methods.update({name: s.summary() for name, s in realflow.run_references(clip, set()).items()})
+    result = {"clip": video.name, "size": [width, height], "fps": fps, "pairs": len(clip.pseudo_gt), "methods": methods,
+              "versus_classical": {w: versus_classical(methods, w) for w in WINDOWS},
+              "versus_frozen": {w: versus_frozen(methods, w) for w in WINDOWS}}  # fmt: skip
+    stem = f"clip-{video.stem}"
+    Run(command=command, directory=out).write(stem, f"{video.name} at {width}x{height}: adapting against frozen",
+                                              clip_markdown(result), result)  # fmt: skip
+    return stem, result
+
+
+#: The real clips' scores compared: all pixels, and the moving pixels where the reference passes its own test.
+CLIP_SCORES = {"epe_all": "all pixels", "epe_moving_consistent": "moving, consistent"}
+
+
+def versus_frozen(methods: dict[str, dict], window: str) -> dict[str, dict[str, float]]:
+    """Per adapting learner, its score over the frozen net's in ``window`` (< 1: learning paid)."""
+    frozen = methods["frozen"][window]
+    return {name: {s: methods[name][window][s] / frozen[s] if frozen[s] > 0 else float("nan") for s in CLIP_SCORES}
+            for name in LEARNERS}  # fmt: skip
+
+
+def clip_markdown(result: dict) -> str:
+    lines = ["| learner | window | " + " | ".join(f"{v}: EPE, / frozen, / better classical" for v in
+                                                 CLIP_SCORES.values()) + " |",
+             "|---|---|---|---|"]  # fmt: skip
+    for name in ("frozen", *LEARNERS):
+        for window in result["versus_frozen"]:
+            m = result["methods"][name][window]
+            cells = []
+            for s in CLIP_SCORES:
+                vf = result["versus_frozen"][window][name][s] if name != "frozen" else 1.0
+                vc = result["versus_classical"][window].get(name, {}).get(s, float("nan"))
+                cells.append(f"{m[s]:.3f}, {vf:.3f}, {vc:.3f}")
+            lines.append(f"| {name} | {window} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+# -- the summary -----------------------------------------------------------------------------------------------------
+def summary(streams: dict[str, dict], clips: dict[str, dict]) -> tuple[str, dict]:
+    """Per stream adapting / frozen per window and D = 2 / D = 1; the issue's targets as measured."""
+    rows, data = [], {"streams": {}, "clips": {}}
+    for name, r in streams.items():
+        f = r["frozen"]
+        ratios = {learner: {w: r[learner][w] / f[w] for w in ("first100", "last100", "whole")} for learner in LEARNERS}
+        worst = max(max(a / b for a, b in zip(r[learner]["per100"], f["per100"], strict=True)) for learner in LEARNERS)
+        d2 = r["adapting_d2"]["whole"] / r["adapting"]["whole"]
+        data["streams"][name] = {"ratios": ratios, "worst_per100": worst, "d2_over_d1_whole": d2}
+        a = ratios["adapting"]
+        rows.append(f"| {name} | {f['last100']:.3f} | {a['first100']:.3f} | {a['last100']:.3f} | {a['whole']:.3f} "
+                    f"| {ratios['adapting_d2']['last100']:.3f} | {worst:.3f} | {d2:.3f} |")  # fmt: skip
+    lines = ["## Exact-flow streams", "",
+             "| stream | frozen last 100 (px) | adapting / frozen: first 100 | last 100 | whole | D = 2 last 100 "
+             "| worst 100 of either | D = 2 / D = 1 whole |", "|---|---|---|---|---|---|---|---|", *rows]  # fmt: skip
+    unshifted = [v["ratios"]["adapting"]["last100"] for k, v in data["streams"].items()
+                 if not any(k.endswith(f"-{s}") for s in SHIFTS) and not k.startswith("long")]  # fmt: skip
+    shifted = {k: v["ratios"]["adapting"]["last100"] for k, v in data["streams"].items()
+               if any(k.endswith(f"-{s}") for s in SHIFTS)}  # fmt: skip
+    data["targets"] = {
+        "unshifted_last100_median": float(np.median(unshifted)) if unshifted else None,
+        "shifted_last100": shifted,
+        "never_worse_max": max((v["worst_per100"] for v in data["streams"].values()), default=None),
+        "d2_over_d1_max": max((v["d2_over_d1_whole"] for v in data["streams"].values()), default=None),
+    }
+    t = data["targets"]
+    if unshifted:
+        lines += ["", f"- unshifted, last 100 pairs, adapting / frozen: median {t['unshifted_last100_median']:.3f}"]
+    if streams:
+        lines += [f"- the worst 100 pairs of either learner on any stream, over frozen's: {t['never_worse_max']:.3f}",
+                  f"- D = 2 / D = 1 over a whole stream, worst: {t['d2_over_d1_max']:.3f}"]  # fmt: skip
+    if clips:
+        lines += ["", "## Real clips", "", "| clip | window | learner | all: / frozen | / better classical "
+                  "| moving consistent: / frozen | / better classical |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+        for stem, c in clips.items():
+            data["clips"][stem] = {"versus_frozen": c["versus_frozen"], "versus_classical": c["versus_classical"]}
+            for window in c["versus_frozen"]:
+                for learner in LEARNERS:
+                    vf, vc = c["versus_frozen"][window][learner], c["versus_classical"][window][learner]
+                    cells = (vf["epe_all"], vc["epe_all"], vf["epe_moving_consistent"], vc["epe_moving_consistent"])
+                    row = " | ".join(f"{v:.3f}" for v in cells)
+                    lines.append(f"| {c['clip']} | {window} | {learner} | {row} |")
+    return "\n".join(lines) + "\n", data
+
+
+def run_set(args: argparse.Namespace, command: str) -> int:
+    out = Path(args.out)
+    jobs = [j for j in stream_set() if not args.only or any(p in j.name for p in args.only)]
+    folders = [] if args.no_clips else [d for d in (args.clips, Path(".clips-heldout")) if d.is_dir()]
+    videos = sorted(p for d in folders for p in d.iterdir() if p.suffix in (".mp4", ".avi", ".mkv", ".mov"))
+    if args.only:
+        videos = [v for v in videos if any(p in v.stem for p in args.only)]
+    if not (args.clips.is_dir() or args.no_clips):
+        print(f"bench.adaptation: no clips folder {args.clips}: real clips skipped", file=sys.stderr)
+    run = Run(command=command, directory=out)
+    streams, clips = {}, {}
+    with ProcessPoolExecutor(args.jobs) as pool:
+        stream_futures = [pool.submit(run_stream_job, j, out, command) for j in jobs]
+        clip_futures = [pool.submit(run_clip, v, out, command) for v in videos]
+        for f in stream_futures:
+            name, results = f.result()
+            streams[name] = results
+        for f in clip_futures:
+            stem, result = f.result()
+            clips[stem] = result
+    text, data = summary(streams, clips)
+    run.write("summary", "Learning while watching: adapting against its frozen start", text, data)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--stream", required=True, help=".npz of models.streams (frames + exact flow)")
-    parser.add_argument("--shift", choices=sorted(SHIFTS), help="the stream as this camera shift shows it")
-    parser.add_argument("--out", help="results stem (default bench/results/adaptation/<stream>[-<shift>])")
-    parser.add_argument("--scratch", action="store_true", help="also the learner from scratch, for reference")
-    parser.add_argument("--frames", type=int, default=0, help="only the first N frames (0: all)")
-    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    parser.add_argument("--stream", help="one exact-flow stream: a .npz of models.streams (frames + exact flow)")
+    parser.add_argument("--shift", choices=sorted(SHIFTS), help="--stream as this camera shift shows it")
+    parser.add_argument("--out", help="--stream's results stem (default bench/results/adaptation/<stream>[-<shift>]); "
+                        "the set's folder (default bench/results/adaptation)")  # fmt: skip
+    parser.add_argument("--scratch", action="store_true", help="--stream: also the learner from scratch")
+    parser.add_argument("--clips", type=Path, default=Path("../shared/clips"), help="real clips for the set")
+    parser.add_argument("--no-clips", action="store_true", help="the set without real clips")
+    parser.add_argument("--only", action="append", help="the set's streams and clips whose name holds this")
+    parser.add_argument("--jobs", type=int, default=2, help="the set: streams scored at once, one torch thread each")
+    parser.add_argument("--threads", type=int, default=0, help="--stream: torch threads (0: torch's default)")
     args = parser.parse_args(argv)
+    command = command_line("bench.adaptation", argv)
+    if args.stream is None:
+        if args.shift or args.scratch:
+            parser.error("--shift and --scratch go with --stream")
+        args.out = args.out or str(OUT)
+        return run_set(args, command)
     try:
         stream = load_npz(args.stream)
     except (OSError, ValueError) as exc:
         parser.error(f"cannot read the stream: {exc}")
-    if args.frames:
-        stream = Stream(stream.frames[: args.frames], stream.flow[: args.frames - 1])
     multiple = size_multiple(build_flow_net(NET, init="scratch"))
     if len(stream.flow) < 2 or any(side % multiple for side in stream.frames.shape[1:3]):
         parser.error(f"the stream needs >= 3 frames and sides that divide by {multiple}, got {stream.frames.shape}")
@@ -140,20 +368,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     name = Path(args.stream).stem + (f"-{args.shift}" if args.shift else "")
-    out = Path(args.out) if args.out else RESULTS / "adaptation" / name
-    run = Run(directory=out.parent)
-    learners = ["adapting", "adapting_d2"] + (["scratch"] if args.scratch else [])
-    errors, results = {}, {}
-    for learner, e, seconds in score_stream(stream, learners):
-        errors[learner], results[learner] = e, {**windows(e), "seconds": round(seconds, 1), "pairs": e.tolist()}
-        print(f"{learner}: first100 {results[learner]['first100']:.4f} last100 {results[learner]['last100']:.4f} "
-              f"whole {results[learner]['whole']:.4f} ({seconds:.0f} s)", file=sys.stderr, flush=True)  # fmt: skip
-    size = "x".join(map(str, stream.frames.shape[1:3]))
-    title = f"{name}: {len(stream.frames)} frames {size}, net {NET}, end-point error (px), each pair before learning"
-    run.png(f"{out.name}.png", plot(errors, title))
-    run.write(out.name, title, f"{markdown(results)}\n![adapting / frozen]({out.name}.png)", results)
+    out = Path(args.out) if args.out else OUT / name
+    write_stream(stream, out.name, (*LEARNERS, *(("scratch",) if args.scratch else ())), out.parent, command)
     return 0
 
 
 if __name__ == "__main__":
     raise SystemExit(main())
+

@@ -109,16 +109,27 @@ class _Draw:
     mover_motion: tuple[float, float]  # in speeds
 
 
+@dataclass
+class _Slot:
+    """A motion and the change of light borrowed with it, and how many pairs it made so far."""
+
+    draw: _Draw
+    light: Tensor  # (1, 1, H, 1)
+    made: int = 0
+
+
 class KnownMotion:
     """Makes, from each real pair, a pair of its second frame moved by a known motion (module docstring); random but
-    reproducible from ``seed``. One motion holds for ``hold`` pairs in a row: a PARTIME stage pushes through its
-    current pair the gradient of the pair 2(D-1-h) steps before, which must show the same motion (only the picture
-    under it moved on, as the stream's frames do)."""
+    reproducible from ``seed``. A motion, with the change of light borrowed when it was drawn, serves ``hold`` pairs,
+    every ``every``-th one: the first stage of a PARTIME pipeline of two pushes through its pair the gradient of the
+    pair two steps before, which then shows the same motion and light (only the picture under them moved on, as the
+    stream's own frames do); drawn afresh for every pair, a gradient of another motion taught that stage little
+    (docs/models.md#learning-while-watching)."""
 
-    def __init__(self, seed: int = 0, hold: int = 1) -> None:
+    def __init__(self, seed: int = 0, hold: int = 1, every: int = 1) -> None:
         self.generator = torch.Generator().manual_seed(seed)
-        self.hold, self.made = hold, 0
-        self.draw: _Draw | None = None
+        self.hold, self.every, self.made = hold, every, 0
+        self.slots: dict[int, _Slot] = {}
 
     def _normal(self) -> float:
         return float(torch.randn((), generator=self.generator))
@@ -126,19 +137,25 @@ class KnownMotion:
     def _uniform(self, low: float = 0.0, high: float = 1.0) -> float:
         return low + (high - low) * float(torch.rand((), generator=self.generator))
 
-    def _next_draw(self) -> _Draw:
-        if self.draw is None or self.made % self.hold == 0:
+    def _slot(self, shown: Tensor, flow: Tensor) -> _Slot:
+        """This pair's motion and light: its slot's, or drawn afresh where that served ``hold`` pairs (or another
+        size)."""
+        slot = self.slots.get(self.made % self.every)
+        if slot is None or slot.made >= self.hold or slot.light.shape[-2] != shown.shape[-2]:
             n, u = self._normal, self._uniform
-            self.draw = _Draw((n() * VIEW_SHIFT, n() * VIEW_SHIFT), n() * VIEW_TURN, (n(), n()), n() * TURN,
-                              n() * ZOOM, u(*MOVER_SIDE) / 2, (u(), u()), (u(), u()),
-                              (n() * MOVER_SPEED, n() * MOVER_SPEED))  # fmt: skip
+            mover_motion = (n() * MOVER_SPEED, n() * MOVER_SPEED)
+            draw = _Draw((n() * VIEW_SHIFT, n() * VIEW_SHIFT), n() * VIEW_TURN, (n(), n()), n() * TURN, n() * ZOOM,
+                         u(*MOVER_SIDE) / 2, (u(), u()), (u(), u()), mover_motion)  # fmt: skip
+            slot = self.slots[self.made % self.every] = _Slot(draw, light_change(shown, flow))
+        slot.made += 1
         self.made += 1
-        return self.draw
+        return slot
 
     def __call__(self, shown: Tensor, flow: Tensor, speed: float) -> KnownPair:
         """A made pair from ``shown`` (1, 6, H, W: the real pair, RGB in [0, 1]) and its flow as the net sees it
         (1, 2, H, W); ``speed``: the camera's shift between the frames, in pixels (standard deviation per axis)."""
-        draw = self._next_draw()
+        slot = self._slot(shown, flow)
+        draw = slot.draw
         picture = shown[:, 3:6]
         _, _, h, w = picture.shape
         device, dtype = picture.device, picture.dtype
@@ -158,7 +175,7 @@ class KnownMotion:
         noise = sensor_noise(shown, flow)
         a = a + noise * torch.randn(a.shape, generator=self.generator).to(device, dtype)
         b = b + noise * torch.randn(b.shape, generator=self.generator).to(device, dtype)
-        b = b * light_change(shown, flow)
+        b = b * slot.light
         pair = torch.cat([a, b], 1).clamp(0.0, 1.0)
         return KnownPair(pair, known_flow[None], valid[None, None].to(dtype))
 

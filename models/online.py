@@ -112,7 +112,7 @@ class KnownMotionFeed(Feed):
     through the newest flow the learner showed (zero flow until it has shown one)."""
 
     def __init__(self, seed: int = 0, speed: float | None = None) -> None:
-        self.motion = KnownMotion(seed, KNOWN_HOLD)
+        self.motion = KnownMotion(seed, KNOWN_HOLD, KNOWN_EVERY)
         self.speed = KNOWN_SPEED if speed is None else speed
         self.flow: Tensor | None = None
 
@@ -127,8 +127,9 @@ class KnownMotionFeed(Feed):
         self.flow = shown(output).detach()
 
 
-#: How many pairs in a row one known motion holds (``models.known_motion.KnownMotion``).
-KNOWN_HOLD = 8
+#: How many pairs one known motion serves, every how many pairs (``models.known_motion.KnownMotion``): every second
+#: one, as the first stage of a two-stage PARTIME pipeline learns from the pair two steps before.
+KNOWN_HOLD, KNOWN_EVERY = 4, 2
 #: The camera's shift between the frames of a made pair, in pixels at the learning size (standard deviation per axis;
 #: a mover moves ``models.known_motion.MOVER_SPEED`` times as far).
 KNOWN_SPEED = 2.0
@@ -244,6 +245,7 @@ def online_pipeline(
         cuda_graph=cuda_graph,
         runtime=runtime,
         start_method=start_method,
+        shown=1 if learning.known_motion else 0,
     )
     pipe.set_lr(lr)  # also when ``optimizer`` is given: ``lr`` is every stage's rate whatever the factory's default
     return pipe

@@ -18,6 +18,10 @@ from .stage import GradAlign, LossFn, Stage
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
 
+#: Schedules whose stages forward every input once, whole: they can show samples (``Stage``'s ``shown``).
+SHOWING = ("sequential", "partime")
+
+
 def default_optimizer(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=1e-3)
 
@@ -60,17 +64,22 @@ def build(
     learn: bool,
     align_stale_grad: GradAlign | None = None,
     compile_backend: str | None = None,
+    shown: int = 0,
 ) -> Built:
     """Split ``model`` by ``balance`` into stages placed on ``devices``, and the schedule they run,
     refused here if it cannot run on this input (``check_input``) or at all (``validate``).
-    ``align_stale_grad``: see ``Stage.backward``; ``compile_backend``: see ``Stage``."""
+    ``align_stale_grad``: see ``Stage.backward``; ``compile_backend`` and ``shown``: see ``Stage``."""
+    if shown and not 0 < shown < sample_input.shape[0]:
+        raise ValueError(f"shown={shown} must leave samples to learn from in a batch of {sample_input.shape[0]}")
     placed = stage_devices(devices, len(balance))
     parts = split(model, balance)
     stages = [
-        Stage(i, part, dev, optimizer or default_optimizer, align_stale_grad, compile_backend)
+        Stage(i, part, dev, optimizer or default_optimizer, align_stale_grad, compile_backend, shown)
         for i, (part, dev) in enumerate(zip(parts, placed, strict=True))
     ]
     plan = make_schedule(schedule, len(stages))
+    if shown and plan.name not in SHOWING:
+        raise ValueError(f"schedule {plan.name!r} splits or recomputes its inputs: only {', '.join(SHOWING)} show")
     plan.check_input(tuple(sample_input.shape))
     validate(plan, learn=learn)  # a broken schedule fails here, not mid-stream
     outputs = trace([s.module for s in stages], sample_input, [s.device for s in stages])

@@ -42,10 +42,13 @@ class Pipeline:
         start_method: str | None = None,
         align_stale_grad: GradAlign | None = None,
         compile_backend: str | None = None,
+        shown: int = 0,
     ) -> None:
         """``align_stale_grad``: how a stage brings a gradient of an earlier frame into line with the frame whose
         graph it is pushed through (PARTIME's stale gradients; see ``Stage.backward``); None: as it came.
-        ``compile_backend``: ``torch.compile`` every stage with it (see ``Stage``; it compiles at the first step)."""
+        ``compile_backend``: ``torch.compile`` every stage with it (see ``Stage``; it compiles at the first step).
+        ``shown``: the first ``shown`` samples of every input are only shown: forwarded without a graph, their output
+        returned like the rest (the loss must not read them); the pipeline learns from the others."""
         model = check_sequential(model)
         resolved = resolve_devices(devices)
         self.balance = choose_balance(model, sample_input, stages, balance, resolved, loss_fn)
@@ -53,7 +56,8 @@ class Pipeline:
         self.loss_fn = loss_fn
         learn = loss_fn is not None
         built = build(
-            model, sample_input, self.balance, resolved, optimizer, schedule, learn, align_stale_grad, compile_backend
+            model, sample_input, self.balance, resolved, optimizer, schedule, learn, align_stale_grad, compile_backend,
+            shown,
         )
         self.stages, self.schedule = built.stages, built.schedule
         self.runtime: Runtime = self._make_runtime(runtime, built.metas, timeout, start_method)

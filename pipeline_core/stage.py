@@ -42,12 +42,15 @@ class Stage:
         optimizer: OptimizerFactory | None,
         align_stale_grad: GradAlign | None = None,
         compile_backend: str | None = None,
+        shown: int = 0,
     ) -> None:
         """``compile_backend``: run the module through ``torch.compile`` with this backend (``inductor`` fuses the
         stage's forward and backward into a few kernels: on a GPU a small net's step is launches, not arithmetic).
         Static shapes: a stage sees one frame size until the pipeline is rebuilt for another. ``module`` stays the
-        plain module: its state dict and the stale forwards use it."""
+        plain module: its state dict and the stale forwards use it. ``shown``: how many leading samples of every
+        input are only shown, forwarded without a graph (``forward``)."""
         self.index = index
+        self.shown = shown
         self.align_stale_grad = align_stale_grad
         self.device = device
         self.module = module.to(device)
@@ -70,11 +73,17 @@ class Stage:
         self.previous: dict[str, Tensor] | None = None  # the weights before the last update
 
     def forward(self, frame: int, x: Tensor, grad: bool, stale: bool = False) -> Tensor:
-        """Forward ``frame``; with ``grad`` the graph is kept for a later :meth:`backward`. With
-        ``stale`` it runs on the weights from before the last update (when the stage keeps them)."""
+        """Forward ``frame``; with ``grad`` the graph is kept for a later :meth:`backward`, but for the ``shown``
+        leading samples, which go forward without one (their backward would only push zeros: the loss does not read
+        them). With ``stale`` it runs on the weights from before the last update (when the stage keeps them)."""
         weights = self.previous if stale else None
         run = self.run if weights is None else (lambda inp: functional_call(self.module, weights, (inp,)))
-        if grad:
+        if grad and self.shown:
+            leaf = x.detach().requires_grad_(self.index > 0)
+            with torch.no_grad():
+                shown = run(x[: self.shown])
+            out = torch.cat([shown, run(leaf[self.shown :])])
+        elif grad:
             leaf = x.detach().requires_grad_(self.index > 0)
             out = run(leaf)
         else:

@@ -39,11 +39,12 @@ def test_the_made_pair_moves_by_its_known_flow():
     assert 0.5 < made.valid.mean() <= 1.0
 
 
-def test_one_motion_holds_for_its_pairs_then_another_is_drawn():
+def test_a_motion_serves_every_second_pair_for_its_hold_then_another_is_drawn():
     pair, flow = real_pair()
-    motion = KnownMotion(seed=0, hold=2)
-    flows = [motion(pair, flow, 2.0).flow for _ in range(3)]
-    assert torch.equal(flows[0], flows[1]) and not torch.equal(flows[1], flows[2])
+    motion = KnownMotion(seed=0, hold=2, every=2)
+    flows = [motion(pair, flow, 2.0).flow for _ in range(6)]
+    same = [[torch.equal(a, b) for b in flows] for a in flows]
+    assert same[0][2] and same[1][3] and not same[0][1] and not same[2][4] and not same[3][5]
 
 
 def test_the_made_pair_borrows_the_streams_noise_and_light():

@@ -211,6 +211,40 @@ def test_state_dict_round_trip_continues_identically():
         )
 
 
+def last_sample_mse(out, target):
+    """The loss of a batch whose leading samples are only shown: it reads the last one alone."""
+    return (out[-1:] - target).pow(2).mean()
+
+
+@pytest.mark.parametrize(("schedule", "balance"), [("sequential", [5]), ("partime", [3, 2]), ("partime", [2, 2, 1])])
+@pytest.mark.parametrize("runtime", ["local", "processes"])
+def test_shown_samples_go_forward_alone_and_the_pipeline_learns_as_from_the_rest(schedule, balance, runtime):
+    """A batch's first sample only shown (forwarded without a graph): the same outputs, losses and weights as a
+    pipeline that keeps the graph of every sample, whose loss reads the last one only."""
+    xs, ys = stream(12)
+    batches = [torch.cat([x, x.flip(-1)]) for x in xs]  # sample 0 shown, sample 1 learned from
+    common = {"balance": balance, "loss_fn": last_sample_mse, "optimizer": OPTIMIZERS["adam"], "schedule": schedule}
+    with Pipeline(make_model(), batches[0], **common) as whole:
+        want = run(whole, batches, ys)
+        want_weights = ref.weights(s.module for s in whole.stages)
+    with Pipeline(make_model(), batches[0], shown=1, runtime=runtime, **common) as showing:
+        got = run(showing, batches, ys)
+        assert_close_dicts(got[0], want[0])
+        assert_close_dicts(got[1], want[1])
+        modules = [m for m in showing.runtime.modules()]
+        for g, w in zip(ref.weights(modules), want_weights, strict=True):
+            torch.testing.assert_close(g, w, atol=TOL, rtol=0)
+
+
+def test_only_schedules_that_forward_each_input_whole_show_samples():
+    xs, _ = stream(2)
+    batch = torch.cat([xs[0], xs[0]])
+    with pytest.raises(ValueError, match="only sequential, partime show"):
+        Pipeline(make_model(), batch, balance=[3, 2], loss_fn=last_sample_mse, schedule="gpipe", shown=1)
+    with pytest.raises(ValueError, match="must leave samples to learn from"):
+        Pipeline(make_model(), batch, balance=[3, 2], loss_fn=last_sample_mse, shown=2)
+
+
 def test_user_errors_are_clear():
     model, (xs, _) = make_model(), stream(1)
     with pytest.raises(TypeError, match="nn.Sequential"):

@@ -1,0 +1,53 @@
+"""``bench.adaptation`` end to end on tiny streams: its files, the windows the checks read, and that every learner is
+scored on every pair, before it learns from it."""
+
+import json
+
+import numpy as np
+import pytest
+
+from bench import adaptation
+from models.streams import generate, save_npz
+
+
+@pytest.fixture
+def stream(tmp_path):
+    path = tmp_path / "tiny.npz"
+    save_npz(generate(size=64, frames=8, seed=4), path)
+    return path
+
+
+def test_one_stream_writes_each_learners_windows(stream, tmp_path):
+    out = tmp_path / "tiny-night"
+    assert adaptation.main(["--stream", str(stream), "--shift", "night", "--scratch", "--out", str(out)]) == 0
+    result = json.loads(out.with_suffix(".json").read_text())
+    assert {"frozen", "adapting", "adapting_d2", "scratch"} <= result.keys()
+    for learner in ("frozen", "adapting", "adapting_d2", "scratch"):
+        r = result[learner]
+        assert {"first100", "last100", "whole", "per100"} <= r.keys() and len(r["pairs"]) == 7
+        assert np.isfinite(r["pairs"]).all() and r["whole"] == pytest.approx(np.mean(r["pairs"]))
+    # The first pair is scored before anything was learned: every learner from the shipped weights sees it alike.
+    assert result["adapting"]["pairs"][0] == pytest.approx(result["frozen"]["pairs"][0], rel=1e-5)
+    assert result["adapting_d2"]["pairs"][0] == pytest.approx(result["frozen"]["pairs"][0], rel=1e-5)
+    assert "--shift night" in out.with_suffix(".md").read_text() and out.with_suffix(".png").is_file()
+
+
+def test_a_stream_that_is_no_stream_is_refused_in_words(tmp_path, capsys):
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, frames=np.zeros((3, 64, 64, 3), np.uint8))
+    with pytest.raises(SystemExit):
+        adaptation.main(["--stream", str(bad)])
+    assert "cannot read the stream" in capsys.readouterr().err
+
+
+def test_the_summary_reads_the_targets_off_the_streams():
+    pairs = np.linspace(1.0, 0.5, 300)
+    frozen = {**adaptation.windows(np.ones(300)), "pairs": np.ones(300).tolist()}
+    learner = {**adaptation.windows(pairs), "pairs": pairs.tolist()}
+    streams = {"photo-1": {"frozen": frozen, "adapting": learner, "adapting_d2": learner},
+               "photo-1-night": {"frozen": frozen, "adapting": learner, "adapting_d2": learner}}  # fmt: skip
+    text, data = adaptation.summary(streams, {})
+    assert data["targets"]["unshifted_last100_median"] == pytest.approx(pairs[-100:].mean())
+    assert data["targets"]["shifted_last100"] == {"photo-1-night": pytest.approx(pairs[-100:].mean())}
+    assert data["targets"]["never_worse_max"] == pytest.approx(pairs[:100].mean())
+    assert data["targets"]["d2_over_d1_max"] == pytest.approx(1.0) and "| photo-1-night |" in text
