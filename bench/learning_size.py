@@ -39,7 +39,7 @@ from bench.realflow import (
 )
 from bench.realflow_scores import WINDOWS, Clip, PairScores
 from models.classical import resize_flow
-from models.online import default_lr, frame_pair, online_pipeline
+from models.online import default_lr, frame_pair, learning_for, online_pipeline, shown
 from models.scene_cuts import SceneCuts
 from server.stream.learner.reach import MotionCap
 from server.stream.sizing import Size, fit, learning_ladder, made_for_side
@@ -64,6 +64,7 @@ def learn(
     scores = PairScores(clip, set())
     size = size_of(0)
     pipe = build_learner("pretrained", "fast", scaled(clip.frames, 0, size), 1, default_lr("pretrained"), 0)
+    feed = learning_for("pretrained").feed()
     cuts = SceneCuts()
     cuts(clip.frames[0])
     try:
@@ -72,10 +73,11 @@ def learn(
             if size_of(t) != size:
                 size, state, module = size_of(t), pipe.state_dict(), pipe.module()
                 pipe.close()
-                pipe = online_pipeline(module, x, 1, default_lr("pretrained"))
+                pipe = online_pipeline(module, x, 1, learning=learning_for("pretrained"))
                 pipe.load_state_dict(state)
-            result = pipe.step(x, target=x)  # sequential: pair t's flow, then pair t learned (predict_then_learn)
-            flow = result.output[0].detach().permute(1, 2, 0).cpu().numpy()
+            result = pipe.step(*feed(x))  # sequential: pair t's flow, then pair t learned (predict_then_learn)
+            feed.observe(result.output)
+            flow = shown(result.output)[0].detach().permute(1, 2, 0).cpu().numpy()
             if on_flow is not None:
                 on_flow(t, flow)
             scores.add(t, resize_flow(flow, width, height))

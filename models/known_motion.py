@@ -14,8 +14,10 @@ two frames have noise of their own), and its change of light between the frames 
 rolling shutter's band, an exposure step), put on the made pair's second frame.
 
 The motion: a camera's (a shift, a turn and a zoom about the centre, from a view a little off the frame's own) with a
-mover on top (a square cut from elsewhere in the frame, moving on its own, faster). Its size follows the stream's own
-flow (``speed``). Every op is a tensor op on the frame's device.
+mover on top (a square cut from elsewhere in the frame, moving on its own). Its sizes are the stream's own
+(``StreamMotion``): the camera moves as much as the stream's typical pixel does (a static camera's made pairs stand
+still but for the mover: their still background teaches the still gate to stay still), the mover as fast as the
+stream's fast pixels. Every op is a tensor op on the frame's device, with no value read back to the host.
 """
 
 from __future__ import annotations
@@ -33,10 +35,14 @@ from .flow_loss import pixel_grid, sample_at, warp
 #: Spread of the view the made pair starts from, around the frame's own: a shift of this share of the shorter side and
 #: a turn of this many radians (standard deviations), so that both of its frames are resampled alike.
 VIEW_SHIFT, VIEW_TURN = 0.05, 0.05
-#: Spread of the camera's turn and zoom between the two frames (radians; log of the scale).
+#: Spread of the camera's turn and zoom between the two frames (radians; log of the scale) where it shifts a pixel or
+#: more; less, in proportion (a still camera neither turns nor zooms).
 TURN, ZOOM = 0.01, 0.01
-#: A mover's side, as a share of the frame's shorter side (uniform between the two), and its speed over the camera's.
-MOVER_SIDE, MOVER_SPEED = (0.2, 0.36), 2.5
+#: A mover's side, as a share of the frame's shorter side (uniform between the two), and the least it moves, in pixels
+#: (standard deviation per axis).
+MOVER_SIDE, MOVER_FLOOR = (0.2, 0.36), 1.0
+#: How fast ``StreamMotion`` follows the stream (its weight on the newest pair).
+MOTION_WEIGHT = 0.1
 #: The residual of two frames' Gaussian noise, mean absolute over the channels, per standard deviation of one frame's
 #: noise: sqrt(2) · sqrt(2/pi).
 NOISE_RESIDUAL_PER_SIGMA = 2 / math.sqrt(math.pi)
@@ -58,10 +64,11 @@ class KnownPair:
         return torch.cat([self.flow, self.valid], 1)
 
 
-def _similarity(turn: float, zoom: float, shift: Tensor, centre: Tensor) -> Tensor:
+def _similarity(turn: Tensor, zoom: Tensor, shift: Tensor, centre: Tensor) -> Tensor:
     """(2, 3): pixel x of a frame -> pixel of the source picture, centre + zoom · R(turn) (x - centre) + shift."""
-    c, s = math.cos(turn) * zoom, math.sin(turn) * zoom
-    linear = torch.tensor([[c, -s], [s, c]], dtype=shift.dtype, device=shift.device)
+    turn, zoom = turn.to(shift), zoom.to(shift)
+    c, s = torch.cos(turn) * zoom, torch.sin(turn) * zoom
+    linear = torch.stack([torch.stack([c, -s]), torch.stack([s, c])])
     return torch.cat([linear, (centre + shift - linear @ centre)[:, None]], 1)
 
 
@@ -94,19 +101,45 @@ def light_change(shown: Tensor, flow: Tensor) -> Tensor:
     return F.avg_pool2d(F.pad(gain, [0, 0, r, r], mode="replicate"), (LIGHT_ROWS, 1), 1).clamp(0.5, 2.0)
 
 
+class StreamMotion:
+    """How much the stream moves, as the flow it shows says: ``camera``, its typical pixel's motion (the median length,
+    px), and ``movers``, its fast pixels' (the 90th percentile), each a running mean over pairs (``MOTION_WEIGHT``),
+    0-d tensors on the flow's device (no value read back to the host). Zero until a flow is seen."""
+
+    def __init__(self) -> None:
+        self.camera: Tensor | None = None
+        self.movers: Tensor | None = None
+
+    def observe(self, flow: Tensor) -> None:
+        speeds = torch.linalg.vector_norm(flow.detach().float(), dim=1).flatten()
+        typical, fast = speeds.median(), torch.quantile(speeds, 0.9)
+        if self.camera is None or self.movers is None or self.camera.device != flow.device:
+            self.camera, self.movers = typical, fast
+        else:
+            self.camera = torch.lerp(self.camera, typical, MOTION_WEIGHT)
+            self.movers = torch.lerp(self.movers, fast, MOTION_WEIGHT)
+
+    def sizes(self, like: Tensor) -> tuple[Tensor, Tensor]:
+        """(camera, movers) on ``like``'s device, zeros before any flow was seen."""
+        zero = like.new_zeros(())
+        return (zero if self.camera is None else self.camera.to(like)), (zero if self.movers is None else
+                                                                          self.movers.to(like))  # fmt: skip
+
+
 @dataclass(frozen=True)
 class _Draw:
-    """One known motion, in units of the picture's shorter side and of ``speed`` (so it fits any learning size)."""
+    """One known motion, in units of the picture's shorter side and of the stream's motion (``StreamMotion``), so that
+    it fits any learning size and any stream."""
 
     view_shift: tuple[float, float]
     view_turn: float
-    shift: tuple[float, float]  # in speeds
-    turn: float
+    shift: tuple[float, float]  # in the camera's motions
+    turn: float  # where the camera shifts a pixel or more
     log_zoom: float
     mover_half: float  # a share of the shorter side
     mover_place: tuple[float, float]  # in [0, 1] of where it fits
     mover_texture: tuple[float, float]
-    mover_motion: tuple[float, float]  # in speeds
+    mover_motion: tuple[float, float]  # in the movers' motions
 
 
 @dataclass
@@ -143,7 +176,7 @@ class KnownMotion:
         slot = self.slots.get(self.made % self.every)
         if slot is None or slot.made >= self.hold or slot.light.shape[-2] != shown.shape[-2]:
             n, u = self._normal, self._uniform
-            mover_motion = (n() * MOVER_SPEED, n() * MOVER_SPEED)
+            mover_motion = (n(), n())
             draw = _Draw((n() * VIEW_SHIFT, n() * VIEW_SHIFT), n() * VIEW_TURN, (n(), n()), n() * TURN, n() * ZOOM,
                          u(*MOVER_SIDE) / 2, (u(), u()), (u(), u()), mover_motion)  # fmt: skip
             slot = self.slots[self.made % self.every] = _Slot(draw, light_change(shown, flow))
@@ -151,27 +184,30 @@ class KnownMotion:
         self.made += 1
         return slot
 
-    def __call__(self, shown: Tensor, flow: Tensor, speed: float) -> KnownPair:
+    def __call__(self, shown: Tensor, flow: Tensor, motion: StreamMotion) -> KnownPair:
         """A made pair from ``shown`` (1, 6, H, W: the real pair, RGB in [0, 1]) and its flow as the net sees it
-        (1, 2, H, W); ``speed``: the camera's shift between the frames, in pixels (standard deviation per axis)."""
+        (1, 2, H, W), moving as much as ``motion`` says the stream does."""
         slot = self._slot(shown, flow)
         draw = slot.draw
         picture = shown[:, 3:6]
         _, _, h, w = picture.shape
         device, dtype = picture.device, picture.dtype
+        camera, movers = motion.sizes(picture)
         grid = pixel_grid(h, w, device, dtype)[0]
         centre = torch.tensor([(w - 1) / 2, (h - 1) / 2], dtype=dtype, device=device)
         view_shift = torch.tensor(draw.view_shift, dtype=dtype, device=device) * min(h, w)
-        shift = torch.tensor(draw.shift, dtype=dtype, device=device) * speed
-        first = _similarity(draw.view_turn, 1.0, view_shift, centre)
-        second = _similarity(draw.view_turn + draw.turn, math.exp(draw.log_zoom), view_shift + shift, centre)
+        shift = torch.tensor(draw.shift, dtype=dtype, device=device) * camera
+        turning = camera.clamp(max=1.0)  # a still camera neither turns nor zooms
+        first = _similarity(torch.tensor(draw.view_turn), torch.tensor(1.0), view_shift, centre)
+        second = _similarity(draw.view_turn + draw.turn * turning, torch.exp(draw.log_zoom * turning),
+                             view_shift + shift, centre)  # fmt: skip
         source = _apply(first, grid)  # where each pixel of the first frame reads the picture
         # The pixel of the second frame that reads the same point: second⁻¹(source).
         lands = torch.linalg.solve(second[:, :2], (source - second[:, 2, None, None]).flatten(1)).view(2, h, w)
         a, b = sample_at(picture, source[None]), sample_at(picture, _apply(second, grid)[None])
         known_flow = lands - grid
         valid = _inside(source, h, w) & _inside(lands, h, w)
-        a, b, known_flow, valid = _mover(draw, picture, grid, a, b, known_flow, valid, speed)
+        a, b, known_flow, valid = _mover(draw, picture, grid, a, b, known_flow, valid, movers.clamp(min=MOVER_FLOOR))
         noise = sensor_noise(shown, flow)
         a = a + noise * torch.randn(a.shape, generator=self.generator).to(device, dtype)
         b = b + noise * torch.randn(b.shape, generator=self.generator).to(device, dtype)
@@ -181,8 +217,9 @@ class KnownMotion:
 
 
 def _mover(draw: _Draw, picture: Tensor, grid: Tensor, a: Tensor, b: Tensor, flow: Tensor, valid: Tensor,
-           speed: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
-    """A square of the picture from elsewhere, put on both frames, moving by its own shift between them."""
+           speed: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:  # fmt: skip
+    """A square of the picture from elsewhere, put on both frames, moving by its own shift between them (``speed``:
+    its standard deviation per axis, px)."""
     _, _, h, w = picture.shape
     device, dtype = picture.device, picture.dtype
     half = min(h, w) * draw.mover_half

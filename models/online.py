@@ -22,7 +22,7 @@ from pipeline_core import Pipeline, Schedule, StepResult
 from pipeline_core.stage import GradAlign, LossFn
 
 from .flow_loss import MAX_FLOW_PX, guarded_flow_loss, online_zero_flow_loss
-from .known_motion import KnownMotion, known_flow_loss
+from .known_motion import KnownMotion, StreamMotion, known_flow_loss
 from .scene_cuts import SceneCuts
 from .stale_gradient import motion_aligned
 
@@ -108,31 +108,31 @@ class Feed:
 
 class KnownMotionFeed(Feed):
     """Each step's input: the real pair (shown) and a pair made from its second frame with a known flow (learned
-    from; ``models.known_motion``); the target: that flow. The made pair borrows the stream's noise and change of light
-    through the newest flow the learner showed (zero flow until it has shown one)."""
+    from; ``models.known_motion``); the target: that flow. The made pair moves as much as the stream's shown flow says
+    it does, and borrows the stream's noise and change of light through the newest flow the learner showed (zero flow
+    until it has shown one)."""
 
-    def __init__(self, seed: int = 0, speed: float | None = None) -> None:
+    def __init__(self, seed: int = 0) -> None:
         self.motion = KnownMotion(seed, KNOWN_HOLD, KNOWN_EVERY)
-        self.speed = KNOWN_SPEED if speed is None else speed
+        self.stream = StreamMotion()
         self.flow: Tensor | None = None
 
     def __call__(self, pair: Tensor) -> tuple[Tensor, Tensor]:
         flow = self.flow if self.flow is not None and self.flow.shape[-2:] == pair.shape[-2:] else None
         if flow is None:
             flow = pair.new_zeros(1, 2, *pair.shape[-2:])
-        known = self.motion(pair, flow.to(pair.device), self.speed)
+        known = self.motion(pair, flow.to(pair.device), self.stream)
         return torch.cat([pair, known.pair]), known.target()
 
     def observe(self, output: Tensor) -> None:
-        self.flow = shown(output).detach()
+        """A non-finite flow (a broken frame's) counts as none: it would spoil every pair made after it."""
+        self.flow = torch.nan_to_num(shown(output).detach(), nan=0.0, posinf=0.0, neginf=0.0)
+        self.stream.observe(self.flow)
 
 
 #: How many pairs one known motion serves, every how many pairs (``models.known_motion.KnownMotion``): every second
 #: one, as the first stage of a two-stage PARTIME pipeline learns from the pair two steps before.
 KNOWN_HOLD, KNOWN_EVERY = 4, 2
-#: The camera's shift between the frames of a made pair, in pixels at the learning size (standard deviation per axis;
-#: a mover moves ``models.known_motion.MOVER_SPEED`` times as far).
-KNOWN_SPEED = 2.0
 
 
 def shown(output: Tensor) -> Tensor:

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from models.flow_loss import warp
-from models.known_motion import KnownMotion, known_flow_loss, light_change, sensor_noise
-from models.online import frame_pair
+from models.known_motion import KnownMotion, StreamMotion, known_flow_loss, light_change, sensor_noise
+from models.online import KnownMotionFeed, frame_pair
 from models.streams import generate
 
 
@@ -24,12 +24,35 @@ def real_pair(noise: float = 0.0, gain: float = 1.0) -> torch.Tensor:
     return frame_pair(*as_uint8), torch.from_numpy(stream.flow[0]).permute(2, 0, 1)[None]
 
 
+def moving(camera: float, movers: float) -> StreamMotion:
+    """A stream whose every pixel moves ``camera`` px but a fifth, which moves ``movers``."""
+    motion = StreamMotion()
+    flow = torch.full((1, 2, 10, 10), camera / 2**0.5)
+    flow[..., :2, :] = movers / 2**0.5
+    motion.observe(flow)
+    return motion
+
+
+def test_the_stream_motion_reads_the_typical_and_the_fast_pixels():
+    motion = moving(camera=1.5, movers=6.0)
+    camera, movers = motion.sizes(torch.zeros(()))
+    assert float(camera) == pytest.approx(1.5, rel=1e-4) and float(movers) == pytest.approx(6.0, rel=1e-4)
+    assert [float(v) for v in StreamMotion().sizes(torch.zeros(()))] == [0.0, 0.0]
+
+
+def test_a_still_cameras_made_pair_stands_still_but_for_its_mover():
+    pair, flow = real_pair()
+    made = KnownMotion(seed=5)(pair, flow, moving(camera=0.0, movers=3.0))
+    speeds = torch.linalg.vector_norm(made.flow, dim=1)
+    assert (speeds < 1e-4).float().mean() > 0.5 and speeds.amax() > 1.0
+
+
 def test_the_made_pair_moves_by_its_known_flow():
     """Warping the made pair's second frame back by the known flow gives its first, where the flow is known and the
     picture smooth enough for bilinear sampling to agree (a noise-free pair: nothing is added)."""
     pair, flow = real_pair()
     still = torch.cat([pair[:, 3:], pair[:, 3:]], 1)  # no noise to borrow, no change of light
-    made = KnownMotion(seed=3)(still, torch.zeros_like(flow), speed=2.0)
+    made = KnownMotion(seed=3)(still, torch.zeros_like(flow), moving(camera=2.0, movers=4.0))
     back = warp(made.pair[:, 3:], made.flow)
     inner = made.valid.clone()
     inner[..., :4, :], inner[..., -4:, :], inner[..., :, :4], inner[..., :, -4:] = 0, 0, 0, 0
@@ -42,7 +65,7 @@ def test_the_made_pair_moves_by_its_known_flow():
 def test_a_motion_serves_every_second_pair_for_its_hold_then_another_is_drawn():
     pair, flow = real_pair()
     motion = KnownMotion(seed=0, hold=2, every=2)
-    flows = [motion(pair, flow, 2.0).flow for _ in range(6)]
+    flows = [motion(pair, flow, moving(2.0, 4.0)).flow for _ in range(6)]
     same = [[torch.equal(a, b) for b in flows] for a in flows]
     assert same[0][2] and same[1][3] and not same[0][1] and not same[2][4] and not same[3][5]
 
@@ -54,16 +77,26 @@ def test_the_made_pair_borrows_the_streams_noise_and_light():
     darker, _ = real_pair(gain=0.8)  # darker: no pixel saturates
     gain = light_change(darker, flow)
     assert gain.shape == (1, 1, 64, 1) and torch.allclose(gain, torch.tensor(0.8), atol=0.03)
-    made = KnownMotion(seed=1)(darker, flow, 2.0)
+    made = KnownMotion(seed=1)(darker, flow, moving(2.0, 4.0))
     ratio = made.pair[:, 3:].mean() / made.pair[:, :3].mean()
     assert ratio == pytest.approx(0.8, abs=0.04)
 
 
 def test_the_loss_reads_the_made_pair_alone_and_is_zero_for_its_flow():
     pair, flow = real_pair()
-    made = KnownMotion(seed=2)(pair, flow, 2.0)
+    made = KnownMotion(seed=2)(pair, flow, moving(2.0, 4.0))
     target = made.target()
     shown_flow = torch.full_like(made.flow, 50.0)  # whatever the shown pair's flow is, the loss does not read it
     assert float(known_flow_loss(torch.cat([shown_flow, made.flow]), target)) == pytest.approx(0.0, abs=1e-6)
     off = made.flow + torch.tensor([3.0, 4.0]).view(1, 2, 1, 1)
     assert float(known_flow_loss(torch.cat([shown_flow, off]), target)) == pytest.approx(5.0, rel=1e-5)
+
+
+def test_a_broken_frames_flow_spoils_no_pair_made_after_it():
+    pair, flow = real_pair()
+    feed = KnownMotionFeed(seed=2)
+    feed.observe(torch.cat([flow, flow]))
+    feed.observe(torch.full((2, 2, *pair.shape[-2:]), float("nan")))  # a NaN frame's flow (the nan_loss fault)
+    for _ in range(4):
+        step_input, target = feed(pair)
+        assert torch.isfinite(step_input).all() and torch.isfinite(target).all()
