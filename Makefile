@@ -32,7 +32,7 @@ run: $(VENV)/.installed
 ## Lint, then the whole suite (CUDA tests skip without a GPU; browser tests need Debian's chromium).
 test: $(VENV)/.installed
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra --durations=25
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check .
