@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import torch.nn.functional as F
 from torch import Tensor
 
+from .padding import replicate_pad
 from .window_products import window_dots
 
 
@@ -13,4 +13,4 @@ def local_correlation(f0: Tensor, f1: Tensor, radius: int) -> Tensor:
     row by row."""
     k = 2 * radius + 1
     offsets = tuple((dy, dx) for dy in range(k) for dx in range(k))
-    return window_dots(f0, F.pad(f1, [radius] * 4, mode="replicate"), offsets)
+    return window_dots(f0, replicate_pad(f1, [radius] * 4), offsets)

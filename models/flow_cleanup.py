@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .flow_loss import warp
+from .padding import replicate_pad
 from .window_products import window_mix
 
 
@@ -48,7 +49,7 @@ def colour_differences(image: Tensor, dilation: int) -> Tensor:
     difference over the channels of ``image`` (edges replicated). Colour, not brightness: a purple object before
     green leaves, or two flat colours of a cartoon, may be equally bright."""
     h, w = image.shape[-2:]
-    padded = F.pad(image, [dilation] * 4, mode="replicate")
+    padded = replicate_pad(image, [dilation] * 4)
     return torch.cat(
         [(padded[..., dy : dy + h, dx : dx + w] - image).abs().mean(1, keepdim=True) for dy, dx in _offsets(dilation)],
         1,
@@ -58,7 +59,7 @@ def colour_differences(image: Tensor, dilation: int) -> Tensor:
 def neighbour_sum(t: Tensor, kernel: Tensor, dilation: int) -> Tensor:
     """Each pixel of ``t`` (B, C, H, W) replaced by the sum of its 3x3 neighbours at ``dilation`` (edges replicated)
     weighted by ``kernel`` (B, 9, H, W, in ``_offsets``' order)."""
-    return window_mix(kernel, F.pad(t, [dilation] * 4, mode="replicate"), _offsets(dilation))
+    return window_mix(kernel, replicate_pad(t, [dilation] * 4), _offsets(dilation))
 
 
 def warp_residual(prev: Tensor, cur: Tensor, flow: Tensor) -> Tensor:
@@ -82,8 +83,8 @@ def _max_filter(t: Tensor, size: int) -> Tensor:
     """Maximum over ``size`` x ``size`` pixels, edges replicated, along rows then columns: the same result at 2 x size
     reads a pixel instead of size squared (a 9 px max in a single pooling cost 1 ms at 128x96 on CPU; exploratory)."""
     half = size // 2
-    rows = F.max_pool2d(F.pad(t, [half, half, 0, 0], mode="replicate"), (1, size), 1)
-    return F.max_pool2d(F.pad(rows, [0, 0, half, half], mode="replicate"), (size, 1), 1)
+    rows = F.max_pool2d(replicate_pad(t, [half, half, 0, 0]), (1, size), 1)
+    return F.max_pool2d(replicate_pad(rows, [0, 0, half, half]), (size, 1), 1)
 
 
 def box_mean(t: Tensor, window: int) -> Tensor:
@@ -93,9 +94,9 @@ def box_mean(t: Tensor, window: int) -> Tensor:
     (exploratory). A running sum's rounding grows with its length, and a row or a column is short: a window's sum
     keeps float32's precision relative to its row's total."""
     half = window // 2
-    rows = F.pad(t, [half + 1, half, 0, 0], mode="replicate").cumsum(-1)
+    rows = replicate_pad(t, [half + 1, half, 0, 0]).cumsum(-1)
     rows = rows[..., window:] - rows[..., :-window]
-    sums = F.pad(rows, [0, 0, half + 1, half], mode="replicate").cumsum(-2)
+    sums = replicate_pad(rows, [0, 0, half + 1, half]).cumsum(-2)
     return (sums[..., window:, :] - sums[..., :-window, :]) / (window * window)
 
 
@@ -108,7 +109,7 @@ def close_gaps(t: Tensor, size: int) -> Tensor:
 def central_differences(image: Tensor) -> tuple[Tensor, Tensor]:
     """(I(x + 1) - I(x - 1)) / 2 along x and along y, edges replicated: the image's gradient as the Lucas-Kanade steps,
     the texture tests and the variational refinement read it."""
-    p = F.pad(image, [1, 1, 1, 1], mode="replicate")
+    p = replicate_pad(image, [1, 1, 1, 1])
     return 0.5 * (p[..., 1:-1, 2:] - p[..., 1:-1, :-2]), 0.5 * (p[..., 2:, 1:-1] - p[..., :-2, 1:-1])
 
 
@@ -194,7 +195,7 @@ def neighbours(t: Tensor, offsets: list[tuple[int, int]]) -> Tensor:
     replicated; one padding, the K windows are views of it."""
     h, w = t.shape[-2:]
     reach = max(max(abs(dx), abs(dy)) for dx, dy in offsets)
-    padded = F.pad(t, [reach] * 4, mode="replicate")
+    padded = replicate_pad(t, [reach] * 4)
     return torch.stack([padded[..., reach + dy : reach + dy + h, reach + dx : reach + dx + w] for dx, dy in offsets], 1)
 
 

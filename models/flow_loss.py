@@ -15,6 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import FunctionCtx
 
+from .padding import replicate_pad
+
 _GRIDS: dict[tuple, Tensor] = {}
 
 
@@ -159,7 +161,7 @@ def census(image: Tensor, patch: int = CENSUS_PATCH) -> Tensor:
     grey = (0.299 * image[:, :1] + 0.587 * image[:, 1:2] + 0.114 * image[:, 2:3]) * 255.0
     b, _, h, w = grey.shape
     r = patch // 2
-    neighbours = F.unfold(F.pad(grey, [r] * 4, mode="replicate"), patch).view(b, patch * patch, h, w)
+    neighbours = F.unfold(replicate_pad(grey, [r] * 4), patch).view(b, patch * patch, h, w)
     d = neighbours - grey
     return d * torch.rsqrt(0.81 + d * d)
 

@@ -37,6 +37,7 @@ from torch import Tensor, nn
 
 from .flow_cleanup import box_mean, candidate_errors, frames_of, neighbours
 from .flow_loss import warp
+from .padding import replicate_pad
 
 
 def _chosen(candidates: Tensor, index: Tensor) -> Tensor:
@@ -49,7 +50,7 @@ def backward_flow(prev: Tensor, cur: Tensor, radius: int, window: int) -> Tensor
     ``window`` x ``window`` cells differ least in colour (mean absolute difference): the flow back, by block matching.
     Parameter-free and in whole cells: the test it serves tells a flow off by a mover's speed from a right one."""
     k = 2 * radius + 1
-    shifted = F.pad(prev, [radius] * 4, mode="replicate").unfold(-2, cur.shape[-2], 1).unfold(-2, cur.shape[-1], 1)
+    shifted = replicate_pad(prev, [radius] * 4).unfold(-2, cur.shape[-2], 1).unfold(-2, cur.shape[-1], 1)
     costs = box_mean((shifted - cur[:, :, None, None]).abs().mean(1).flatten(1, 2), window)  # (B, k², h, w)
     best = costs.argmin(1)
     return torch.stack([best % k - radius, best // k - radius], 1).to(cur.dtype)
