@@ -18,14 +18,15 @@ and once more with the cache it filled (warm).
 * ``channels-last-1t`` / ``-D2``: the net and its input in channels-last memory format;
 * ``plain-convs-1t`` / ``-D2``: every conv in the default memory format, also the narrow ones that the net runs in
   channels-last (``models.flow_nets.ChannelsLastConv2d``): what that choice saves;
-* ``compile-1t`` / ``-D2``: ``module.compile()`` per stage (inductor's CPU backend), cold and warm;
-  ``compile-nosizeassert-1t``: the same with inductor's size asserts off (see the result: the default fails);
+* ``compile-1t`` / ``-D2``: every stage through ``torch.compile`` (``compile_backend="inductor"``: inductor's C++
+  backend on CPU), cold and warm;
 * ``profile-1t`` / ``profile-2t``: not a step but what a new stream's worker does first, profiling the layers for
   the split between 2 stages (``pipeline_core.balance``), with 1 or 2 intra-op threads (its time is "build s").
 
     python -m bench.learning_step                    # 160x120, writes bench/results/learning-step-cpu.{md,json}
     python -m bench.learning_step --size 128x96 --no-compile --out learning-step-cpu-128x96
     python -m bench.learning_step --quick            # a smoke run (*-quick.*, not committed)
+    python -m bench.learning_step --only eager-1t --only compile-1t --out learning-step-cpu-compile
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ PLAIN = [
     "plain-convs-D2",
 ]
 PROFILES = ["profile-1t", "profile-2t"]
-COMPILED = ["compile-1t", "compile-D2", "compile-nosizeassert-1t"]
+COMPILED = ["compile-1t", "compile-D2"]
 #: way -> (intra-op threads, stages, extra environment)
 WAYS = {
     "eager-1t": (1, 1, {}),
@@ -68,7 +69,6 @@ WAYS = {
     "plain-convs-D2": (2, 2, {}),
     "compile-1t": (1, 1, {}),
     "compile-D2": (2, 2, {}),
-    "compile-nosizeassert-1t": (1, 1, {}),
     "profile-1t": (1, 2, {}),
     "profile-2t": (2, 2, {}),
 }
@@ -122,17 +122,13 @@ def child(way: str, size: tuple[int, int], steps: int, warmup: int) -> dict:
     layers = coarse_then_full(net) if stages == 2 else None
     optimizer = flow_optimizer(lr, fused=not way.startswith("adam-loop"))
     runtime = {"runtime": "processes", "start_method": STAGE_START_METHOD} if way.startswith("processes") else {}
-    pipe = online_pipeline(net, torch.zeros(1, 6, h, w), stages, lr, layers=layers, optimizer=optimizer, **runtime)
+    compiled = "inductor" if way.startswith("compile") else None
+    pipe = online_pipeline(net, torch.zeros(1, 6, h, w), stages, lr, layers=layers, optimizer=optimizer,
+                           compile_backend=compiled, **runtime)  # fmt: skip
     channels_last = way.startswith("channels-last")
     if channels_last:
         for stage in pipe.stages:
             stage.module.to(memory_format=torch.channels_last)
-    if way.startswith("compile"):
-        import torch._inductor.config as inductor
-
-        inductor.size_asserts = "nosizeassert" not in way
-        for stage in pipe.stages:
-            stage.module.compile()
     built = time.perf_counter() - start
     seconds, loss, error = [], None, None
     try:
@@ -236,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile ways (minutes each, cold)")
     p.add_argument("--quick", action="store_true", help="a smoke run: few steps, one round, no compile")
     p.add_argument("--out", help="results file stem under bench/results/ (default: learning-step-cpu)")
+    p.add_argument("--only", action="append", choices=list(WAYS), metavar="WAY",
+                   help="run only this way (repeatable; eager-1t, the baseline, always runs)")  # fmt: skip
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     size = tuple(int(v) for v in args.size.lower().split("x"))
@@ -246,21 +244,22 @@ def main(argv: list[str] | None = None) -> int:
         args.steps, args.warmup, args.rounds, args.no_compile = 10, 3, 1, True
     from testing.report import Run
 
+    chosen = set(args.only or WAYS) | {"eager-1t"}
     report = Run()
     best: dict[str, dict] = {}
     rounds: list[dict] = []
     for _ in range(args.rounds):
-        for way in PLAIN:
+        for way in (w for w in PLAIN if w in chosen):
             r = run_way(way, args)
             rounds.append(r)
             if r.get("median_ms") and (way not in best or r["median_ms"] < best[way]["median_ms"]):
                 best[way] = r
             best.setdefault(way, r)
-    rows = [best[way] for way in PLAIN]
-    for way in PROFILES:  # each once: a start is a single event, not a steady state
+    rows = [best[way] for way in PLAIN if way in chosen]
+    for way in (w for w in PROFILES if w in chosen):  # each once: a start is a single event, not a steady state
         rows.append(run_way(way, args))
     if not args.no_compile:
-        for way in COMPILED:
+        for way in (w for w in COMPILED if w in chosen):
             with tempfile.TemporaryDirectory(prefix="inductor-") as cache:
                 for state in ("cold", "warm"):
                     rows.append({**run_way(way, args, Path(cache)), "cache": state})
