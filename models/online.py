@@ -35,8 +35,8 @@ BASE_LR = 4e-3
 
 #: Adam rate of the convolutions of a learner that starts from the shipped pretrained weights and learns from known
 #: motion (``KNOWN_MOTION``); its scalar priors learn ``PRIOR_SCALE`` times faster. At 1e-4 the convolutions moved
-#: the flow of a real clip's moving pixels away from the truth (tree: 1.10x its frozen start over the clip); at 3e-5 they
-#: kept it (0.995x) and a night stream still learned (0.87x over its last 100 pairs): the
+#: the flow of a real clip's moving pixels away from the truth (tree: 1.10x its frozen start over the clip); at 3e-5
+#: they kept it (0.995x) and a night stream still learned (0.87x over its last 100 pairs): the
 #: [notebook](../docs/notebook/2026-11-28-learning-while-watching-from-known-motion.md).
 ADAPT_LR = 3e-5
 #: How many times faster than the convolutions the nets' scalar priors learn from known motion (the still gate's
