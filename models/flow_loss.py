@@ -8,7 +8,7 @@ same (B, 6, H, W) frame pair the network saw.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.nn.functional as F
@@ -275,7 +275,12 @@ def guarded_flow_loss(flow: Tensor, frames: Tensor) -> Tensor:
     Tensor arithmetic only, no decision on the host: a CUDA graph captures the step, and the host reads the loss
     later, from its copy. The loss is computed on the flow with the blown-up case zeroed, so ``grid_sample``,
     whose CPU backward crashes the process on NaN or huge coordinates, never sees such a flow."""
-    magnitude = flow.detach().abs().amax()
-    blown_up = ~(magnitude <= MAX_FLOW_PX)  # NaN compares false
-    loss = online_loss(torch.where(blown_up, torch.zeros_like(flow), flow), frames)
+    return nan_if_blown_up(online_loss, flow, frames)
+
+
+def nan_if_blown_up(loss_fn: Callable[[Tensor, Tensor], Tensor], flow: Tensor, target: Tensor) -> Tensor:
+    """``loss_fn(flow, target)``, or NaN where ``flow`` is non-finite or beyond ``MAX_FLOW_PX`` (computed on the flow
+    zeroed there: see ``guarded_flow_loss``)."""
+    blown_up = ~(flow.detach().abs().amax() <= MAX_FLOW_PX)  # NaN compares false
+    loss = loss_fn(torch.where(blown_up, torch.zeros_like(flow), flow), target)
     return torch.where(blown_up, torch.full_like(loss, float("nan")), loss)

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from pipeline_core import Pipeline, Schedule, StepResult
 from pipeline_core.stage import GradAlign, LossFn
 
-from .flow_loss import MAX_FLOW_PX, guarded_flow_loss, online_zero_flow_loss
+from .flow_loss import guarded_flow_loss, nan_if_blown_up, online_zero_flow_loss
 from .known_motion import KnownMotion, StreamMotion, known_flow_loss
 from .scene_cuts import SceneCuts
 from .stale_gradient import motion_aligned
@@ -93,9 +93,7 @@ def stream_pairs(frames: Iterable[np.ndarray]) -> Iterator[torch.Tensor]:
 def guarded_known_flow_loss(output: Tensor, target: Tensor) -> Tensor:
     """``known_flow_loss``, NaN where the flow blew up (as ``guarded_flow_loss``: the learner then restores its last
     good weights)."""
-    blown_up = ~(output.detach().abs().amax() <= MAX_FLOW_PX)  # NaN compares false
-    loss = known_flow_loss(torch.where(blown_up, torch.zeros_like(output), output), target)
-    return torch.where(blown_up, torch.full_like(loss, float("nan")), loss)
+    return nan_if_blown_up(known_flow_loss, output, target)
 
 
 class Feed:

@@ -78,14 +78,14 @@ class Stage:
         them). With ``stale`` it runs on the weights from before the last update (when the stage keeps them)."""
         weights = self.previous if stale else None
         run = self.run if weights is None else (lambda inp: functional_call(self.module, weights, (inp,)))
-        if grad and self.shown:
+        if grad:
             leaf = x.detach().requires_grad_(self.index > 0)
-            with torch.no_grad():
-                shown = run(x[: self.shown])
-            out = torch.cat([shown, run(leaf[self.shown :])])
-        elif grad:
-            leaf = x.detach().requires_grad_(self.index > 0)
-            out = run(leaf)
+            if self.shown:
+                with torch.no_grad():
+                    shown = run(x[: self.shown])
+                out = torch.cat([shown, run(leaf[self.shown :])])
+            else:
+                out = run(leaf)
         else:
             with torch.no_grad():
                 leaf = x

@@ -247,7 +247,7 @@ class FrameLoop:
         frame = self.pending.popleft()
         assert r.output is not None and r.loss_tensor is not None
         device = r.loss_tensor.device
-        start = frame.loss_start if frame.loss_start is not None else torch.tensor(float("nan"))
+        start = frame.loss_start if frame.loss_start is not None else torch.full((), float("nan"), device=device)
         copy = self.host.start(
             flow=r.output[0].permute(1, 2, 0).contiguous(),
             losses=torch.stack([r.loss_tensor.float(), frame.loss_zero.to(device, torch.float32),
