@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import websockets
 from rtsp_support import RtspCamera
-from server_support import beats_zero_flow, create, decode, delete, pairs_learned
+from server_support import beats_zero_flow, create, decode, delete, versus_start
 
 from models.streams import generate
 from server.stream.flow_formats import read_flo, read_kitti_png
@@ -25,9 +25,8 @@ from testing.media import LOOP, SIZE
 from testing.sources import NO_FFMPEG, LiveSource
 from testing.viewers import watch, watch_images
 
-# The fast net matches and cleans up flow before it learns anything, so from scratch it starts well and learning
-# shows as a few percent over the first loops, on most of the loop's pairs: five loops make it plain.
-LEARNING_LOOPS = 5
+# Loops watched before the learner is judged against its frozen start: the first is where it learns most.
+LEARNING_LOOPS = 3
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_streams_left")]
 
@@ -37,9 +36,8 @@ def test_file_stream_learns_and_recovers(server):
     info = create(server, source="file:loop.mp4", name="clip", fps=15, loop=True)
     sid = info["id"]
     frames = watch(server, sid, LEARNING_LOOPS * LOOP)
-    learned = pairs_learned(frames)
-    assert learned >= 2 / 3, f"{learned:.2f} of the pairs learned: {[round(m['loss'], 4) for m, _ in frames]}"
-    first = float(np.median([m["loss"] for m, _ in frames[:LOOP]]))  # the first loop, before most of the learning
+    ratio = versus_start(frames[LOOP:])  # after the first loop, the same pairs under the learned and the start weights
+    assert ratio < 0.9, f"learned / frozen start {ratio:.3f}: {[(m['loss'], m['loss_start']) for m, _ in frames]}"
     meta, jpeg = frames[-1]
     assert set(meta) >= {"frame", "loss", "loss_zero", "dp_s", "work_s", "ds_s", "stage_dp_s", "latency_s", "dropped"}
     assert meta["ds_s"] == pytest.approx(1 / 15) and len(meta["stage_dp_s"]) == 2
@@ -112,8 +110,8 @@ def test_file_stream_learns_and_recovers(server):
     info = server.wait_for(sid, lambda i: i["counters"]["worker_restarts"] >= 1, what="a worker restart")
     info = server.wait_for(sid, lambda i: i["state"] == "running", what="running after the worker was killed")
     assert info["resumed_from"] >= saved > 0
-    resumed = watch(server, sid, LOOP)  # every pair of the loop once, as in ``first``
-    assert np.median([m["loss"] for m, _ in resumed]) < first, "the restarted worker forgot what it learned"
+    resumed = watch(server, sid, LOOP)
+    assert versus_start(resumed) < 0.9, "the restarted worker does no better than the stream's frozen start"
     delete(server, sid)
     assert server.client.get(f"/api/streams/{sid}").status_code == 404
 
