@@ -7,15 +7,19 @@ of their own (loopback only), and a real ``overtime serve --ray-address``. Write
    wait for a frame meanwhile; the API's answers to a request every 0.25 s meanwhile.
 3. **The API restarted**: its process killed and started again; every stream listed and viewable, none restarted
    (the same processes, their counters going on).
-4. **A node added**: a node joins in place of the lost one; the next stream runs on it (the survivor's two CPUs hold
-   the two streams already).
-5. **A stream deleted**: its actor ends as a process should: gone from Ray and the list, every process of it gone,
-   and its temporary folder removed (its exit handlers ran; a killed actor would leave it on its node).
-6. **Frame rate**: one stream at a fixed learning size and a rate it cannot hold (so the learner sets the pace),
+4. **A stream deleted**: the second one; its actor ends as a process should: gone from Ray and the list, every
+   process of it gone, and its temporary folder removed (its exit handlers ran; a killed actor would leave it on its
+   node).
+5. **No room**: the survivor lost too, with the first stream on it: no node is left with room, and the stream must
+   say it waits for room (what it needs, what the cluster has free) and ``/metrics`` count it; then a node of 1 CPU
+   joins, the stream runs there from its checkpoint and the count is back to 0. In the same cluster as parts 1-4, not
+   a second one: a cluster and a server started again cost the suite about 40 s.
+6. **A node added**: a node joins; the next stream runs on it (the one of part 5 is full).
+7. **Frame rate**: one stream at a fixed learning size and a rate it cannot hold (so the learner sets the pace),
    through a single-machine server and then through the cluster, one after the other: frames learned per second.
 
     python -m bench.cluster                           # re-runs itself in a namespace of its own (root needed)
-    python -m bench.cluster --quick --out-dir DIR     # the suite's run: parts 1-3 and 5, shorter (cluster-quick.*)
+    python -m bench.cluster --quick --out-dir DIR     # the suite's run: parts 1-5, shorter (cluster-quick.*)
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from testing.server import ServerProcess
 
 RECOVERY_LIMIT_S = 60.0  # a lost node's stream runs again within this
 GAP_LIMIT_S = 2.0  # the other stream's viewer never waits longer for a frame
+ROOM_WAIT_S = 90.0  # part 5, for each step: a checkpoint, waiting for room, running again
 STREAM = {"source": "file:clip.mp4", "loop": True, "fps": 10, "width": 64, "height": 64}
 RATE_STREAM = {"source": "file:clip.mp4", "loop": True, "fps": 30, "width": 128, "height": 96}
 
@@ -122,7 +127,7 @@ def node_name(cluster: Any, node_id: str) -> str:
 
 
 def scenario(args: argparse.Namespace) -> dict:
-    """Parts 1-5, inside the namespace, in a scratch folder removed afterwards."""
+    """Parts 1-7, inside the namespace, in a scratch folder removed afterwards."""
     with tempfile.TemporaryDirectory(prefix="overtime-cluster-") as scratch:
         return _scenario_in(Path(scratch), args)
 
@@ -148,10 +153,13 @@ def _scenario_in(scratch: Path, args: argparse.Namespace) -> dict:
             result["addresses"] = sorted({n["NodeManagerAddress"] for n in ray.nodes()})
             result["node_loss"] = lose_node(srv, cluster, ids, infos, args)
             srv = restart_api(srv, work, cluster.address, ids, result)
+            mapped |= cluster.shared_memory()
+            result["deleted"] = delete_stream(srv, ids[1])
+            mapped |= cluster.shared_memory()  # the survivor's, lost in part 5
+            result["no_room"] = no_room(srv, cluster, ids[0])
             if not args.quick:
                 result["node_added"] = add_node(srv, cluster, result["node_loss"]["killed"])
             mapped |= cluster.shared_memory()
-            result["deleted"] = delete_stream(srv, ids[1])
             for sid in [ids[0], *([result["node_added"]["stream"]] if "node_added" in result else [])]:
                 srv.client.delete(f"/api/streams/{sid}")  # a node stopped under a stream would leave its rings
             if not args.quick:
@@ -185,8 +193,35 @@ def lose_node(srv: ServerProcess, cluster: Any, ids: list[str], infos: list[dict
     }  # fmt: skip
 
 
+def no_room(srv: ServerProcess, cluster: Any, sid: str) -> dict:
+    """Part 5: the node of ``sid``, the last stream, lost when no other node has room for it (the head has no CPUs);
+    its info and ``/metrics`` meanwhile; then a node of 1 CPU joins and the stream must run there from its
+    checkpoint."""
+    first = srv.wait_for(sid, lambda s: (s["checkpoint_frames"] or 0) > 0, ROOM_WAIT_S, "a checkpoint written")
+    result: dict[str, Any] = {"before": {"waiting": srv.metrics().require("overtime_streams_waiting_for_room")}}
+    cluster.kill_node(node_name(cluster, first["node"]))
+    waiting = srv.wait_for(sid, _waiting_for_room, ROOM_WAIT_S, "waiting for room")
+    scrape = srv.metrics()
+    result["lost"] = {"state": waiting["state"], "error": waiting["error"],
+                      "waiting": scrape.require("overtime_streams_waiting_for_room"),
+                      "reconnecting": scrape.require("overtime_streams", state="reconnecting")}  # fmt: skip
+    cluster.add_node("room", num_cpus=1)
+    back = running(srv, sid, 5, ROOM_WAIT_S, unlike=first["node"])
+    result["room"] = {"state": back["state"], "error": back["error"], "resumed_from": back["resumed_from"],
+                      "moved": back["node"] != first["node"], "node": node_name(cluster, back["node"]),
+                      "waiting": srv.metrics().require("overtime_streams_waiting_for_room")}  # fmt: skip
+    lost, room = result["lost"], result["room"]
+    result["met"] = (lost["waiting"] == 1 and (lost["error"] or {}).get("code") == "waiting_for_room"
+                     and room["moved"] and (room["resumed_from"] or 0) > 0 and room["waiting"] == 0)  # fmt: skip
+    return result
+
+
+def _waiting_for_room(info: dict) -> bool:
+    return info["state"] == "reconnecting" and (info["error"] or {}).get("code") == "waiting_for_room"
+
+
 def add_node(srv: ServerProcess, cluster: Any, name: str) -> dict:
-    """A node joins in place of the lost one; the next stream goes there (the survivor is full)."""
+    """A node joins in place of the first lost one; the next stream goes there (part 5's node is full)."""
     cluster.add_node(f"{name}2", num_cpus=2)
     sid = srv.client.post("/api/streams", json={**STREAM, "name": "three"}).json()["id"]
     node = node_name(cluster, running(srv, sid, 5, 120)["node"])
@@ -295,6 +330,14 @@ def markdown(r: dict) -> str:
         f"{yes(restart['same_processes'])}, counters went on {yes(restart['counters_went_on'])} "
         f"({restart['seconds']} s) | {yes(restart['met'])} |",
     ]
+    if r.get("no_room"):
+        room = r["no_room"]
+        lines.append(
+            f"| a lost stream that no node has room for says it waits for room, and /metrics count it; a node added, "
+            f"it runs there from its checkpoint | {room['lost']['waiting']} waiting "
+            f"({room['lost']['error']['code']}); then on {room['room']['node']}, resumed from frame "
+            f"{room['room']['resumed_from']}, {room['room']['waiting']} waiting | {yes(room['met'])} |"
+        )
     if r.get("node_added"):
         added = r["node_added"]
         lines.append(
@@ -331,7 +374,7 @@ def markdown(r: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="parts 1-3 with shorter waits (the suite's run)")
+    p.add_argument("--quick", action="store_true", help="parts 1-5 with shorter waits (the suite's run)")
     p.add_argument("--out-dir", type=Path, default=RESULTS)
     p.add_argument("--inside", type=Path, help=argparse.SUPPRESS)  # run the scenario here, its JSON to this file
     args = p.parse_args(argv)

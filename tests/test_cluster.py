@@ -1,13 +1,12 @@
 """The service on a real Ray cluster on this machine (``bench.cluster --quick``): a head and two worker nodes
 (separate raylets on 127.0.0.1) in a network namespace of the test's own, a real ``overtime serve --ray-address``.
 Skipped with the reason where no namespace can be made (root and ``unshare`` needed). About 1.5 minutes on 2 cores.
-A second cluster has no room for a lost node's stream (``cluster_support.py``): about a minute more.
+The same run loses the survivor too, when no node has room for its stream (part 5 of ``bench.cluster``).
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -60,12 +59,8 @@ def test_the_cluster_leaves_no_shared_memory_behind(result):
 
 
 @pytest.fixture(scope="module")
-def no_room(tmp_path_factory) -> dict:
-    out = tmp_path_factory.mktemp("room") / "room.json"
-    tests = str(Path(__file__).resolve().parent)
-    proc = netns.run_module("cluster_support", "--inside", str(out), timeout_s=480, env={"PYTHONPATH": tests})
-    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return json.loads(out.read_text())
+def no_room(result) -> dict:
+    return result["no_room"]
 
 
 def test_a_lost_stream_that_no_node_has_room_for_says_it_waits_for_room_and_metrics_count_it(no_room):
