@@ -25,6 +25,7 @@ from .flow_loss import guarded_flow_loss, nan_if_blown_up, online_zero_flow_loss
 from .known_motion import KnownMotion, StreamMotion, known_flow_loss
 from .scene_cuts import SceneCuts
 from .stale_gradient import motion_aligned
+from .warming_adam import WarmingAdam
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
@@ -43,9 +44,14 @@ ADAPT_LR = 3e-5
 #: margins, the Lucas-Kanade dampings, the matches' temperatures): a few numbers that the stream's noise, contrast and
 #: light decide, learned from every pixel of every pair.
 PRIOR_SCALE = 300.0
+#: Steps over which the priors' rate grows to its full value: Adam's first steps are each a whole rate, and at
+#: ``PRIOR_SCALE`` they moved the still gate over a real clip's first pairs (``models.warming_adam``).
+PRIOR_WARMUP = 100
 
 
-def flow_optimizer(lr: float = BASE_LR, fused: bool = True, prior_scale: float | None = None) -> OptimizerFactory:
+def flow_optimizer(
+    lr: float = BASE_LR, fused: bool = True, prior_scale: float | None = None, prior_warmup: int | None = None
+) -> OptimizerFactory:
     """Adam factory (one optimiser per pipeline stage). beta2 = 0.99: on a non-stationary stream the
     second-moment estimate must forget within ~100 frames, or a burst of large gradients (a fast
     patch entering) keeps the step size wrong for a long time. ``fused``: one kernel updates every parameter (the
@@ -53,7 +59,8 @@ def flow_optimizer(lr: float = BASE_LR, fused: bool = True, prior_scale: float |
     (``python -m bench.learning_step`` times both: ways eager-1t and adam-loop-1t). On CUDA it is also capturable
     (its step counts live on the device), so a CUDA graph can hold the whole learning step. ``prior_scale``: the
     scalar parameters (the priors) learn at that multiple of ``lr`` (a group's ``lr_scale``, which
-    ``Pipeline.set_lr`` keeps)."""
+    ``Pipeline.set_lr`` keeps); ``prior_warmup``: their steps grow to that rate over so many steps
+    (``models.warming_adam``)."""
 
     def make(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
         params = list(params)
@@ -62,10 +69,14 @@ def flow_optimizer(lr: float = BASE_LR, fused: bool = True, prior_scale: float |
         if prior_scale is not None:
             priors = [p for p in params if p.dim() == 0]
             weights = [p for p in params if p.dim() > 0]
-            groups = [g for g in ({"params": weights}, {"params": priors, "lr_scale": prior_scale}) if g["params"]]
+            fast = {"params": priors, "lr_scale": prior_scale}
+            if prior_warmup is not None:
+                fast["warmup"] = prior_warmup
+            groups = [g for g in ({"params": weights}, fast) if g["params"]]
             for g in groups:
                 g["lr"] = lr * g.get("lr_scale", 1.0)
-        return torch.optim.Adam(groups, lr=lr, betas=(0.9, 0.99), fused=fused or None, capturable=on_cuda)
+        options = {"lr": lr, "betas": (0.9, 0.99), "fused": fused or None, "capturable": on_cuda}
+        return (torch.optim.Adam if prior_warmup is None else WarmingAdam)(groups, **options)
 
     return make
 
@@ -154,6 +165,7 @@ class Learning:
     prior_scale: float | None
     deep_supervision: bool
     known_motion: bool
+    prior_warmup: int | None = None  # steps over which the priors' rate grows to its full value
 
     def feed(self, seed: int = 0) -> Feed:
         return KnownMotionFeed(seed) if self.known_motion else Feed()
@@ -163,7 +175,8 @@ class Learning:
         return torch.cat([pair, pair]) if self.known_motion else pair
 
     def optimizer(self, lr: float | None = None) -> OptimizerFactory:
-        return flow_optimizer(self.lr if lr is None else lr, prior_scale=self.prior_scale)
+        return flow_optimizer(self.lr if lr is None else lr, prior_scale=self.prior_scale,
+                              prior_warmup=self.prior_warmup)  # fmt: skip
 
     def zero_flow_loss(self, step_input: Tensor, target: Tensor) -> Tensor:
         """The loss zero flow would have on a step's input (0-d): the baseline a learned flow must beat."""
@@ -184,8 +197,10 @@ class Learning:
 #: ``BASE_LR``, a stale gradient moved with the flow.
 PHOTOMETRIC = Learning("photometric", BASE_LR, guarded_flow_loss, motion_aligned, None, True, False)
 #: A learner from the shipped weights: the end-point error on pairs of known motion (``models.known_motion``), the
-#: convolutions at ``ADAPT_LR`` and the priors ``PRIOR_SCALE`` times faster.
-KNOWN_MOTION = Learning("known-motion", ADAPT_LR, guarded_known_flow_loss, None, PRIOR_SCALE, False, True)
+#: convolutions at ``ADAPT_LR`` and the priors ``PRIOR_SCALE`` times faster, warmed up over ``PRIOR_WARMUP`` steps.
+KNOWN_MOTION = Learning(
+    "known-motion", ADAPT_LR, guarded_known_flow_loss, None, PRIOR_SCALE, False, True, prior_warmup=PRIOR_WARMUP
+)
 
 
 def learning_for(init: str) -> Learning:
