@@ -205,15 +205,17 @@ def test_demo_stream_draws_overlay_loss_and_budget(page, server):
 
 
 def test_webcam_stream_learns(page, server):
-    """From scratch, so that the loss it learns from is the pair's own and must fall (the shipped weights learn from
-    made pairs whose loss moves with their motion: tests/test_frame_loop.py holds them to their frozen start)."""
+    """From scratch, on the browser's camera (Chromium's fake one): over the last 15 frames the learned flow explains
+    the pairs clearly better than zero flow on the same pairs, as a live source's must (server_support.beats_zero_flow:
+    a net from scratch starts at zero flow's loss, its flow heads at zero). Not a falling loss: a net from scratch
+    learns most of what it will within ten frames, and the fake camera's loss spikes wherever its picture jumps."""
     start(page, "webcam", fps=5, init="scratch")
     wait_for_points(page, "#chart-loss", 50, timeout_s=150)
-    values = [v for v in losses(page) if v is not None]
-    head, tail = np.mean(values[:15]), np.mean(values[-15:])
+    chart = page.evaluate("() => window.overtime.charts.loss.data")
     shoot(page, "client-webcam.png")
     delete_all(server)
-    assert tail < head, f"webcam loss did not go down: first 15 frames {head:.4g}, last 15 {tail:.4g}: {values}"
+    learned, zero = (np.median([v for v in chart[i][-15:] if v is not None]) for i in (1, 3))
+    assert learned < 0.9 * zero, f"webcam: learned {learned:.4g} against zero flow's {zero:.4g}: {chart[1]}, {chart[3]}"
 
 
 RECENT_TIMINGS = """async () => {
