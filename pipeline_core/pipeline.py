@@ -55,10 +55,8 @@ class Pipeline:
         self.sample_input = sample_input.detach()
         self.loss_fn = loss_fn
         learn = loss_fn is not None
-        built = build(
-            model, sample_input, self.balance, resolved, optimizer, schedule, learn, align_stale_grad, compile_backend,
-            shown,
-        )
+        parts = (model, sample_input, self.balance, resolved, optimizer, schedule, learn, align_stale_grad)
+        built = build(*parts, compile_backend, shown)
         self.stages, self.schedule = built.stages, built.schedule
         self.runtime: Runtime = self._make_runtime(runtime, built.metas, timeout, start_method)
         self._graphs = self._make_graphs(cuda_graph)

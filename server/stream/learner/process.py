@@ -250,8 +250,7 @@ class FrameLoop:
         start = frame.loss_start if frame.loss_start is not None else torch.full((), float("nan"), device=device)
         copy = self.host.start(
             flow=r.output[0].permute(1, 2, 0).contiguous(),
-            losses=torch.stack([r.loss_tensor.float(), frame.loss_zero.to(device, torch.float32),
-                                start.to(device, torch.float32)]),  # fmt: skip
+            losses=torch.stack([t.to(device, torch.float32) for t in (r.loss_tensor, frame.loss_zero, start)]),
         )
         self.outgoing.append(Outgoing(r, copy, frame))
 
