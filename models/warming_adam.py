@@ -23,6 +23,12 @@ class WarmingAdam(torch.optim.Adam):
     ``min(1, t / warmup)`` times its rate on its step ``t`` (from 1); ``group["lr"]`` stays the full rate (what
     ``Stage.set_lr`` sets and a state dict saves)."""
 
+    def add_param_group(self, param_group: dict) -> None:
+        warmup = param_group.get("warmup")
+        if warmup is not None and warmup < 1:
+            raise ValueError(f"warmup={warmup}: a warm-up lasts at least one step")
+        super().add_param_group(param_group)
+
     @torch.no_grad()
     def step(self, closure=None):  # noqa: ANN001, ANN201 (torch.optim's signature)
         full = [group["lr"] for group in self.param_groups]
@@ -40,8 +46,6 @@ class WarmingAdam(torch.optim.Adam):
         plus one, over its ``warmup``, at most 1. The count is that of the group's first parameter that has stepped
         (a parameter without a gradient yet has no state)."""
         warmup = group["warmup"]
-        if warmup < 1:
-            raise ValueError(f"warmup={warmup}: a warm-up lasts at least one step")
         counts = (self.state[p]["step"] for p in group["params"] if "step" in self.state.get(p, {}))
         step = next(counts, None)
         if step is None:

@@ -83,4 +83,4 @@ def test_the_known_motion_learner_warms_up_its_priors_alone():
     groups = _groups(net)
     groups[1]["warmup"] = 0
     with pytest.raises(ValueError, match="at least one step"):
-        WarmingAdam(groups, lr=LR).step()
+        WarmingAdam(groups, lr=LR)
