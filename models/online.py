@@ -23,9 +23,9 @@ from pipeline_core.stage import GradAlign, LossFn
 
 from .flow_loss import guarded_flow_loss, nan_if_blown_up, online_zero_flow_loss
 from .known_motion import KnownMotion, StreamMotion, known_flow_loss
+from .prior_adam import PriorAdam, is_anchored
 from .scene_cuts import SceneCuts
 from .stale_gradient import motion_aligned
-from .warming_adam import WarmingAdam
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
@@ -45,12 +45,21 @@ ADAPT_LR = 3e-5
 #: light decide, learned from every pixel of every pair.
 PRIOR_SCALE = 300.0
 #: Steps over which the priors' rate grows to its full value: Adam's first steps are each a whole rate, and at
-#: ``PRIOR_SCALE`` they moved the still gate over a real clip's first pairs (``models.warming_adam``).
+#: ``PRIOR_SCALE`` they moved the still gate over a real clip's first pairs (``models.prior_adam``).
 PRIOR_WARMUP = 100
+#: How hard the priors a net anchors (the still gate's: ``models.prior_adam.anchor_to_start``) are pulled back toward
+#: their start after each step: ``lr * PRIOR_ANCHOR`` of the way (9 % at the priors' rate). At 10 box's whole clip and
+#: a night stream's middle pairs came back to about their frozen start's error and the exact-flow gains stayed; every
+#: prior anchored instead lost them (``docs/notebook/2026-11-29-an-anchor-on-the-still-gates-priors.md``).
+PRIOR_ANCHOR = 10.0
 
 
 def flow_optimizer(
-    lr: float = BASE_LR, fused: bool = True, prior_scale: float | None = None, prior_warmup: int | None = None
+    lr: float = BASE_LR,
+    fused: bool = True,
+    prior_scale: float | None = None,
+    prior_warmup: int | None = None,
+    prior_anchor: float | None = None,
 ) -> OptimizerFactory:
     """Adam factory (one optimiser per pipeline stage). beta2 = 0.99: on a non-stationary stream the
     second-moment estimate must forget within ~100 frames, or a burst of large gradients (a fast
@@ -59,8 +68,9 @@ def flow_optimizer(
     (``python -m bench.learning_step`` times both: ways eager-1t and adam-loop-1t). On CUDA it is also capturable
     (its step counts live on the device), so a CUDA graph can hold the whole learning step. ``prior_scale``: the
     scalar parameters (the priors) learn at that multiple of ``lr`` (a group's ``lr_scale``, which
-    ``Pipeline.set_lr`` keeps); ``prior_warmup``: their steps grow to that rate over so many steps
-    (``models.warming_adam``)."""
+    ``Pipeline.set_lr`` keeps); ``prior_warmup``: their steps grow to that rate over so many steps; ``prior_anchor``:
+    the priors the net anchors (``models.prior_adam.is_anchored``) are pulled back toward their start that hard, in a
+    group of their own (``models.prior_adam``)."""
 
     def make(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
         params = list(params)
@@ -68,15 +78,19 @@ def flow_optimizer(
         groups: list[dict] = [{"params": params}]
         if prior_scale is not None:
             priors = [p for p in params if p.dim() == 0]
-            weights = [p for p in params if p.dim() > 0]
-            fast = {"params": priors, "lr_scale": prior_scale}
-            if prior_warmup is not None:
-                fast["warmup"] = prior_warmup
-            groups = [g for g in ({"params": weights}, fast) if g["params"]]
+            held = [prior_anchor is not None and is_anchored(p) for p in priors]
+            fast = {"lr_scale": prior_scale} | ({"warmup": prior_warmup} if prior_warmup is not None else {})
+            groups = [
+                {"params": [p for p in params if p.dim() > 0]},
+                fast | {"params": [p for p, h in zip(priors, held, strict=True) if not h]},
+                fast | {"params": [p for p, h in zip(priors, held, strict=True) if h], "anchor": prior_anchor},
+            ]
+            groups = [g for g in groups if g["params"]]
             for g in groups:
                 g["lr"] = lr * g.get("lr_scale", 1.0)
         options = {"lr": lr, "betas": (0.9, 0.99), "fused": fused or None, "capturable": on_cuda}
-        return (torch.optim.Adam if prior_warmup is None else WarmingAdam)(groups, **options)
+        plain = prior_warmup is None and prior_anchor is None
+        return (torch.optim.Adam if plain else PriorAdam)(groups, **options)
 
     return make
 
@@ -166,6 +180,7 @@ class Learning:
     deep_supervision: bool
     known_motion: bool
     prior_warmup: int | None = None  # steps over which the priors' rate grows to its full value
+    prior_anchor: float | None = None  # how hard the priors the net anchors are pulled back toward their start
 
     def feed(self, seed: int = 0) -> Feed:
         return KnownMotionFeed(seed) if self.known_motion else Feed()
@@ -175,8 +190,12 @@ class Learning:
         return torch.cat([pair, pair]) if self.known_motion else pair
 
     def optimizer(self, lr: float | None = None) -> OptimizerFactory:
-        return flow_optimizer(self.lr if lr is None else lr, prior_scale=self.prior_scale,
-                              prior_warmup=self.prior_warmup)  # fmt: skip
+        return flow_optimizer(
+            self.lr if lr is None else lr,
+            prior_scale=self.prior_scale,
+            prior_warmup=self.prior_warmup,
+            prior_anchor=self.prior_anchor,
+        )
 
     def zero_flow_loss(self, step_input: Tensor, target: Tensor) -> Tensor:
         """The loss zero flow would have on a step's input (0-d): the baseline a learned flow must beat."""
@@ -197,9 +216,18 @@ class Learning:
 #: ``BASE_LR``, a stale gradient moved with the flow.
 PHOTOMETRIC = Learning("photometric", BASE_LR, guarded_flow_loss, motion_aligned, None, True, False)
 #: A learner from the shipped weights: the end-point error on pairs of known motion (``models.known_motion``), the
-#: convolutions at ``ADAPT_LR`` and the priors ``PRIOR_SCALE`` times faster, warmed up over ``PRIOR_WARMUP`` steps.
+#: convolutions at ``ADAPT_LR`` and the priors ``PRIOR_SCALE`` times faster, warmed up over ``PRIOR_WARMUP`` steps, the
+#: still gate's anchored to their start (``PRIOR_ANCHOR``).
 KNOWN_MOTION = Learning(
-    "known-motion", ADAPT_LR, guarded_known_flow_loss, None, PRIOR_SCALE, False, True, prior_warmup=PRIOR_WARMUP
+    "known-motion",
+    ADAPT_LR,
+    guarded_known_flow_loss,
+    None,
+    PRIOR_SCALE,
+    False,
+    True,
+    prior_warmup=PRIOR_WARMUP,
+    prior_anchor=PRIOR_ANCHOR,
 )
 
 

@@ -37,6 +37,7 @@ from .flow_cleanup import (
     with_noise_restored,
 )
 from .flow_loss import in_frame_mask
+from .prior_adam import anchor_to_start
 
 #: A mean gradient of this much over a window (in intensity per pixel) makes its still test half-sure: the fill's
 #: texture scale as it starts (``EdgeAwareFill.log_texture``).
@@ -115,6 +116,9 @@ class StillGate(nn.Module):
         # does; gated, a hand lost part of its motion (tree's fast pixels: EPE 4.7 before the gate, 5.3 after it;
         # docs/models.md#the-still-gate-leaves-changed-places-alone).
         self.quiet = nn.Parameter(torch.tensor(5.0))
+        # Learned online from every pixel of every made pair, these three walked away from what the real pairs need
+        # over a long stream (a night stream's margin 0.1 -> -0.16); the learner pulls them back toward their start.
+        anchor_to_start(self.margin, self.log_softness, self.quiet)
 
     def forward(self, x: Tensor) -> Tensor:
         flow, (prev, cur) = x[:, :2], frames_of(x).split(3, 1)

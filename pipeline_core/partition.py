@@ -75,12 +75,22 @@ def stage_devices(devices: list[torch.device], stages: int) -> list[torch.device
     return [devices[(i * len(devices)) // stages] for i in range(stages)]
 
 
+def copy_layer(layer: nn.Module) -> nn.Module:
+    """A deep copy of ``layer`` whose parameters keep the attributes the model set on them (torch's
+    ``Parameter.__deepcopy__`` drops them; pickling, as the process runtimes send a stage, keeps them): an optimizer
+    factory reads such tags to treat some parameters apart (``models.prior_adam.anchor_to_start``)."""
+    copied = copy.deepcopy(layer)
+    for original, new in zip(layer.parameters(), copied.parameters(), strict=True):
+        new.__dict__.update(copy.deepcopy(original.__dict__))
+    return copied
+
+
 def split(model: nn.Sequential, balance: list[int]) -> list[nn.Sequential]:
-    """Deep copies of consecutive layer groups: the user's model is never mutated."""
+    """Deep copies of consecutive layer groups (``copy_layer``): the user's model is never mutated."""
     named = list(model.named_children())
     parts, start = [], 0
     for count in balance:
-        parts.append(nn.Sequential(OrderedDict((n, copy.deepcopy(m)) for n, m in named[start : start + count])))
+        parts.append(nn.Sequential(OrderedDict((n, copy_layer(m)) for n, m in named[start : start + count])))
         start += count
     return parts
 
@@ -107,5 +117,5 @@ def join(parts: list[nn.Module]) -> nn.Sequential:
     layers: OrderedDict[str, nn.Module] = OrderedDict()
     for part in parts:
         for name, module in part.named_children():
-            layers[name] = copy.deepcopy(module).cpu()
+            layers[name] = copy_layer(module).cpu()
     return nn.Sequential(layers)

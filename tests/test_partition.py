@@ -69,6 +69,18 @@ def test_split_copies_and_join_restores_names_and_weights():
     assert [n for n, _ in joined.named_children()] == [n for n, _ in whole.named_children()]
     assert torch.equal(joined[0].weight, parts[0][0].weight)
 
+    assert not hasattr(joined[0].weight, "tag")
+
+
+def test_the_copies_keep_the_tags_a_model_put_on_its_parameters():
+    """torch's Parameter.__deepcopy__ drops a parameter's attributes; an optimizer factory reads them in the stage."""
+    whole = model()
+    whole[2].bias.tag = "prior"
+    parts = split(whole, [2, 3])
+    assert parts[1][0].bias.tag == "prior" and not hasattr(parts[1][0].weight, "tag")
+    assert parts[1][0].bias is not whole[2].bias
+    assert join(parts)[2].bias.tag == "prior"
+
 
 def test_trace_gives_each_stage_output_and_names_a_stage_that_cannot_run():
     parts = split(model(), [2, 2, 1])
