@@ -73,6 +73,22 @@ class CheckpointMismatch(Exception):
     pass
 
 
+def with_fitting_moments(saved: dict, fresh: dict) -> dict:
+    """``saved`` (a pipeline's state dict) without the optimizer state of any stage whose parameter groups differ
+    from ``fresh``'s: that stage resumes its weights with fresh moments. Why: an older release grouped the parameters
+    otherwise (before the still gate's priors were anchored, their stage had two groups, not three); the weights are
+    what the stream learned, the moments only its last few hundred steps."""
+
+    def groups(optimizer: dict | None) -> list[int] | None:
+        return None if optimizer is None else [len(g["params"]) for g in optimizer["param_groups"]]
+
+    stages = [
+        s if groups(s["optimizer"]) == groups(f["optimizer"]) else s | {"optimizer": None}
+        for s, f in zip(saved["stages"], fresh["stages"], strict=True)
+    ]
+    return saved | {"stages": stages}
+
+
 def sample(size: Size) -> torch.Tensor:
     """A real pair's shape at ``size``."""
     return torch.zeros(1, 6, size[1], size[0])
@@ -116,7 +132,7 @@ class Learner:
         self.size = size
         self.resumed_from = 0
         if saved:
-            self.pipe.load_state_dict(saved["pipeline"])
+            self.pipe.load_state_dict(with_fitting_moments(saved["pipeline"], self.pipe.state_dict()))
             self.resumed_from = int(saved["pipeline"]["frames"])
         self._apply_lr()  # after the load: optimizer states carry lrs
         self._initial = None if saved else copy.deepcopy(self.pipe.state_dict())
