@@ -45,8 +45,8 @@ class PriorAdam(torch.optim.Adam):
     """``torch.optim.Adam`` with two optional entries in a parameter group: ``warmup`` (steps): the group moves its
     weights at ``min(1, t / warmup)`` times its rate on its step ``t`` (from 1); ``anchor`` (lambda): after each step
     its weights move ``min(1, lr * anchor)`` of the way back to their start (at a rate so high that the share is 1
-    they stay at their start). ``group["lr"]`` stays the full rate (what
-    ``Stage.set_lr`` sets and a state dict saves)."""
+    they stay at their start). ``group["lr"]`` stays the full rate (what ``Stage.set_lr`` sets and a state dict
+    saves)."""
 
     def add_param_group(self, param_group: dict) -> None:
         warmup, anchor = param_group.get("warmup"), param_group.get("anchor")
@@ -69,7 +69,7 @@ class PriorAdam(torch.optim.Adam):
             for group, lr in zip(self.param_groups, full, strict=True):
                 group["lr"] = lr
         for p, start in starts.items():
-            if "step" in self.state[p]:  # Adam stepped it (it had a gradient): its start is kept from now on
+            if "step" in self.state.get(p, {}):  # Adam stepped it (it had a gradient): its start is kept from now on
                 self.state[p]["start"] = start
         self._pull_back()
         return loss
@@ -90,7 +90,7 @@ class PriorAdam(torch.optim.Adam):
             if group.get("anchor") is None:
                 continue
             for p in group["params"]:
-                if "start" in self.state[p]:
+                if "start" in self.state.get(p, {}):
                     p.lerp_(self.state[p]["start"], min(1.0, group["lr"] * group["anchor"]))
 
     def _share(self, group: dict) -> Tensor | float:
