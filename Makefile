@@ -16,7 +16,7 @@ CLIPS ?= ../shared/clips
 .PHONY: run test lint docs clean screenshots up up-gpu down \
 	bench bench-engine bench-flow bench-flow-heldout flow-streams bench-realflow bench-realflow-heldout bench-scene-flow \
 	bench-camera-flow bench-adaptation bench-schedules bench-memory bench-processes \
-	bench-service bench-load bench-soak bench-outage bench-cluster bench-gpu gpu-wheels docker-check pretrain
+	bench-service bench-load bench-soak bench-outage bench-cluster bench-gpu warm-gpu gpu-wheels docker-check pretrain
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -123,6 +123,14 @@ bench-service: $(VENV)/.installed
 ## with its own python3, the service's packages carried as wheels (make gpu-wheels) and the clip copied into .clips/.
 bench-gpu:
 	$(if $(wildcard $(PY)),$(PY),python3) -m bench.gpu
+
+## The compiled learning step of GPU streams (--gpu-compile), built ahead into the service's cache folder for the sizes
+## a stream starts at (python -m server.warm_compile: each size's seconds and inductor's cache hits; run twice: cold,
+## then warm). CACHE_DIR must be the service's --cache-dir.
+CACHE_DIR ?= cache
+warm-gpu:
+	$(if $(wildcard $(PY)),$(PY),python3) -m server.warm_compile --device cuda --cache-dir $(CACHE_DIR) \
+	  --size 640x480 --size 320x240
 
 # Wheels (CPython 3.12, manylinux) of the packages the service needs beyond torch, OpenCV, numpy and httpx, at this
 # venv's versions, into .whl/ (git-ignored), to carry to a GPU machine that cannot install them (bench/gpu.py).

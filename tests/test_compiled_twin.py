@@ -22,7 +22,7 @@ def test_twins_compile_one_at_a_time():
         spans.append((start, time.monotonic()))
         raise RuntimeError("stops here: only the build's timing matters")
 
-    twins = [CompiledTwin(build, torch.zeros(1)) for _ in range(3)]
+    twins = [CompiledTwin(build, torch.zeros(1), torch.zeros(1)) for _ in range(3)]
     for twin in twins:
         twin._thread.join(10)
     assert len(spans) == 3 and all(t.error and "stops here" in t.error for t in twins)
@@ -33,7 +33,7 @@ def test_twins_compile_one_at_a_time():
 def test_a_twin_closed_before_its_turn_never_compiles():
     built = threading.Event()
     with compiled_twin._COMPILING:  # another twin compiles
-        twin = CompiledTwin(built.set, torch.zeros(1))
+        twin = CompiledTwin(built.set, torch.zeros(1), torch.zeros(1))
         twin.close()
     twin._thread.join(10)
     assert not built.is_set() and twin.error is None and twin.take() is None

@@ -243,7 +243,9 @@ def test_going_back_to_the_best_weights_keeps_the_frame_count(cfg):
 def test_a_compiled_twin_takes_over_with_the_same_weights_and_learns_the_same(cfg):
     """On a GPU the stages are compiled in the background while the stream learns eagerly; then the compiled pipeline
     takes over the weights and optimizer states. Dynamo's ``eager`` backend traces what ``inductor`` would compile,
-    and runs the same ops: the two learners stay equal."""
+    and runs the same ops: the two learners stay equal. From the shipped weights, as the service starts a stream: the
+    twin warms up on a known-motion step (a batch of two and its made flow), not on a bare pair."""
+    cfg = replace(cfg, init="pretrained", lr=None)
     compiled = Learner(replace(cfg, compile_backend="eager"), SIZE)
     eager = Learner(cfg, SIZE)
     xs = pairs(6)

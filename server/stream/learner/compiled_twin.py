@@ -29,13 +29,14 @@ _COMPILING = threading.Lock()
 
 
 class CompiledTwin:
-    """``build()`` (a pipeline with compiled stages) called and warmed up on ``sample`` in a thread of its own."""
+    """``build()`` (a pipeline with compiled stages) called and warmed up on a step's ``sample`` input and its
+    ``target`` in a thread of its own."""
 
-    def __init__(self, build: Callable[[], Pipeline], sample: torch.Tensor) -> None:
+    def __init__(self, build: Callable[[], Pipeline], sample: torch.Tensor, target: torch.Tensor) -> None:
         import torch._dynamo.config
 
         torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, RECOMPILE_LIMIT)
-        self._build, self._sample = build, sample
+        self._build, self._sample, self._target = build, sample, target
         self._pipe: Pipeline | None = None
         self.error: str | None = None
         self._closed = threading.Event()
@@ -51,7 +52,7 @@ class CompiledTwin:
         try:
             pipe = self._build()
             for _ in range(2 * pipe.depth + 2):  # every stage forwards and backpropagates (each compiles once)
-                r = pipe.step(self._sample, target=self._sample)
+                r = pipe.step(self._sample, target=self._target)
             r.loss  # noqa: B018 - waits for the device: the compiled kernels have run
             pipe.flush()
             self._pipe = pipe

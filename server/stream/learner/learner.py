@@ -170,12 +170,21 @@ class Learner:
         if backend is None:
             return
         module, layers, size = self.pipe.module(), self.pipe.balance, self.size
-        self._twin = CompiledTwin(lambda: self._pipeline(module, size, layers, backend), sample(size).to(self.device))
+        # A step's input and target as the stream's feed makes them (a known-motion step's is a batch of two), from a
+        # feed of its own: the stream's goes on untouched.
+        step_input, target = self.learning.feed()(sample(size).to(self.device))
+        self._twin = CompiledTwin(lambda: self._pipeline(module, size, layers, backend), step_input, target)
 
     @property
     def compiled_ready(self) -> bool:
         """A compiled pipeline waits to take over (``adopt_compiled``)."""
         return self._twin is not None and self._twin.ready
+
+    @property
+    def compile_error(self) -> str | None:
+        """Why the compiled pipeline could not be built (the stream goes on eagerly); None while it compiles or once
+        it is ready."""
+        return None if self._twin is None else self._twin.error
 
     def adopt_compiled(self) -> None:
         """Go on with the compiled pipeline: the same weights, optimizer states and split; frames in flight go (flush
