@@ -1,7 +1,8 @@
 """The service's learning step on one device, per size and way: how long it takes, how many kernels it launches and
 how often it waits for the device from the host.
 
-Ways (each a fresh ``online_pipeline`` of the ``fast`` net with the shipped weights, the service's optimizer):
+Ways (each a fresh ``online_pipeline`` of the ``fast`` net with the shipped weights, learning as the service does from
+them: each step the pair shown and a pair of known motion, ``service_steps``):
 
 * ``eager``: ops launched one by one from Python;
 * ``graph``: the whole step captured once as a CUDA graph and replayed (the service's default on a GPU);
@@ -22,6 +23,8 @@ import time
 from dataclasses import asdict, dataclass
 
 import torch
+
+from models.online import Learning
 
 #: way -> (torch.compile backend, CUDA graphs)
 WAYS = {
@@ -59,6 +62,17 @@ def frames(size: tuple[int, int], count: int, device: torch.device) -> list[torc
     return [frame_pair(video[i], video[i + 1], device) for i in range(count)]
 
 
+def service_steps(pairs: list[torch.Tensor]) -> tuple[Learning, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """How the service learns from the shipped weights (``learning_for("pretrained")``), and each pair as its feed
+    makes it a step's input and target: the pair shown and a pair of known motion made from it, a batch of two (the
+    feed's own work is not the step's: it is made here, ahead)."""
+    from models.online import learning_for
+
+    learning = learning_for("pretrained")
+    feed = learning.feed()
+    return learning, [feed(x) for x in pairs]
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -67,45 +81,48 @@ def sync(device: torch.device) -> None:
 def measure(way: str, size: tuple[int, int], stages: int, device: torch.device, steps: int, rounds: int) -> StepRow:
     from bench.learning_step import coarse_then_full
     from models.flow_nets import build_flow_net
-    from models.online import default_lr, online_pipeline
+    from models.online import online_pipeline
 
     backend, graph = WAYS[way]
     pairs = frames(size, steps, device)
+    learning, inputs = service_steps(pairs)
     start = time.perf_counter()
     net = build_flow_net("fast", init="pretrained")
     layers = coarse_then_full(net) if stages == 2 else None
-    pipe = online_pipeline(net, pairs[0], stages, default_lr("pretrained"), layers=layers,
+    pipe = online_pipeline(net, pairs[0], stages, learning=learning, layers=layers,
                            devices=[device], compile_backend=backend, cuda_graph=graph)  # fmt: skip
     build_s = time.perf_counter() - start
     start = time.perf_counter()
-    for x in pairs[: 2 * stages + 4]:  # fill, compile, warm and capture every steady step
-        pipe.step(x, target=x)
+    for x, target in inputs[: 2 * stages + 4]:  # fill, compile, warm and capture every steady step
+        pipe.step(x, target=target)
     sync(device)
     first_s = time.perf_counter() - start
     times = []
     for _ in range(rounds):
         sync(device)
         start = time.perf_counter()
-        for x in pairs:
-            r = pipe.step(x, target=x)
+        for x, target in inputs:
+            r = pipe.step(x, target=target)
         sync(device)
-        times.append((time.perf_counter() - start) * 1e3 / len(pairs))
+        times.append((time.perf_counter() - start) * 1e3 / len(inputs))
     kernels = launches = syncs = None
     if device.type == "cuda":
-        kernels, launches, syncs = count_one_step(pipe, pairs[0], device)
+        kernels, launches, syncs = count_one_step(pipe, inputs[0], device)
     loss = r.loss
     pipe.close()
     return StepRow(way, size, stages, build_s, first_s, statistics.median(times), times, kernels, launches, syncs,
                    float(loss if loss is not None else float("nan")))  # fmt: skip
 
 
-def count_one_step(pipe, x: torch.Tensor, device: torch.device) -> tuple[int, int, int]:
-    """Device kernels, host launch calls and host syncs of one ``pipe.step`` (the profiler's records)."""
+def count_one_step(pipe, step: tuple[torch.Tensor, torch.Tensor], device: torch.device) -> tuple[int, int, int]:
+    """Device kernels, host launch calls and host syncs of one ``pipe.step`` on a step's input and target (the
+    profiler's records)."""
     from torch.profiler import ProfilerActivity, profile
 
+    x, target = step
     sync(device)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        pipe.step(x, target=x)
+        pipe.step(x, target=target)
         sync(device)  # after the step: counted below and taken off
     events = prof.events()
     kernels = sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CUDA and _is_kernel(e.name))

@@ -28,25 +28,27 @@ WAYS = ("processes", "mps", "threads")
 
 
 def learner(size: tuple[int, int], device: str, seed: int):
-    """A service learner at ``size`` and its frame pairs (a short generated stream, replayed in a loop)."""
-    from bench.gpu_step import frames
+    """A service learner at ``size`` and its steps' inputs and targets (a short generated stream, replayed in a
+    loop)."""
+    from bench.gpu_step import frames, service_steps
     from models.flow_nets import build_flow_net
-    from models.online import default_lr, online_pipeline
+    from models.online import online_pipeline
 
     torch.manual_seed(seed)
     pairs = frames(size, 8, torch.device(device))
-    pipe = online_pipeline(build_flow_net("fast", init="pretrained"), pairs[0], 1, default_lr("pretrained"),
+    learning, steps = service_steps(pairs)
+    pipe = online_pipeline(build_flow_net("fast", init="pretrained"), pairs[0], 1, learning=learning,
                            devices=[device])  # fmt: skip
-    for x in pairs * 2:  # fill, warm, capture
-        pipe.step(x, target=x)
-    return pipe, pairs
+    for x, target in steps * 2:  # fill, warm, capture
+        pipe.step(x, target=target)
+    return pipe, steps
 
 
-def run_steps(pipe, pairs, until: float) -> int:
+def run_steps(pipe, inputs, until: float) -> int:
     steps = 0
     while time.perf_counter() < until:
-        x = pairs[steps % len(pairs)]
-        pipe.step(x, target=x)
+        x, target = inputs[steps % len(inputs)]
+        pipe.step(x, target=target)
         steps += 1
     if pipe.stages[0].device.type == "cuda":
         torch.cuda.synchronize(pipe.stages[0].device)
@@ -55,10 +57,10 @@ def run_steps(pipe, pairs, until: float) -> int:
 
 def _process_main(size, device, seed, ready, go, seconds, results) -> None:
     torch.set_num_threads(1)
-    pipe, pairs = learner(size, device, seed)
+    pipe, steps = learner(size, device, seed)
     ready.release()
     go.wait()
-    results.put(run_steps(pipe, pairs, time.perf_counter() + seconds))
+    results.put(run_steps(pipe, steps, time.perf_counter() + seconds))
     pipe.close()
 
 

@@ -1,5 +1,6 @@
-"""Compute per learning step: the service's learner (``online_pipeline``, the ``fast`` net, its shipped weights) at a
-learning size, run in ways that might make a step cheaper, side by side in one run.
+"""Compute per learning step: the service's learner (``online_pipeline``, the ``fast`` net, its shipped weights, each
+step the pair shown and a pair of known motion made from it before the step is timed) at a learning size, run in ways
+that might make a step cheaper, side by side in one run.
 
 Each way runs in a fresh process (thread settings, environment variables and compile caches cannot leak from one
 way into the next) on the same frames from the same weights, and reports how long building took, the first step
@@ -103,7 +104,7 @@ def child(way: str, size: tuple[int, int], steps: int, warmup: int) -> dict:
     import torch
 
     from models.flow_nets import build_flow_net
-    from models.online import default_lr, flow_optimizer, frame_pair, online_pipeline
+    from models.online import frame_pair, learning_for, online_pipeline
     from models.streams import generate
     from server.stream.learner.learner import STAGE_START_METHOD
 
@@ -118,13 +119,14 @@ def child(way: str, size: tuple[int, int], steps: int, warmup: int) -> dict:
     net = build_flow_net("fast", init="pretrained")
     if way.startswith("plain-convs"):
         plain_convs(net)
-    lr = default_lr("pretrained")
+    learning = learning_for("pretrained")  # each step the pair shown and a pair of known motion made from it
+    feed = learning.feed()
     layers = coarse_then_full(net) if stages == 2 else None
-    optimizer = flow_optimizer(lr, fused=not way.startswith("adam-loop"))
+    optimizer = learning.optimizer(fused=not way.startswith("adam-loop"))
     runtime = {"runtime": "processes", "start_method": STAGE_START_METHOD} if way.startswith("processes") else {}
     compiled = "inductor" if way.startswith("compile") else None
-    pipe = online_pipeline(net, torch.zeros(1, 6, h, w), stages, lr, layers=layers, optimizer=optimizer,
-                           compile_backend=compiled, **runtime)  # fmt: skip
+    pipe = online_pipeline(net, torch.zeros(1, 6, h, w), stages, learning=learning, layers=layers,
+                           optimizer=optimizer, compile_backend=compiled, **runtime)  # fmt: skip
     channels_last = way.startswith("channels-last")
     if channels_last:
         for stage in pipe.stages:
@@ -133,11 +135,11 @@ def child(way: str, size: tuple[int, int], steps: int, warmup: int) -> dict:
     seconds, loss, error = [], None, None
     try:
         for i in range(steps):
-            x = frame_pair(frames[i], frames[i + 1])
+            x, target = feed(frame_pair(frames[i], frames[i + 1]))
             if channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
             t0 = time.perf_counter()
-            r = pipe.step(x, target=x)
+            r = pipe.step(x, target=target)
             seconds.append(time.perf_counter() - t0)
             loss = r.loss if r.loss is not None else loss
     except Exception as exc:  # a way that fails is a result too

@@ -189,9 +189,10 @@ class Learning:
         """The pipeline's sample input for a real pair (1, 6, H, W)."""
         return torch.cat([pair, pair]) if self.known_motion else pair
 
-    def optimizer(self, lr: float | None = None) -> OptimizerFactory:
+    def optimizer(self, lr: float | None = None, fused: bool = True) -> OptimizerFactory:
         return flow_optimizer(
             self.lr if lr is None else lr,
+            fused=fused,
             prior_scale=self.prior_scale,
             prior_warmup=self.prior_warmup,
             prior_anchor=self.prior_anchor,
