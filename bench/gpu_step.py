@@ -21,10 +21,12 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from models.online import Learning
+if TYPE_CHECKING:  # models are imported where a way is measured, as the rest of this module does
+    from models.online import Learning
 
 #: way -> (torch.compile backend, CUDA graphs)
 WAYS = {
