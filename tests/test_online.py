@@ -1,10 +1,11 @@
-"""Prequential scoring is exact: a pipeline's output for pair f was produced before anything learned from pair f."""
+"""Prequential scoring is exact: a pipeline's output for pair f was produced before anything learned from pair f; and
+what each way of learning learns."""
 
 import pytest
 import torch
 
 from models.flow_nets import build_flow_net
-from models.online import frame_pair, online_pipeline, predict_then_learn
+from models.online import CONVS_LEARN_TO_FACTOR, KNOWN_MOTION, frame_pair, online_pipeline, predict_then_learn
 from models.stale_gradient import motion_aligned
 from models.streams import generate
 
@@ -56,3 +57,25 @@ def test_the_learner_moves_stale_gradients_with_the_flow_unless_told_not_to():
         build_flow_net("fast", init="scratch"), sample, 2, layers=SPLITS[2], align_stale_grad=None
     ) as pipe:
         assert all(s.align_stale_grad is None for s in pipe.stages)
+
+
+@pytest.mark.parametrize("stages", [1, 2])
+def test_the_known_motion_learner_leaves_the_coarse_levels_convolutions_as_shipped(stages, one_intra_op_thread):
+    """Their scalar priors and every finer level's weights learn; no stage's optimizer holds a coarse convolution."""
+    shipped = build_flow_net("fast", init="pretrained")
+    factor = {name: getattr(layer, "factor", 1) for name, layer in shipped.named_children()}
+    stream = generate(size=32, frames=8, seed=3)
+    pairs = [frame_pair(stream.frames[t], stream.frames[t + 1]) for t in range(len(stream.flow))]
+    torch.manual_seed(0)
+    with online_pipeline(build_flow_net("fast", init="pretrained"), pairs[0], stages, learning=KNOWN_MOTION,
+                         layers=SPLITS[stages]) as pipe:  # fmt: skip
+        list(predict_then_learn(pipe, iter(pairs), KNOWN_MOTION.feed()))
+        optimized = {id(p) for s in pipe.stages for g in s.optimizer.param_groups for p in g["params"]}
+        held = {n for s in pipe.stages for n, p in s.module.named_parameters() if id(p) in optimized}
+        learned = dict(pipe.module().named_parameters())
+    moved = {n for n, p in shipped.named_parameters() if not torch.equal(p, learned[n])}
+    coarse = {n for n, p in shipped.named_parameters() if factor[n.split(".")[0]] > CONVS_LEARN_TO_FACTOR}
+    coarse_convs = {n for n in coarse if shipped.get_parameter(n).dim() > 0}
+    assert coarse_convs and not coarse_convs & (moved | held)
+    assert coarse - coarse_convs <= moved  # the coarse levels' priors learned
+    assert {n for n, p in shipped.named_parameters() if p.dim() > 0 and n not in coarse} & moved  # so did finer convs
