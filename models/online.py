@@ -61,6 +61,12 @@ CONVS_LEARN_TO_FACTOR = 2
 PRIOR_ANCHOR = 10.0
 
 
+def is_prior(p: nn.Parameter) -> bool:
+    """Whether ``p`` is one of the nets' scalar priors (a match's temperature, a damping, the still gate's margin): one
+    number, learned ``PRIOR_SCALE`` times faster than the convolutions and never left out of learning."""
+    return p.dim() == 0
+
+
 def flow_optimizer(
     lr: float = BASE_LR,
     fused: bool = True,
@@ -84,11 +90,11 @@ def flow_optimizer(
         on_cuda = any(p.device.type == "cuda" for p in params)
         groups: list[dict] = [{"params": params}]
         if prior_scale is not None:
-            priors = [p for p in params if p.dim() == 0]
+            priors = [p for p in params if is_prior(p)]
             held = [prior_anchor is not None and is_anchored(p) for p in priors]
             fast = {"lr_scale": prior_scale} | ({"warmup": prior_warmup} if prior_warmup is not None else {})
             groups = [
-                {"params": [p for p in params if p.dim() > 0]},
+                {"params": [p for p in params if not is_prior(p)]},
                 fast | {"params": [p for p, h in zip(priors, held, strict=True) if not h]},
                 fast | {"params": [p for p, h in zip(priors, held, strict=True) if h], "anchor": prior_anchor},
             ]
@@ -221,7 +227,7 @@ class Learning:
                 layer.supervision = 0.0
             if self.convs_learn_to is not None and getattr(layer, "factor", 1) > self.convs_learn_to:
                 for p in layer.parameters():
-                    p.requires_grad_(p.dim() == 0)
+                    p.requires_grad_(is_prior(p))
         return net
 
 
