@@ -20,17 +20,24 @@ from .padding import replicate_pad
 _GRIDS: dict[tuple, Tensor] = {}
 
 
+def _cached() -> torch.inference_mode:
+    """Where a cached tensor is made: never in inference mode, whatever the caller's (a shown sample forwards in
+    it), or a graph that reads the tensor later could not keep it for its backward."""
+    return torch.inference_mode(False)
+
+
 def pixel_grid(height: int, width: int, device: torch.device, dtype: torch.dtype) -> Tensor:
-    """(1, 2, H, W) pixel coordinates (x, y), cached per size/device/dtype."""
+    """(1, 2, H, W) pixel coordinates (x, y), cached per size/device/dtype (``_cached``)."""
     key = (height, width, device, dtype)
     grid = _GRIDS.get(key)
     if grid is None:
-        ys, xs = torch.meshgrid(
-            torch.arange(height, device=device, dtype=dtype),
-            torch.arange(width, device=device, dtype=dtype),
-            indexing="ij",
-        )
-        grid = _GRIDS[key] = torch.stack([xs, ys])[None]
+        with _cached():
+            ys, xs = torch.meshgrid(
+                torch.arange(height, device=device, dtype=dtype),
+                torch.arange(width, device=device, dtype=dtype),
+                indexing="ij",
+            )
+            grid = _GRIDS[key] = torch.stack([xs, ys])[None]
     return grid
 
 
@@ -44,9 +51,10 @@ def _warp_bounds(height: int, width: int, device: torch.device, dtype: torch.dty
     key = (height, width, device, dtype)
     bounds = _BOUNDS.get(key)
     if bounds is None:
-        high = torch.tensor([float(width), float(height)], device=device, dtype=dtype).view(1, 2, 1, 1)
-        scale = torch.tensor([2.0 / max(width - 1, 1), 2.0 / max(height - 1, 1)], device=device, dtype=dtype)
-        bounds = _BOUNDS[key] = (high, scale.view(1, 2, 1, 1))
+        with _cached():
+            high = torch.tensor([float(width), float(height)], device=device, dtype=dtype).view(1, 2, 1, 1)
+            scale = torch.tensor([2.0 / max(width - 1, 1), 2.0 / max(height - 1, 1)], device=device, dtype=dtype)
+            bounds = _BOUNDS[key] = (high, scale.view(1, 2, 1, 1))
     return bounds
 
 

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 
-from .partition import check_sequential, keeps_with_next, resolve_devices
+from .partition import check_sequential, keeps_with_next, only_shown, resolve_devices
 from .stage import LossFn
 
 #: Bytes per second assumed for a transfer between two stages on the same CPU (a memcpy).
@@ -120,24 +120,37 @@ def _time_once(fn, device: torch.device) -> float:
 
 
 def profile(
-    model: nn.Sequential, sample_input: Tensor, device: torch.device, loss_fn: LossFn | None, rounds: int = 5
-) -> tuple[list[float], list[int]]:
-    """Per layer: seconds of forward + backward (+ an update-sized write), and output bytes.
+    model: nn.Sequential,
+    sample_input: Tensor,
+    device: torch.device,
+    loss_fn: LossFn | None,
+    rounds: int = 5,
+    shown: int = 0,
+) -> tuple[list[float], list[int], frozenset[int]]:
+    """Per layer: seconds of forward + backward (+ an update-sized write), output bytes, and the layers after which a
+    stage cannot end (the shown and the learned samples' outputs differ in shape there). Each sample goes through as
+    a stage's would (``stage.forward_samples``): the first ``shown`` in inference mode, the rest with a graph, by the
+    layers only shown samples pass.
 
     Every layer is timed once per round, rounds interleaved, and keeps its fastest: on a shared
     machine a burst of other load only ever slows a sample down, and interleaving spreads a burst
     over all layers instead of inflating one (which would skew the split)."""
     layers = [copy.deepcopy(m).to(device) for m in model]
     x = sample_input.to(device)
-    steps, sizes = [], []
+    seen, learned = x[:shown], x[shown:]
+    steps, sizes, apart = [], [], set()
     for i, layer in enumerate(layers):
-        inp = x.detach().requires_grad_(i > 0)
+        inp = learned.detach().requires_grad_(i > 0)
         params = [p for p in layer.parameters() if p.requires_grad]
         learn = loss_fn is not None
+        passes = not (shown and only_shown(layer))  # the learned samples pass this layer
 
-        def step(layer=layer, inp=inp, params=params, learn=learn) -> Tensor:
-            out = layer(inp)
-            if learn and out.requires_grad:
+        def step(layer=layer, seen=seen, inp=inp, params=params, learn=learn, passes=passes) -> None:
+            if shown:
+                with torch.inference_mode():
+                    layer(seen)
+            out = layer(inp) if passes else inp
+            if learn and passes and out.requires_grad:
                 torch.autograd.backward(out, torch.ones_like(out))
                 with torch.no_grad():
                     for p in params:  # an update touches every weight once more
@@ -145,18 +158,20 @@ def profile(
                             p.grad.mul_(0.0)
                     if inp.grad is not None:
                         inp.grad = None
-            return out
 
         step()  # warm-up (allocations, kernel selection)
         steps.append(step)
         with torch.no_grad():
-            x = layer(x)
-        sizes.append(x.numel() * x.element_size())
+            seen = layer(seen) if shown else seen
+            learned = layer(learned) if passes else learned
+        sizes.append(sum(t.numel() * t.element_size() for t in (seen, learned)))
+        if shown and seen.shape[1:] != learned.shape[1:]:
+            apart.add(i)
     costs = [float("inf")] * len(steps)
     for _ in range(rounds):
         for i, step in enumerate(steps):
             costs[i] = min(costs[i], _time_once(step, device))
-    return costs, sizes
+    return costs, sizes, frozenset(apart)
 
 
 def balance(
@@ -165,17 +180,19 @@ def balance(
     stages: int,
     devices: list[str | torch.device] | None = None,
     loss_fn: LossFn | None = None,
+    shown: int = 0,
 ) -> list[int]:
     """Layer counts per stage that minimise the slowest stage's time, transfers included, never
-    cutting after a layer that keeps with the next."""
+    cutting after a layer that keeps with the next, nor where the shown samples' and the others' outputs differ in
+    shape (``profile``, which runs the ``shown`` leading samples as the stages will)."""
     model = check_sequential(model)
     if stages > len(model):
         raise ValueError(f"{stages} stages requested, but the model has only {len(model)} layers")
     device = resolve_devices(devices)[0]
-    costs, sizes = profile(model, sample_input, device, loss_fn)
+    costs, sizes, apart = profile(model, sample_input, device, loss_fn, shown=shown)
     bandwidth = _bandwidth(device)
     transfer = [size / bandwidth for size in sizes]
-    uncut = frozenset(i for i, layer in enumerate(model) if keeps_with_next(layer))
+    uncut = apart | {i for i, layer in enumerate(model) if keeps_with_next(layer)}
     return solve(costs, stages, transfer, uncut)
 
 

@@ -33,9 +33,10 @@ def choose_balance(
     balance: list[int] | None,
     devices: list[torch.device],
     loss_fn: LossFn | None,
+    shown: int = 0,
 ) -> list[int]:
     """``balance`` checked against the model (and ``stages``), else a profiled one for ``stages``
-    (default: one per device)."""
+    (default: one per device), the ``shown`` leading samples of each input forwarded as the stages will."""
     if balance is not None:
         balance = check_balance(balance, len(model))
         if stages is not None and stages != len(balance):
@@ -44,7 +45,9 @@ def choose_balance(
     stages = stages if stages is not None else len(devices)
     if stages < 1 or stages > len(model):
         raise ValueError(f"stages must be between 1 and the model's {len(model)} layers, got {stages}")
-    return auto_balance(model, sample_input, stages, devices, loss_fn) if stages > 1 else equal_balance(len(model), 1)
+    if stages == 1:
+        return equal_balance(len(model), 1)
+    return auto_balance(model, sample_input, stages, devices, loss_fn, shown)
 
 
 @dataclass
@@ -82,5 +85,5 @@ def build(
         raise ValueError(f"schedule {plan.name!r} splits or recomputes its inputs: only {', '.join(SHOWING)} show")
     plan.check_input(tuple(sample_input.shape))
     validate(plan, learn=learn)  # a broken schedule fails here, not mid-stream
-    outputs = trace([s.module for s in stages], sample_input, [s.device for s in stages])
+    outputs = trace([s.infer for s in stages], sample_input, [s.device for s in stages])
     return Built(stages, plan, [(tuple(sample_input.shape), sample_input.dtype), *outputs])

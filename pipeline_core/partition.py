@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 from collections import OrderedDict
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -28,6 +29,14 @@ def check_balance(balance: list[int], layers: int) -> list[int]:
     if sum(balance) != layers:
         raise ValueError(f"balance {balance} sums to {sum(balance)}, but the model has {layers} layers")
     return balance
+
+
+def only_shown(layer: nn.Module) -> bool:
+    """True when only shown samples pass ``layer`` (attribute ``only_shown``; a ``Stage``'s ``shown``): the samples
+    learned from go by it, and their loss is read without it. For a last touch to what is shown that has nothing to
+    learn and passes its gradient straight through, whose forward learning would pay for nothing. A stage's output
+    must have one shape with it and without it. Where no sample is only shown, every sample passes it."""
+    return bool(getattr(layer, "only_shown", False))
 
 
 def keeps_with_next(layer: nn.Module) -> bool:
@@ -78,7 +87,7 @@ def stage_devices(devices: list[torch.device], stages: int) -> list[torch.device
 def copy_layer(layer: nn.Module) -> nn.Module:
     """A deep copy of ``layer`` whose parameters keep the attributes the model set on them (torch's
     ``Parameter.__deepcopy__`` drops them; pickling, as the process runtimes send a stage, keeps them): an optimizer
-    factory reads such tags to treat some parameters apart (``models.prior_adam.anchor_to_start``)."""
+    factory may read such tags to treat some parameters apart."""
     copied = copy.deepcopy(layer)
     for original, new in zip(layer.parameters(), copied.parameters(), strict=True):
         new.__dict__.update(copy.deepcopy(original.__dict__))
@@ -98,7 +107,9 @@ def split(model: nn.Sequential, balance: list[int]) -> list[nn.Sequential]:
 TensorMeta = tuple[tuple[int, ...], torch.dtype]
 
 
-def trace(parts: list[nn.Module], sample_input: torch.Tensor, devices: list[torch.device]) -> list[TensorMeta]:
+def trace(
+    parts: list[Callable[[torch.Tensor], torch.Tensor]], sample_input: torch.Tensor, devices: list[torch.device]
+) -> list[TensorMeta]:
     """Run the sample through every part: shape errors surface now, clearly, and each stage's output
     shape and dtype are known before any frame (for buffers allocated ahead of time)."""
     x, metas = sample_input, []

@@ -51,7 +51,7 @@ class Pipeline:
         returned like the rest (the loss must not read them); the pipeline learns from the others."""
         model = check_sequential(model)
         resolved = resolve_devices(devices)
-        self.balance = choose_balance(model, sample_input, stages, balance, resolved, loss_fn)
+        self.balance = choose_balance(model, sample_input, stages, balance, resolved, loss_fn, shown)
         self.sample_input = sample_input.detach()
         self.loss_fn = loss_fn
         learn = loss_fn is not None

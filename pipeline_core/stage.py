@@ -8,6 +8,7 @@ streams, inside a CUDA graph, or in its own process.
 from __future__ import annotations
 
 import copy
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -16,12 +17,41 @@ from torch import Tensor, nn
 from torch.func import functional_call
 
 from .microbatch import Gather, concat, total
+from .partition import only_shown
 
 LossFn = Callable[[Tensor, Tensor | None], Tensor]
 #: ``(output, grad, frames_apart) -> grad``: a stale output gradient (computed ``frames_apart`` frames before the
 #: output it is pushed through) brought into line with that output. See ``Stage.backward``.
 GradAlign = Callable[[Tensor, Tensor, int], Tensor]
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
+
+
+def learned_part(module: nn.Sequential) -> nn.Sequential:
+    """What the samples learned from pass of ``module``: its layers but those only shown samples pass
+    (``partition.only_shown``), the same layer objects under the same names (their weights are shared); ``module``
+    itself where every layer is passed."""
+    if not any(only_shown(m) for m in module):
+        return module
+    return nn.Sequential(OrderedDict((n, m) for n, m in module.named_children() if not only_shown(m)))
+
+
+def forward_samples(
+    run: Callable[[Tensor], Tensor], run_learned: Callable[[Tensor], Tensor], x: Tensor, leaf: Tensor, shown: int
+) -> Tensor:
+    """A batch whose first ``shown`` samples are only shown: those go through ``run`` in inference mode (``x``: no
+    graph, nor any of autograd's bookkeeping, which was 15 % of a flow net's forward at 128x96 on a CPU), the rest
+    through ``run_learned`` as ``leaf`` (in the caller's grad mode); none shown, the whole batch through ``run``."""
+    if not shown:
+        return run(leaf)
+    with torch.inference_mode():
+        seen = run(x[:shown])
+    return torch.cat([seen, run_learned(leaf[shown:])])
+
+
+def _on_weights(module: nn.Module, weights: dict[str, Tensor]) -> Callable[[Tensor], Tensor]:
+    """``module`` run on ``weights`` (parameters of the stage's whole module by name: those ``module`` has)."""
+    own = {name: weights[name] for name, _ in module.named_parameters()}
+    return lambda inp: functional_call(module, own, (inp,))
 
 
 @dataclass
@@ -48,15 +78,20 @@ class Stage:
         stage's forward and backward into a few kernels: on a GPU a small net's step is launches, not arithmetic).
         Static shapes: a stage sees one frame size until the pipeline is rebuilt for another. ``module`` stays the
         plain module: its state dict and the stale forwards use it. ``shown``: how many leading samples of every
-        input are only shown, forwarded without a graph (``forward``)."""
+        input are only shown, forwarded without a graph (``forward``); the others go by the layers only shown samples
+        pass (``learned``)."""
         self.index = index
         self.shown = shown
         self.align_stale_grad = align_stale_grad
         self.device = device
         self.module = module.to(device)
-        self.run = self.module
+        self.learned = learned_part(self.module) if shown else self.module
+        self.run, self.run_learned = self.module, self.learned
         if compile_backend is not None:
             self.run = torch.compile(self.module, backend=compile_backend, dynamic=False)
+            self.run_learned = self.run
+            if self.learned is not self.module:
+                self.run_learned = torch.compile(self.learned, backend=compile_backend, dynamic=False)
         params = [p for p in self.module.parameters() if p.requires_grad]
         self.optimizer = optimizer(params) if (optimizer is not None and params) else None
         # Per-frame state in flight, filled and drained by the runtime's actions.
@@ -75,23 +110,21 @@ class Stage:
     def forward(self, frame: int, x: Tensor, grad: bool, stale: bool = False) -> Tensor:
         """Forward ``frame``; with ``grad`` the graph is kept for a later :meth:`backward`, but for the ``shown``
         leading samples, which go forward without one (their backward would only push zeros: the loss does not read
-        them). With ``stale`` it runs on the weights from before the last update (when the stage keeps them)."""
-        weights = self.previous if stale else None
-        run = self.run if weights is None else (lambda inp: functional_call(self.module, weights, (inp,)))
-        if grad:
-            leaf = x.detach().requires_grad_(self.index > 0)
-            if self.shown:
-                with torch.no_grad():
-                    shown = run(x[: self.shown])
-                out = torch.cat([shown, run(leaf[self.shown :])])
-            else:
-                out = run(leaf)
-        else:
-            with torch.no_grad():
-                leaf = x
-                out = run(x)
+        them; ``forward_samples``). With ``stale`` it runs on the weights from before the last update (when the
+        stage keeps them)."""
+        run, run_learned = self.run, self.run_learned
+        if stale and self.previous is not None:
+            run, run_learned = (_on_weights(m, self.previous) for m in (self.module, self.learned))
+        leaf = x.detach().requires_grad_(self.index > 0) if grad else x
+        with torch.set_grad_enabled(grad and torch.is_grad_enabled()):
+            out = forward_samples(run, run_learned, x, leaf, self.shown)
         self.forwarded[frame] = Forwarded(leaf, out, grad)
         return out
+
+    def infer(self, x: Tensor) -> Tensor:
+        """``x`` forwarded without a graph as a step would (``forward_samples``, the plain modules)."""
+        with torch.no_grad():
+            return forward_samples(self.module, self.learned, x, x, self.shown)
 
     def keep_input(self, frame: int) -> None:
         """Stash a private copy of the input of ``frame`` (received buffers get reused)."""

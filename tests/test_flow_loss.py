@@ -169,3 +169,15 @@ def test_occlusion_mask_takes_the_covered_pixels_out_of_the_data_term():
     flow[:, 0, :, 4:8] = 3.0  # the true flow
     frames = torch.cat([prev, cur], 1)
     assert photometric_loss(flow, frames, occlusion=True) < 0.1 * photometric_loss(flow, frames)
+
+
+def test_a_warp_first_run_in_inference_mode_leaves_caches_a_graph_can_keep():
+    """A shown sample forwards in inference mode (``pipeline_core.stage.forward_samples``); the pixel grid and bounds
+    it caches must still serve a warp whose graph keeps them for its backward."""
+    size = (7, 13)  # a size no other test warps at: its caches are made here
+    image, flow = torch.rand(1, 3, *size), torch.rand(1, 2, *size)
+    with torch.inference_mode():
+        warp(image, flow)
+    flow.requires_grad_(True)
+    warp(image, flow).sum().backward()
+    assert flow.grad is not None and torch.isfinite(flow.grad).all()
