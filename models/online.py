@@ -19,11 +19,12 @@ import torch
 from torch import Tensor, nn
 
 from pipeline_core import Pipeline, Schedule, StepResult
+from pipeline_core.partition import only_shown
 from pipeline_core.stage import GradAlign, LossFn
 
 from .flow_loss import guarded_flow_loss, nan_if_blown_up, online_zero_flow_loss
 from .known_motion import KnownMotion, StreamMotion, known_flow_loss
-from .prior_adam import PriorAdam, is_anchored
+from .prior_adam import PriorAdam
 from .scene_cuts import SceneCuts
 from .stale_gradient import motion_aligned
 
@@ -40,12 +41,12 @@ BASE_LR = 4e-3
 #: they kept it (0.995x) and a night stream still learned (0.87x over its last 100 pairs): the
 #: [notebook](../docs/notebook/2026-11-28-learning-while-watching-from-known-motion.md).
 ADAPT_LR = 3e-5
-#: How many times faster than the convolutions the nets' scalar priors learn from known motion (the still gate's
-#: margins, the Lucas-Kanade dampings, the matches' temperatures): a few numbers that the stream's noise, contrast and
-#: light decide, learned from every pixel of every pair.
+#: How many times faster than the convolutions the nets' scalar priors learn from known motion (the Lucas-Kanade
+#: dampings, the matches' temperatures): a few numbers that the stream's noise, contrast and light decide, learned from
+#: every pixel of every pair.
 PRIOR_SCALE = 300.0
 #: Steps over which the priors' rate grows to its full value: Adam's first steps are each a whole rate, and at
-#: ``PRIOR_SCALE`` they moved the still gate over a real clip's first pairs (``models.prior_adam``).
+#: ``PRIOR_SCALE`` they moved the flow of a real clip's first pairs (``models.prior_adam``).
 PRIOR_WARMUP = 100
 #: The coarsest pyramid level (its factor) whose convolutions learn from known motion: the 1/8 and 1/4 levels' stay as
 #: shipped (their scalar priors learn). Learning there too moved a real clip's moving pixels away from the truth
@@ -54,11 +55,6 @@ PRIOR_WARMUP = 100
 #: as shipped as well, the gains went (clean 0.943x, flicker 0.804x):
 #: ``docs/notebook/2026-11-29-the-coarse-levels-convolutions-stay-as-shipped.md``.
 CONVS_LEARN_TO_FACTOR = 2
-#: How hard the priors a net anchors (the still gate's: ``models.prior_adam.anchor_to_start``) are pulled back toward
-#: their start after each step: ``lr * PRIOR_ANCHOR`` of the way (9 % at the priors' rate). At 10 box's whole clip and
-#: a night stream's middle pairs came back to about their frozen start's error and the exact-flow gains stayed; every
-#: prior anchored instead lost them (``docs/notebook/2026-11-29-an-anchor-on-the-still-gates-priors.md``).
-PRIOR_ANCHOR = 10.0
 
 
 def is_prior(p: nn.Parameter) -> bool:
@@ -72,7 +68,6 @@ def flow_optimizer(
     fused: bool = True,
     prior_scale: float | None = None,
     prior_warmup: int | None = None,
-    prior_anchor: float | None = None,
 ) -> OptimizerFactory:
     """Adam factory (one optimiser per pipeline stage). beta2 = 0.99: on a non-stationary stream the
     second-moment estimate must forget within ~100 frames, or a burst of large gradients (a fast
@@ -81,29 +76,24 @@ def flow_optimizer(
     (``python -m bench.learning_step`` times both: ways eager-1t and adam-loop-1t). On CUDA it is also capturable
     (its step counts live on the device), so a CUDA graph can hold the whole learning step. ``prior_scale``: the
     scalar parameters (the priors) learn at that multiple of ``lr`` (a group's ``lr_scale``, which
-    ``Pipeline.set_lr`` keeps); ``prior_warmup``: their steps grow to that rate over so many steps; ``prior_anchor``:
-    the priors the net anchors (``models.prior_adam.is_anchored``) are pulled back toward their start that hard, in a
-    group of their own (``models.prior_adam``)."""
+    ``Pipeline.set_lr`` keeps); ``prior_warmup``: their steps grow to that rate over so many steps
+    (``models.prior_adam``)."""
 
     def make(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
         params = list(params)
         on_cuda = any(p.device.type == "cuda" for p in params)
         groups: list[dict] = [{"params": params}]
         if prior_scale is not None:
-            priors = [p for p in params if is_prior(p)]
-            held = [prior_anchor is not None and is_anchored(p) for p in priors]
             fast = {"lr_scale": prior_scale} | ({"warmup": prior_warmup} if prior_warmup is not None else {})
             groups = [
                 {"params": [p for p in params if not is_prior(p)]},
-                fast | {"params": [p for p, h in zip(priors, held, strict=True) if not h]},
-                fast | {"params": [p for p, h in zip(priors, held, strict=True) if h], "anchor": prior_anchor},
+                fast | {"params": [p for p in params if is_prior(p)]},
             ]
             groups = [g for g in groups if g["params"]]
             for g in groups:
                 g["lr"] = lr * g.get("lr_scale", 1.0)
         options = {"lr": lr, "betas": (0.9, 0.99), "fused": fused or None, "capturable": on_cuda}
-        plain = prior_warmup is None and prior_anchor is None
-        return (torch.optim.Adam if plain else PriorAdam)(groups, **options)
+        return (torch.optim.Adam if prior_warmup is None else PriorAdam)(groups, **options)
 
     return make
 
@@ -193,7 +183,6 @@ class Learning:
     deep_supervision: bool
     known_motion: bool
     prior_warmup: int | None = None  # steps over which the priors' rate grows to its full value
-    prior_anchor: float | None = None  # how hard the priors the net anchors are pulled back toward their start
     convs_learn_to: int | None = None  # the coarsest level (its factor) whose convolutions learn; coarser: as shipped
 
     def feed(self, seed: int = 0) -> Feed:
@@ -209,7 +198,6 @@ class Learning:
             fused=fused,
             prior_scale=self.prior_scale,
             prior_warmup=self.prior_warmup,
-            prior_anchor=self.prior_anchor,
         )
 
     def zero_flow_loss(self, step_input: Tensor, target: Tensor) -> Tensor:
@@ -221,13 +209,16 @@ class Learning:
     def prepare(self, net: nn.Sequential) -> nn.Sequential:
         """``net`` with its layers' own losses on or off (``models.deep_supervision``), and the convolutions of its
         levels coarser than ``convs_learn_to`` left out of learning (no gradient, no optimizer: their scalar priors
-        still learn)."""
+        still learn), as are, where the pair shown is not the one learned from, the layers only it passes
+        (``pipeline_core.partition.only_shown``: no gradient reaches them)."""
         for layer in net:
             if not self.deep_supervision and hasattr(layer, "supervision"):
                 layer.supervision = 0.0
             if self.convs_learn_to is not None and getattr(layer, "factor", 1) > self.convs_learn_to:
                 for p in layer.parameters():
                     p.requires_grad_(is_prior(p))
+            if self.known_motion and only_shown(layer):
+                layer.requires_grad_(False)
         return net
 
 
@@ -236,7 +227,8 @@ class Learning:
 PHOTOMETRIC = Learning("photometric", BASE_LR, guarded_flow_loss, motion_aligned, None, True, False)
 #: A learner from the shipped weights: the end-point error on pairs of known motion (``models.known_motion``), the
 #: convolutions of the levels up to ``CONVS_LEARN_TO_FACTOR`` at ``ADAPT_LR`` and the priors ``PRIOR_SCALE`` times
-#: faster, warmed up over ``PRIOR_WARMUP`` steps, the still gate's anchored to their start (``PRIOR_ANCHOR``).
+#: faster, warmed up over ``PRIOR_WARMUP`` steps; the layers only the shown pair passes (the still gate, the
+#: variational refinement) as shipped.
 KNOWN_MOTION = Learning(
     "known-motion",
     ADAPT_LR,
@@ -246,7 +238,6 @@ KNOWN_MOTION = Learning(
     False,
     True,
     prior_warmup=PRIOR_WARMUP,
-    prior_anchor=PRIOR_ANCHOR,
     convs_learn_to=CONVS_LEARN_TO_FACTOR,
 )
 

@@ -37,7 +37,6 @@ from .flow_cleanup import (
     with_noise_restored,
 )
 from .flow_loss import in_frame_mask
-from .prior_adam import anchor_to_start
 
 #: A mean gradient of this much over a window (in intensity per pixel) makes its still test half-sure: the fill's
 #: texture scale as it starts (``EdgeAwareFill.log_texture``).
@@ -90,7 +89,16 @@ class StillGate(nn.Module):
     static one, as without; docs/models.md#the-still-gate-follows-the-camera and the section after it).
 
     ``hands_on_keep``: the tensor goes on with the gate's decision appended, (B, 1, H, W) in [0, 1], 1 where the flow
-    was kept: a variational refinement after it does not smooth across that boundary (``models.variational``)."""
+    was kept: a variational refinement after it does not smooth across that boundary (``models.variational``).
+
+    Only what is shown is gated (``pipeline_core.partition.only_shown``): a pair the learner learns from beside the
+    one it shows (``models.online.KNOWN_MOTION``) is scored on the flow before the gate, its still background
+    counted against the matcher too. Scored after it, learning pushed box's full-resolution match sharper (its
+    temperature +1.7 in log) and its consistent moving pixels to 1.021x the frozen start over the clip; before it,
+    1.009x, and coffee's streams learned more (clean 0.922x frozen over the last 100 pairs, not 0.930x; flicker
+    0.765x, not 0.786x): ``docs/notebook/2026-11-29-what-a-learned-pair-needs-of-the-net.md``."""
+
+    only_shown = True
 
     def __init__(
         self,
@@ -116,9 +124,6 @@ class StillGate(nn.Module):
         # does; gated, a hand lost part of its motion (tree's fast pixels: EPE 4.7 before the gate, 5.3 after it;
         # docs/models.md#the-still-gate-leaves-changed-places-alone).
         self.quiet = nn.Parameter(torch.tensor(5.0))
-        # Learned online from every pixel of every made pair, these three walked away from what the real pairs need
-        # over a long stream (a night stream's margin 0.1 -> -0.16); the learner pulls them back toward their start.
-        anchor_to_start(self.margin, self.log_softness, self.quiet)
 
     def forward(self, x: Tensor) -> Tensor:
         flow, (prev, cur) = x[:, :2], frames_of(x).split(3, 1)

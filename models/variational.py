@@ -179,7 +179,15 @@ def refine_flow(
 class VariationalRefinement(nn.Module):
     """[flow, frames, ...] -> the same tensor with the flow refined (``refine_flow``); the gradient passes straight
     through to the flow it started from. ``after_gate``: the tensor ends with a still gate's decision
-    (``StillGate(hands_on_keep=True)``), which the refinement reads and drops."""
+    (``StillGate(hands_on_keep=True)``), which the refinement reads and drops.
+
+    Only what is shown is refined (``pipeline_core.partition.only_shown``): a pair the learner learns from beside the
+    one it shows (``models.online.KNOWN_MOTION``) is scored on the flow before it. Through it, learning moved the
+    same weights to the same errors (coffee's clean stream 0.930x its frozen start over its last 100 pairs, flicker
+    0.786x; box's consistent moving pixels 1.021x over the clip, carphone's 1.007x), and its forward was a sixth of
+    the pair's: ``docs/notebook/2026-11-29-what-a-learned-pair-needs-of-the-net.md``."""
+
+    only_shown = True
 
     def __init__(self, fixed_point_iterations: int = 5, sor_iterations: int = 5, after_gate: bool = False) -> None:
         super().__init__()

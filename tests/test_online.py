@@ -8,6 +8,7 @@ from models.flow_nets import build_flow_net
 from models.online import CONVS_LEARN_TO_FACTOR, KNOWN_MOTION, frame_pair, online_pipeline, predict_then_learn
 from models.stale_gradient import motion_aligned
 from models.streams import generate
+from pipeline_core.partition import only_shown
 
 SPLITS = {1: None, 2: [11, 7], 3: [8, 3, 7]}  # the fast net: coarse levels, then the full-resolution level
 
@@ -61,7 +62,8 @@ def test_the_learner_moves_stale_gradients_with_the_flow_unless_told_not_to():
 
 @pytest.mark.parametrize("stages", [1, 2])
 def test_the_known_motion_learner_leaves_the_coarse_levels_convolutions_as_shipped(stages, one_intra_op_thread):
-    """Their scalar priors and every finer level's weights learn; no stage's optimizer holds a coarse convolution."""
+    """Their scalar priors and every finer level's weights learn; no stage's optimizer holds a coarse convolution, nor
+    a weight of a layer only the shown pair passes."""
     shipped = build_flow_net("fast", init="pretrained")
     factor = {name: getattr(layer, "factor", 1) for name, layer in shipped.named_children()}
     stream = generate(size=32, frames=8, seed=3)
@@ -79,3 +81,6 @@ def test_the_known_motion_learner_leaves_the_coarse_levels_convolutions_as_shipp
     assert coarse_convs and not coarse_convs & (moved | held)
     assert coarse - coarse_convs <= moved  # the coarse levels' priors learned
     assert {n for n, p in shipped.named_parameters() if p.dim() > 0 and n not in coarse} & moved  # so did finer convs
+    # The layers only the shown pair passes (the still gate) learn nothing, and sit in no optimizer.
+    only = {n for n, _ in shipped.named_parameters() if only_shown(shipped.get_submodule(n.split(".")[0]))}
+    assert only and not only & (moved | held)
