@@ -20,7 +20,7 @@ from torch import Tensor, nn
 
 from pipeline_core import Pipeline, Schedule, StepResult
 from pipeline_core.partition import only_shown
-from pipeline_core.stage import GradAlign, LossFn
+from pipeline_core.stage import GradAlign, LossFn, learned_part
 
 from .flow_loss import guarded_flow_loss, nan_if_blown_up, online_zero_flow_loss
 from .known_motion import KnownMotion, StreamMotion, known_flow_loss
@@ -199,6 +199,11 @@ class Learning:
             prior_scale=self.prior_scale,
             prior_warmup=self.prior_warmup,
         )
+
+    def learned_part(self, net: nn.Sequential) -> nn.Sequential:
+        """What of ``net`` the pair learned from passes (``pipeline_core.stage.learned_part``: where the pair shown is
+        not that one, not the layers only it passes), as the frozen start scores that pair too."""
+        return learned_part(net) if self.known_motion else net
 
     def zero_flow_loss(self, step_input: Tensor, target: Tensor) -> Tensor:
         """The loss zero flow would have on a step's input (0-d): the baseline a learned flow must beat."""

@@ -174,8 +174,9 @@ def test_new_learner_starts_from_its_init_at_its_rates(cfg):
 
 
 def test_a_checkpoint_whose_optimizer_grouped_the_parameters_otherwise_resumes_its_weights(cfg):
-    """As a checkpoint of the release before the still gate's priors were anchored (all priors in one group): the
-    weights come back, the moments of that stage start afresh, and it learns on."""
+    """As a checkpoint of a release whose optimizer grouped the priors otherwise (the still gate's, anchored to their
+    start, in a group of their own): the weights come back, the moments of that stage start afresh, and it learns
+    on."""
     cfg = replace(cfg, init="pretrained", lr=None)
     learner = Learner(cfg, SIZE)
     for x in pairs(3):
@@ -185,9 +186,10 @@ def test_a_checkpoint_whose_optimizer_grouped_the_parameters_otherwise_resumes_i
     learner.pipe.close()
     state = torch.load(cfg.checkpoint_path, weights_only=False)
     optimizer = state["pipeline"]["stages"][0]["optimizer"]
-    weights_group, free, anchored = optimizer["param_groups"]
-    free["params"] += anchored["params"]
-    optimizer["param_groups"] = [weights_group, free]
+    weights_group, priors = optimizer["param_groups"]
+    anchored = priors | {"params": priors["params"][-3:]}
+    priors["params"] = priors["params"][:-3]
+    optimizer["param_groups"] = [weights_group, priors, anchored]
     torch.save(state, cfg.checkpoint_path)
     again = Learner(cfg, SIZE)
     assert again.resumed_from == 3 and all(torch.equal(a, b) for a, b in zip(saved, weights(again), strict=True))

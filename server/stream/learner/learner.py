@@ -117,8 +117,9 @@ class Learner:
         # count), or measures one.
         net = build_flow_net(cfg.model, init=cfg.init)
         # The stream's frozen start, the weights it began with (a resumed stream's too: they depend on the name and
-        # the init only): it scores a frame now and then (``start_loss``).
-        self.start = copy.deepcopy(net).eval().requires_grad_(False)
+        # the init only): it scores a frame's learned pair now and then (``start_loss``), through the layers that
+        # pair passes (``Learning.learned_part``).
+        self.start = self.learning.learned_part(copy.deepcopy(net)).eval().requires_grad_(False)
         cached = splits.get(split_key) if splits is not None and not saved else None
         layers = saved["pipeline"]["balance"] if saved else (cached if cached and sum(cached) == len(net) else None)
         if saved and sum(layers) != len(net):
