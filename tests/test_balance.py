@@ -10,7 +10,7 @@ from sleep_layers import Sleep
 from torch import nn
 
 from pipeline_core import balance
-from pipeline_core.balance import solve
+from pipeline_core.balance import profile, solve
 
 
 def brute_force(costs, stages, transfer, uncut=frozenset()):
@@ -104,3 +104,39 @@ def test_balance_keeps_marked_layers_with_the_next():
     model[1].keep_with_next = True  # e.g. where a stage boundary hurts learning
     # [1, 3] and [3, 1] cost the same, so measurement noise picks one (ties between exact costs: the test above).
     assert balance(model, torch.ones(2), 2) in ([1, 3], [3, 1])
+
+
+class ShownSleep(Sleep):
+    """A last touch to what is shown (``only_shown``): the samples learned from go by it."""
+
+    only_shown = True
+
+
+class Marked(Sleep):
+    """Appends a channel for the shown samples (a decision the next layer reads and drops)."""
+
+    only_shown = True
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([x, x[:, :1]], 1) * super().forward(torch.ones(()))
+
+
+class TakeThree(Sleep):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x[:, :3])
+
+
+def test_a_layer_only_shown_samples_pass_costs_their_forward_alone():
+    """A batch of one shown and one learned sample: each plain layer runs twice, the last one only for the shown
+    sample; counted twice, it would pull the cut to [3, 1]."""
+    model = nn.Sequential(Sleep(0.01), Sleep(0.01), Sleep(0.01), ShownSleep(0.03))
+    assert balance(model, torch.ones(2, 3), 2, shown=1) == [2, 2]
+
+
+def test_no_stage_ends_where_the_shown_and_the_learned_samples_differ_in_shape():
+    """Between a layer that hands the shown samples a channel more and the one that drops it, no cut: there the
+    cheapest split, [2, 2], would send the next stage two shapes in one tensor."""
+    model = nn.Sequential(Sleep(0.01), Marked(0.02), TakeThree(0.01), Sleep(0.01))
+    _, _, apart = profile(model, torch.ones(2, 3), torch.device("cpu"), None, rounds=1, shown=1)
+    assert apart == {1}
+    assert balance(model, torch.ones(2, 3), 2, shown=1) in ([1, 3], [3, 1])
