@@ -96,7 +96,9 @@ class StillGate(nn.Module):
     counted against the matcher too. Scored after it, learning pushed box's full-resolution match sharper (its
     temperature +1.7 in log) and its consistent moving pixels to 1.021x the frozen start over the clip; before it,
     1.009x, and coffee's streams learned more (clean 0.922x frozen over the last 100 pairs, not 0.930x; flicker
-    0.765x, not 0.786x): ``docs/notebook/2026-11-29-what-a-learned-pair-needs-of-the-net.md``."""
+    0.765x, not 0.786x). Its priors then learn nothing online, and what night footage gained from them went too (a
+    photograph's night stream 1.004x, was 0.848x): ``docs/notebook/2026-11-29-what-a-learned-pair-needs-of-the-net.md``.
+    """
 
     only_shown = True
 
