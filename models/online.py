@@ -200,10 +200,16 @@ class Learning:
             prior_warmup=self.prior_warmup,
         )
 
+    @property
+    def shown(self) -> int:
+        """How many leading samples of a step's input are only shown (``Pipeline``'s ``shown``): the real pair, where
+        the learner learns from another."""
+        return 1 if self.known_motion else 0
+
     def learned_part(self, net: nn.Sequential) -> nn.Sequential:
-        """What of ``net`` the pair learned from passes (``pipeline_core.stage.learned_part``: where the pair shown is
-        not that one, not the layers only it passes), as the frozen start scores that pair too."""
-        return learned_part(net) if self.known_motion else net
+        """What of ``net`` the pair learned from passes (``pipeline_core.stage.learned_part``), as the frozen start
+        scores that pair too."""
+        return learned_part(net, self.shown)
 
     def zero_flow_loss(self, step_input: Tensor, target: Tensor) -> Tensor:
         """The loss zero flow would have on a step's input (0-d): the baseline a learned flow must beat."""
@@ -222,7 +228,7 @@ class Learning:
             if self.convs_learn_to is not None and getattr(layer, "factor", 1) > self.convs_learn_to:
                 for p in layer.parameters():
                     p.requires_grad_(is_prior(p))
-            if self.known_motion and only_shown(layer):
+            if self.shown and only_shown(layer):
                 layer.requires_grad_(False)
         return net
 
@@ -305,7 +311,7 @@ def online_pipeline(
         cuda_graph=cuda_graph,
         runtime=runtime,
         start_method=start_method,
-        shown=1 if learning.known_motion else 0,
+        shown=learning.shown,
     )
     pipe.set_lr(lr)  # also when ``optimizer`` is given: ``lr`` is every stage's rate whatever the factory's default
     return pipe

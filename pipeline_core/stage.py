@@ -26,11 +26,11 @@ GradAlign = Callable[[Tensor, Tensor, int], Tensor]
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
 
-def learned_part(module: nn.Sequential) -> nn.Sequential:
-    """What the samples learned from pass of ``module``: its layers but those only shown samples pass
-    (``partition.only_shown``), the same layer objects under the same names (their weights are shared); ``module``
-    itself where every layer is passed."""
-    if not any(only_shown(m) for m in module):
+def learned_part(module: nn.Sequential, shown: int) -> nn.Sequential:
+    """What the samples learned from pass of ``module`` in a batch whose first ``shown`` are only shown: its layers but
+    those only shown samples pass (``partition.only_shown``), the same layer objects under the same names (their
+    weights are shared); ``module`` itself where none is only shown or every layer is passed."""
+    if not shown or not any(only_shown(m) for m in module):
         return module
     return nn.Sequential(OrderedDict((n, m) for n, m in module.named_children() if not only_shown(m)))
 
@@ -85,7 +85,7 @@ class Stage:
         self.align_stale_grad = align_stale_grad
         self.device = device
         self.module = module.to(device)
-        self.learned = learned_part(self.module) if shown else self.module
+        self.learned = learned_part(self.module, shown)
         self.run, self.run_learned = self.module, self.learned
         if compile_backend is not None:
             self.run = torch.compile(self.module, backend=compile_backend, dynamic=False)
