@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from .flow_cleanup import central_differences, frames_of
 from .flow_loss import warp
+from .window_products import LIBRARY
 
 #: Weights of the energy (DIS's, with intensities in 0-255): smoothness, brightness constancy, gradient constancy.
 ALPHA, DELTA, GAMMA = 20.0, 5.0, 10.0
@@ -80,24 +81,32 @@ def _neighbours(t: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return p[..., 1 : h + 1, 2:], p[..., 1 : h + 1, :w], p[..., 2:, 1 : w + 1], p[..., :h, 1 : w + 1]
 
 
-class _Image:
-    """The image terms of the energy, computed once per refinement: the frames' derivatives (on the mean of the
-    previous frame and the current one warped back), the temporal difference and its derivatives, and the products
-    the 2x2 systems are made of, normalised (only their robust weights change from one fixed-point round to the
-    next)."""
+#: The image terms of the energy per pixel, in this order along the channels (``image_terms``): for brightness
+#: constancy and for the constancy of the x and of the y gradient, each its linearised residual's constant, its
+#: factors on the increment's x and y components, and the normalisation it is divided by.
+TERMS = ("iz", "ix", "iy", "norm", "ixz", "ixx", "ixy", "norm_x", "iyz", "ixy", "iyy", "norm_y")
 
-    def __init__(self, flow: Tensor, prev: Tensor, cur: Tensor) -> None:
-        i0, i1 = _grey(prev), _grey(warp(cur, flow))
-        mean = 0.5 * (i0 + i1)
-        ix, iy = _derivatives(mean)
-        (ixx, ixy), (_, iyy) = _derivatives(ix), _derivatives(iy)
-        iz = i1 - i0
-        ixz, iyz = _derivatives(iz)
-        zeta2 = ZETA * ZETA
-        norm, norm_x, norm_y = ix**2 + iy**2 + zeta2, ixx**2 + ixy**2 + zeta2, iyy**2 + ixy**2 + zeta2
-        # Linearised residuals: brightness iz + ix du + iy dv; gradients ixz + ixx du + ixy dv, iyz + ixy du + iyy dv.
-        self.brightness = (iz, ix, iy, norm)
-        self.gradients = (ixz, ixx, ixy, norm_x), (iyz, ixy, iyy, norm_y)
+
+def image_terms(flow: Tensor, prev: Tensor, cur: Tensor) -> Tensor:
+    """(B, 12, H, W), ``TERMS``: computed once per refinement, on the mean of the previous frame and the current one
+    warped back by ``flow`` (only the robust weights change from one fixed-point round to the next)."""
+    i0, i1 = _grey(prev), _grey(warp(cur, flow))
+    mean = 0.5 * (i0 + i1)
+    ix, iy = _derivatives(mean)
+    (ixx, ixy), (_, iyy) = _derivatives(ix), _derivatives(iy)
+    iz = i1 - i0
+    ixz, iyz = _derivatives(iz)
+    zeta2 = ZETA * ZETA
+    norm, norm_x, norm_y = ix**2 + iy**2 + zeta2, ixx**2 + ixy**2 + zeta2, iyy**2 + ixy**2 + zeta2
+    # Linearised residuals: brightness iz + ix du + iy dv; gradients ixz + ixx du + ixy dv, iyz + ixy du + iyy dv.
+    return torch.cat([iz, ix, iy, norm, ixz, ixx, ixy, norm_x, iyz, ixy, iyy, norm_y], 1)
+
+
+class _DataTerm:
+    """The data term's 2x2 systems: the products they are made of, normalised, once per refinement."""
+
+    def __init__(self, terms: Tensor) -> None:
+        self.brightness, *self.gradients = (tuple(t.split(1, 1)) for t in terms.split(4, 1))
         # Each term's share of (a11, a12, a22, b1, b2), the rows of its normal equations.
         rows = [torch.cat([x * x, x * y, y * y, -t * x, -t * y], 1) / n for t, x, y, n in
                 (self.brightness, *self.gradients)]  # fmt: skip
@@ -135,6 +144,60 @@ def _same_side(keep: Tensor) -> Tensor:
     return torch.cat([keep * right + (1 - keep) * (1 - right), keep * below + (1 - keep) * (1 - below)], 1)
 
 
+def solve_reference(flow: Tensor, terms: Tensor, inside: Tensor, fixed_point_iterations: int,
+                    sor_iterations: int) -> Tensor:  # fmt: skip
+    """The increment (B, 2, H, W) that takes ``flow`` to the energy's minimum, in tensor ops: the fixed-point rounds
+    of red-black SOR sweeps. The reference every other kernel of ``variational_solve`` is checked against."""
+    data = _DataTerm(terms)
+    _, halves = _grid(*flow.shape[-2:], flow)
+    around = torch.stack(_neighbours(flow), 1) - flow.unsqueeze(1)  # the flow's differences to its neighbours
+    step = torch.zeros_like(flow)
+    for _ in range(fixed_point_iterations):
+        a11, a12, a22, b1, b2 = data.system(step)
+        edges = _smoothness(flow + step, inside)
+        degree = edges.sum(1)
+        # The smoothness pulls the flow itself towards its neighbours' too, not only the increment.
+        rhs = torch.cat([b1, b2], 1) + (edges * around).sum(1)
+        a11, a22 = a11 + degree + DIAGONAL_FLOOR, a22 + degree + DIAGONAL_FLOOR
+        det = a11 * a22 - a12 * a12
+        # The per-pixel 2x2 system's inverse: its diagonal (for u and v) and its off-diagonal term.
+        diagonal, off = torch.cat([a22, a11], 1) / det, -a12 / det
+        weights = edges.unbind(1)
+        for _ in range(sor_iterations):
+            for relax in halves:
+                (w0, *ws), (n0, *ns) = weights, _neighbours(step)
+                target = torch.addcmul(rhs, w0, n0)  # a new tensor: no copy of rhs to add into
+                for weight, neighbour in zip(ws, ns, strict=True):
+                    target.addcmul_(weight, neighbour)
+                solved = torch.addcmul(diagonal * target, off, target.flip(1))
+                step = torch.lerp(step, solved, relax)
+    return step
+
+
+@torch.library.custom_op(f"{LIBRARY}::variational_solve", mutates_args=())
+def variational_solve(flow: Tensor, terms: Tensor, inside: Tensor, fixed_point_iterations: int,
+                      sor_iterations: int) -> Tensor:  # fmt: skip
+    """``solve_reference`` as one op: one node of a compiled graph, and on a GPU one kernel per fixed-point round and
+    per half sweep (``models.variational_triton``: 55 launches at 5 x 5, where the tensor ops are about 750)."""
+    return solve_reference(flow, terms, inside, fixed_point_iterations, sor_iterations)
+
+
+@variational_solve.register_fake
+def _variational_solve_shape(flow: Tensor, terms: Tensor, inside: Tensor, fixed_point_iterations: int,
+                             sor_iterations: int) -> Tensor:  # fmt: skip
+    return torch.empty_like(flow)
+
+
+@variational_solve.register_kernel("cuda")
+def _variational_solve_cuda(flow: Tensor, terms: Tensor, inside: Tensor, fixed_point_iterations: int,
+                            sor_iterations: int) -> Tensor:  # fmt: skip
+    from . import variational_triton  # imported on a GPU only: Triton comes with torch's CUDA wheels
+
+    if not variational_triton.fits(flow, terms, inside):
+        return solve_reference(flow, terms, inside, fixed_point_iterations, sor_iterations)
+    return variational_triton.solve(flow, terms, inside, fixed_point_iterations, sor_iterations)
+
+
 def refine_flow(
     flow: Tensor,
     prev: Tensor,
@@ -147,33 +210,11 @@ def refine_flow(
     [0, 1]) by the variational energy (module docstring); with a still gate's ``keep`` (B, 1, H, W), the smoothness
     does not reach across the gate's decision. Computed without a graph: the caller decides what the gradient does."""
     with torch.no_grad():
-        image = _Image(flow, prev, cur)
-        h, w = flow.shape[-2:]
-        inside, halves = _grid(h, w, flow)
+        terms = image_terms(flow, prev, cur)
+        inside, _ = _grid(*flow.shape[-2:], flow)
         if keep is not None:
             inside = inside * _same_side(keep)
-        around = torch.stack(_neighbours(flow), 1) - flow.unsqueeze(1)  # the flow's differences to its neighbours
-        step = torch.zeros_like(flow)
-        for _ in range(fixed_point_iterations):
-            a11, a12, a22, b1, b2 = image.system(step)
-            edges = _smoothness(flow + step, inside)
-            degree = edges.sum(1)
-            # The smoothness pulls the flow itself towards its neighbours' too, not only the increment.
-            rhs = torch.cat([b1, b2], 1) + (edges * around).sum(1)
-            a11, a22 = a11 + degree + DIAGONAL_FLOOR, a22 + degree + DIAGONAL_FLOOR
-            det = a11 * a22 - a12 * a12
-            # The per-pixel 2x2 system's inverse: its diagonal (for u and v) and its off-diagonal term.
-            diagonal, off = torch.cat([a22, a11], 1) / det, -a12 / det
-            weights = edges.unbind(1)
-            for _ in range(sor_iterations):
-                for relax in halves:
-                    (w0, *ws), (n0, *ns) = weights, _neighbours(step)
-                    target = torch.addcmul(rhs, w0, n0)  # a new tensor: no copy of rhs to add into
-                    for weight, neighbour in zip(ws, ns, strict=True):
-                        target.addcmul_(weight, neighbour)
-                    solved = torch.addcmul(diagonal * target, off, target.flip(1))
-                    step = torch.lerp(step, solved, relax)
-        return flow + step
+        return flow + variational_solve(flow, terms, inside.contiguous(), fixed_point_iterations, sor_iterations)
 
 
 class VariationalRefinement(nn.Module):

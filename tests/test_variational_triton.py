@@ -1,0 +1,93 @@
+"""The variational refinement's Triton kernels (``models.variational_triton``), checked on a CPU: run in Triton's
+interpreter against the tensor-op reference, and compiled for a Hopper GPU (PTX and a cubin, by the ptxas that comes
+with Triton) so that a kernel no GPU could build fails here, not on a lent machine. On a GPU the refined flow itself
+is compared with the CPU's (the CUDA test at the end)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Iterator
+from types import ModuleType
+
+import pytest
+import torch
+
+from models import variational
+
+triton = pytest.importorskip("triton", reason="Triton is not installed (it comes with the test extra on Linux x86-64)")
+
+
+@pytest.fixture
+def interpreted(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    """``models.variational_triton`` imported afresh with ``TRITON_INTERPRET=1`` (its kernels then run on CPU
+    tensors, in Python), and afresh again afterwards without it."""
+    import models.variational_triton as kernels
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    yield importlib.reload(kernels)
+    monkeypatch.delenv("TRITON_INTERPRET")
+    importlib.reload(kernels)
+
+
+def _problem(batch: int, height: int, width: int, gated: bool, seed: int) -> tuple[torch.Tensor, ...]:
+    """A flow, the image terms of two random frames and the edges' ``inside`` (cut by a random still gate's decision
+    where ``gated``), as ``refine_flow`` hands them to the solver."""
+    g = torch.Generator().manual_seed(seed)
+    prev, cur = torch.rand(batch, 3, height, width, generator=g), torch.rand(batch, 3, height, width, generator=g)
+    flow = 2 * torch.randn(batch, 2, height, width, generator=g)
+    inside, _ = variational._grid(height, width, flow)
+    if gated:
+        inside = inside * variational._same_side((torch.rand(batch, 1, height, width, generator=g) > 0.3).float())
+    return flow, variational.image_terms(flow, prev, cur), inside.contiguous()
+
+
+@pytest.mark.parametrize(("batch", "height", "width", "gated"), [(1, 24, 32, False), (2, 23, 31, True)])
+def test_the_kernels_solve_as_the_tensor_ops_do(interpreted, batch, height, width, gated):
+    """Odd sizes too (a checkerboard whose rows start on alternating colours), a batch with a gate's decision per
+    image; the same increment to float32's rounding (the kernels fuse multiply-adds the tensor ops round apart)."""
+    flow, terms, inside = _problem(batch, height, width, gated, seed=batch)
+    reference = variational.solve_reference(flow, terms, inside, 5, 5)
+    solved = interpreted.solve(flow, terms, inside, 5, 5)
+    assert reference.abs().max() > 0.5  # it does move the flow
+    torch.testing.assert_close(solved, reference, rtol=1e-4, atol=1e-4)
+
+
+def test_one_inside_map_serves_every_image_of_a_batch(interpreted):
+    """Without a gate ``inside`` is one map (1, 2, H, W) for the whole batch, as ``refine_flow`` passes it."""
+    flow, terms, inside = _problem(2, 16, 20, gated=False, seed=3)
+    reference = variational.solve_reference(flow, terms, inside, 2, 3)
+    torch.testing.assert_close(interpreted.solve(flow, terms, inside[:1], 2, 3), reference, rtol=1e-4, atol=1e-4)
+
+
+def test_the_kernels_compile_for_a_hopper_gpu():
+    """Both kernels go through Triton's whole compiler for sm_90 (H100, H200), ptxas included, without a GPU."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    kernels = importlib.import_module("models.variational_triton")
+    assert os.environ.get("TRITON_INTERPRET") != "1"
+    ints, floats = {"h", "w", "inside_batch", "colour"}, {"alpha_half", "delta_half", "gamma_half", "eps2",
+                                                          "smooth_eps2", "floor", "omega"}  # fmt: skip
+    for kernel in (kernels._systems, kernels._half_sweep):
+        signature = {name: "constexpr" if name == "BLOCK" else "i32" if name in ints else "fp32" if name in floats
+                     else "*fp32" for name in kernel.arg_names}  # fmt: skip
+        source = ASTSource(fn=kernel, signature=signature, constexprs={(kernel.arg_names.index("BLOCK"),): 256})
+        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32))
+        assert compiled.asm["cubin"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.cuda
+@pytest.mark.parametrize("gated", [False, True])
+def test_on_a_gpu_the_refined_flow_is_the_cpus(gated):
+    """The refinement on CUDA (the custom op's Triton kernels) against the same refinement on the CPU (the tensor
+    ops)."""
+    g = torch.Generator().manual_seed(0)
+    prev, cur = torch.rand(2, 3, 48, 64, generator=g), torch.rand(2, 3, 48, 64, generator=g)
+    flow = torch.randn(2, 2, 48, 64, generator=g)
+    keep = (torch.rand(2, 1, 48, 64, generator=g) > 0.3).float() if gated else None
+    on_cpu = variational.refine_flow(flow, prev, cur, keep=keep)
+    cuda = [t.cuda() if t is not None else None for t in (flow, prev, cur, keep)]
+    on_gpu = variational.refine_flow(*cuda[:3], keep=cuda[3]).cpu()
+    torch.testing.assert_close(on_gpu, on_cpu, rtol=1e-3, atol=1e-3)
