@@ -7,10 +7,12 @@ features (``window_dots``, ``models.correlation``), and the edge-aware fill's we
 Why hand-written: autograd's own backward of each shifted slice allocates and zero-fills a padded-size tensor per
 offset; here every offset's share accumulates in place into one. Why loops over views and not ``F.unfold``: it copies
 the padded tensor once per offset, and at the service's sizes the loops, whose every product stays in the cache, were
-faster.
+faster. On a GPU each product is one Triton kernel over all its offsets (``models.window_products_triton``).
 """
 
 from __future__ import annotations
+
+from types import ModuleType
 
 import torch
 from torch import Tensor
@@ -34,8 +36,21 @@ def _windows(padded: Tensor, h: int, w: int, offsets: Offsets) -> list[Tensor]:
     return windows
 
 
+def _on_gpu(offsets: Offsets, *tensors: Tensor) -> tuple[ModuleType, tuple[int, int]] | None:
+    """The GPU's kernels (``models.window_products_triton``) and the offsets' grid, where they take these tensors and
+    offsets; None: the tensor ops below."""
+    if not tensors[0].is_cuda:
+        return None
+    from . import window_products_triton as kernels  # imported on a GPU only: Triton comes with torch's CUDA wheels
+
+    grid = kernels.grid_of(offsets)
+    return (kernels, grid) if grid is not None and kernels.fits(*tensors) else None
+
+
 def _dots(a: Tensor, padded: Tensor, offsets: Offsets) -> Tensor:
     """(B, K, h, w): per offset k, the channel sum of ``a`` (B, C, h, w) times window k of ``padded``."""
+    if a.shape[0] >= padded.shape[0] and (gpu := _on_gpu(offsets, a, padded)) is not None:
+        return gpu[0].dots(a, padded, *gpu[1])
     b, _, h, w = a.shape
     out = a.new_empty(b, len(offsets), h, w)
     for k_out, window in zip(out.unbind(1), _windows(padded, h, w, offsets), strict=True):
@@ -45,6 +60,8 @@ def _dots(a: Tensor, padded: Tensor, offsets: Offsets) -> Tensor:
 
 def _mix(weights: Tensor, padded: Tensor, offsets: Offsets) -> Tensor:
     """(B, C, h, w): the sum over offsets k of window k of ``padded`` (B, C, ...) times ``weights[:, k]``."""
+    if (gpu := _on_gpu(offsets, weights, padded)) is not None:
+        return gpu[0].mix(weights, padded, *gpu[1])
     h, w = weights.shape[-2:]
     windows, per_offset = _windows(padded, h, w, offsets), weights.unsqueeze(2).unbind(1)
     out = windows[0] * per_offset[0]
@@ -56,6 +73,8 @@ def _mix(weights: Tensor, padded: Tensor, offsets: Offsets) -> Tensor:
 def _spread(weights: Tensor, a: Tensor, padded_shape: torch.Size, offsets: Offsets) -> Tensor:
     """The adjoint of reading the windows: each offset's ``weights[:, k]`` times ``a``, added back where window k
     lies, in one padded-size tensor."""
+    if weights.shape[0] == a.shape[0] == padded_shape[0] and (gpu := _on_gpu(offsets, weights, a)) is not None:
+        return gpu[0].spread(weights, a, padded_shape, *gpu[1])
     h, w = a.shape[-2:]
     out = a.new_zeros(padded_shape)
     for (dy, dx), weight in zip(offsets, weights.unsqueeze(2).unbind(1), strict=True):

@@ -5,13 +5,12 @@ is compared with the CPU's (the CUDA test at the end)."""
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Iterator
 from types import ModuleType
 
 import pytest
 import torch
+from triton_support import compile_for_hopper, interpreted
 
 from models import variational
 
@@ -19,15 +18,8 @@ triton = pytest.importorskip("triton", reason="Triton is not installed (it comes
 
 
 @pytest.fixture
-def interpreted(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
-    """``models.variational_triton`` imported afresh with ``TRITON_INTERPRET=1`` (its kernels then run on CPU
-    tensors, in Python), and afresh again afterwards without it."""
-    import models.variational_triton as kernels
-
-    monkeypatch.setenv("TRITON_INTERPRET", "1")
-    yield importlib.reload(kernels)
-    monkeypatch.delenv("TRITON_INTERPRET")
-    importlib.reload(kernels)
+def kernels(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    yield from interpreted("models.variational_triton", monkeypatch)
 
 
 def _problem(batch: int, height: int, width: int, gated: bool, seed: int) -> tuple[torch.Tensor, ...]:
@@ -43,38 +35,31 @@ def _problem(batch: int, height: int, width: int, gated: bool, seed: int) -> tup
 
 
 @pytest.mark.parametrize(("batch", "height", "width", "gated"), [(1, 24, 32, False), (2, 23, 31, True)])
-def test_the_kernels_solve_as_the_tensor_ops_do(interpreted, batch, height, width, gated):
+def test_the_kernels_solve_as_the_tensor_ops_do(kernels, batch, height, width, gated):
     """Odd sizes too (a checkerboard whose rows start on alternating colours), a batch with a gate's decision per
     image; the same increment to float32's rounding (the kernels fuse multiply-adds the tensor ops round apart)."""
     flow, terms, inside = _problem(batch, height, width, gated, seed=batch)
     reference = variational.solve_reference(flow, terms, inside, 5, 5)
-    solved = interpreted.solve(flow, terms, inside, 5, 5)
+    solved = kernels.solve(flow, terms, inside, 5, 5)
     assert reference.abs().max() > 0.5  # it does move the flow
     torch.testing.assert_close(solved, reference, rtol=1e-4, atol=1e-4)
 
 
-def test_one_inside_map_serves_every_image_of_a_batch(interpreted):
+def test_one_inside_map_serves_every_image_of_a_batch(kernels):
     """Without a gate ``inside`` is one map (1, 2, H, W) for the whole batch, as ``refine_flow`` passes it."""
     flow, terms, inside = _problem(2, 16, 20, gated=False, seed=3)
     reference = variational.solve_reference(flow, terms, inside, 2, 3)
-    torch.testing.assert_close(interpreted.solve(flow, terms, inside[:1], 2, 3), reference, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(kernels.solve(flow, terms, inside[:1], 2, 3), reference, rtol=1e-4, atol=1e-4)
 
 
 def test_the_kernels_compile_for_a_hopper_gpu():
     """Both kernels go through Triton's whole compiler for sm_90 (H100, H200), ptxas included, without a GPU."""
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    from models import variational_triton
 
-    kernels = importlib.import_module("models.variational_triton")
-    assert os.environ.get("TRITON_INTERPRET") != "1"
-    ints, floats = {"h", "w", "inside_batch", "colour"}, {"alpha_half", "delta_half", "gamma_half", "eps2",
-                                                          "smooth_eps2", "floor", "omega"}  # fmt: skip
-    for kernel in (kernels._systems, kernels._half_sweep):
-        signature = {name: "constexpr" if name == "BLOCK" else "i32" if name in ints else "fp32" if name in floats
-                     else "*fp32" for name in kernel.arg_names}  # fmt: skip
-        source = ASTSource(fn=kernel, signature=signature, constexprs={(kernel.arg_names.index("BLOCK"),): 256})
-        compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32))
-        assert compiled.asm["cubin"]
+    ints = {"h", "w", "inside_batch", "colour"}
+    floats = {"alpha_half", "delta_half", "gamma_half", "eps2", "smooth_eps2", "floor", "omega"}
+    for kernel in (variational_triton._systems, variational_triton._half_sweep):
+        assert compile_for_hopper(kernel, ints, floats, {"BLOCK": 256})
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
