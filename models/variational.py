@@ -178,7 +178,8 @@ def solve_reference(flow: Tensor, terms: Tensor, inside: Tensor, fixed_point_ite
 def variational_solve(flow: Tensor, terms: Tensor, inside: Tensor, fixed_point_iterations: int,
                       sor_iterations: int) -> Tensor:  # fmt: skip
     """``solve_reference`` as one op: one node of a compiled graph, and on a GPU one kernel per fixed-point round and
-    per half sweep (``models.variational_triton``: 55 launches at 5 x 5, where the tensor ops are about 750)."""
+    per half sweep (``models.variational_triton``: 55 launches at 5 x 5, where the tensor ops are 783:
+    bench/results/step-ops.md)."""
     return solve_reference(flow, terms, inside, fixed_point_iterations, sor_iterations)
 
 

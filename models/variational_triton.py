@@ -1,8 +1,8 @@
 """The variational refinement's solver (``models.variational.variational_solve``) as Triton kernels, for a GPU.
 
-Why: in tensor ops each half sweep is some ten kernels and each fixed-point round's systems some fifty: about 750
-launches for five rounds of five sweeps (counted on CPU with a dispatch mode), each reading and writing whole images,
-where a whole GPU step was about 3,500 before the refinement came (bench/results/gpu-nvidia-h100-80gb-hbm3.md). Here a
+Why: in tensor ops each half sweep is some ten kernels and each fixed-point round's systems some fifty: 783 for five
+rounds of five sweeps (bench/results/step-ops.md), each reading and writing whole images, where a whole GPU step was
+about 3,500 before the refinement came (bench/results/gpu-nvidia-h100-80gb-hbm3.md). Here a
 round's 2x2 systems are one kernel (``_systems``) and each half sweep another (``_half_sweep``): 55 launches. The
 arithmetic is ``solve_reference``'s, pixel by pixel; a half sweep writes only the pixels of its colour, whose four
 neighbours are all of the other colour, so it updates the increment in place as the reference's two vectorised halves

@@ -1,0 +1,128 @@
+"""How many tensor ops the service's learning step dispatches, and how many of them the GPU's own kernels fold into one
+launch each: the variational refinement's solver (``models.variational_triton``) and the window products
+(``models.window_products_triton``).
+
+Counted on the CPU, where every op the step dispatches runs as tensor ops: a ``TorchDispatchMode`` counts the ops
+that compute (views and bare allocations launch nothing on a GPU) in one steady step of the ``fast`` net learning as
+the service does (``bench.gpu_step.service_steps``), and which of them ran inside the solver or a window product. On a
+GPU each of those calls is one launch (two kernels per fixed-point round and half sweep for the solver: one each);
+the rest stay one kernel or so per op, as ``bench.gpu`` counts them there.
+
+    python -m bench.step_ops                 # 128x96 and 640x480, one stage: step-ops.{md,json}
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from bench.gpu_step import frames, service_steps
+from testing.report import Run
+
+#: Ops that launch no kernel on a GPU: allocations (a view is told by its schema).
+ALLOCATIONS = ("empty", "empty_strided", "empty_like", "lift_fresh")
+
+
+class OpCount(TorchDispatchMode):
+    """Counts the computing ops dispatched, per ``part`` (what the step is in now: ``None`` outside the fused parts)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: Counter[str | None] = Counter()
+        self.calls: Counter[str] = Counter()
+        self.part: str | None = None
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        if not func.is_view and func.overloadpacket.__name__ not in ALLOCATIONS:
+            self.ops[self.part] += 1
+        return func(*args, **(kwargs or {}))
+
+    def within(self, part: str, fn: Callable) -> Callable:
+        """``fn``, its ops counted as ``part``'s and each call as one."""
+
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            outer, self.part = self.part, part
+            self.calls[part] += 1
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.part = outer
+
+        return counted
+
+
+def count_step(size: tuple[int, int]) -> dict:
+    """One steady learning step at ``size`` (after a few to fill the feed and settle the optimizer), its ops by part."""
+    from models import variational, window_products
+    from models.flow_nets import build_flow_net
+    from models.online import online_pipeline
+
+    pairs = frames(size, 4, torch.device("cpu"))
+    learning, inputs = service_steps(pairs)
+    pipe = online_pipeline(build_flow_net("fast", init="pretrained"), pairs[0], 1, learning=learning)
+    count = OpCount()
+    patched = {
+        (variational, "variational_solve"): count.within("solver", variational.solve_reference),  # the tensor ops
+        (window_products, "_dots"): count.within("window products", window_products._dots),
+        (window_products, "_mix"): count.within("window products", window_products._mix),
+        (window_products, "_spread"): count.within("window products", window_products._spread),
+    }
+    originals = {key: getattr(*key) for key in patched}
+    try:
+        for (module, name), fn in patched.items():
+            setattr(module, name, fn)
+        with pipe:
+            for step_input, target in inputs[:-1]:
+                pipe.step(step_input, target=target)
+            count.calls.clear()  # the calls of the steps before, whose ops were not counted
+            with count:
+                pipe.step(*inputs[-1][:1], target=inputs[-1][1])
+    finally:
+        for (module, name), fn in originals.items():
+            setattr(module, name, fn)
+    total = sum(count.ops.values())
+    fused_ops = sum(n for part, n in count.ops.items() if part is not None)
+    # On a GPU: the solver launches one kernel per fixed-point round and per half sweep (5 + 5 x 5 x 2 = 55 a call).
+    solver_launches = count.calls["solver"] * (5 + 5 * 5 * 2)
+    with_kernels = total - fused_ops + count.calls["window products"] + solver_launches
+    return {"size": list(size), "ops": total, "parts": {part: {"ops": count.ops[part], "calls": count.calls[part]}
+            for part in ("solver", "window products")}, "with_gpu_kernels": with_kernels}  # fmt: skip
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = [
+        "| size | tensor ops a step | in the solver (calls) | in window products (calls) | launches with the GPU's "
+        "kernels | fewer |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        solver, products = r["parts"]["solver"], r["parts"]["window products"]
+        lines.append(
+            f"| {r['size'][0]}×{r['size'][1]} | {r['ops']} | {solver['ops']} ({solver['calls']}) | "
+            f"{products['ops']} ({products['calls']}) | {r['with_gpu_kernels']} | "
+            f"{1 - r['with_gpu_kernels'] / r['ops']:.0%} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", action="append", help="WxH (repeatable; default 128x96 and 640x480)")
+    p.add_argument("--out", default="step-ops", help="results file stem under bench/results/")
+    args = p.parse_args(argv)
+    sizes = [tuple(int(v) for v in s.split("x")) for s in args.size or ["128x96", "640x480"]]
+    report = Run()
+    torch.set_num_threads(1)
+    rows = [count_step(size) for size in sizes]
+    report.write(args.out, "Tensor ops of the service's learning step, and launches with the GPU's own kernels",
+                 markdown(rows), {"rows": rows})  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
