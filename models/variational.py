@@ -81,15 +81,12 @@ def _neighbours(t: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return p[..., 1 : h + 1, 2:], p[..., 1 : h + 1, :w], p[..., 2:, 1 : w + 1], p[..., :h, 1 : w + 1]
 
 
-#: The image terms of the energy per pixel, in this order along the channels (``image_terms``): for brightness
-#: constancy and for the constancy of the x and of the y gradient, each its linearised residual's constant, its
-#: factors on the increment's x and y components, and the normalisation it is divided by.
-TERMS = ("iz", "ix", "iy", "norm", "ixz", "ixx", "ixy", "norm_x", "iyz", "ixy", "iyy", "norm_y")
-
-
 def image_terms(flow: Tensor, prev: Tensor, cur: Tensor) -> Tensor:
-    """(B, 12, H, W), ``TERMS``: computed once per refinement, on the mean of the previous frame and the current one
-    warped back by ``flow`` (only the robust weights change from one fixed-point round to the next)."""
+    """(B, 12, H, W): the image terms of the energy per pixel, for brightness constancy and for the constancy of the x
+    and of the y gradient four channels each: its linearised residual's constant, its factors on the increment's x and
+    y components, and the normalisation it is divided by. Computed once per refinement, on the mean of the previous
+    frame and the current one warped back by ``flow`` (only the robust weights change from one fixed-point round to
+    the next)."""
     i0, i1 = _grey(prev), _grey(warp(cur, flow))
     mean = 0.5 * (i0 + i1)
     ix, iy = _derivatives(mean)
