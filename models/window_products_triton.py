@@ -47,23 +47,33 @@ def _batch_stride(t: Tensor) -> int:
 
 
 @triton.jit
+def _pixels(count, w, BLOCK: tl.constexpr):
+    """This program's pixels of an image ``w`` wide: their indices, which are in it (of ``count``), rows, columns."""
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    return offs, offs < count, offs // w, offs % w
+
+
+@triton.jit
+def _window(y, x, k, n, step, width):
+    """Where window k of the n x n grid ``step`` apart reads pixel (y, x), in a padded plane ``width`` wide."""
+    return (y + (k // n) * step) * width + x + (k % n) * step
+
+
+@triton.jit
 def _dots_kernel(a, padded, out, channels, h, w, height, width, n, step, a_batch, padded_batch,
                  BLOCK: tl.constexpr):  # fmt: skip
     """out[b, k] = sum over channels of a[b] times window k of padded[b]."""
     b = tl.program_id(0)
-    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    plane, padded_plane = h * w, height * width
-    here = offs < plane
-    y, x = offs // w, offs % w
+    offs, here, y, x = _pixels(h * w, w, BLOCK)
     a, padded = a + b * a_batch, padded + b * padded_batch
     for k in range(n * n):
-        at = (y + (k // n) * step) * width + x + (k % n) * step
+        at = _window(y, x, k, n, step, width)
         total = tl.full([BLOCK], 0.0, tl.float32)
         for c in range(channels):
-            total += tl.load(a + c * plane + offs, mask=here, other=0.0) * tl.load(
-                padded + c * padded_plane + at, mask=here, other=0.0
+            total += tl.load(a + c * h * w + offs, mask=here, other=0.0) * tl.load(
+                padded + c * height * width + at, mask=here, other=0.0
             )
-        tl.store(out + (b * n * n + k) * plane + offs, total, mask=here)
+        tl.store(out + (b * n * n + k) * h * w + offs, total, mask=here)
 
 
 @triton.jit
@@ -71,19 +81,15 @@ def _mix_kernel(weights, padded, out, channels, h, w, height, width, n, step, we
                 BLOCK: tl.constexpr):  # fmt: skip
     """out[b, c] = the sum over windows k of weights[b, k] times window k of padded[b, c]."""
     b = tl.program_id(0)
-    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    plane, padded_plane = h * w, height * width
-    here = offs < plane
-    y, x = offs // w, offs % w
+    offs, here, y, x = _pixels(h * w, w, BLOCK)
     weights, padded = weights + b * weights_batch, padded + b * padded_batch
     for c in range(channels):
         total = tl.full([BLOCK], 0.0, tl.float32)
         for k in range(n * n):
-            at = (y + (k // n) * step) * width + x + (k % n) * step
-            total += tl.load(weights + k * plane + offs, mask=here, other=0.0) * tl.load(
-                padded + c * padded_plane + at, mask=here, other=0.0
+            total += tl.load(weights + k * h * w + offs, mask=here, other=0.0) * tl.load(
+                padded + c * height * width + _window(y, x, k, n, step, width), mask=here, other=0.0
             )
-        tl.store(out + (b * channels + c) * plane + offs, total, mask=here)
+        tl.store(out + (b * channels + c) * h * w + offs, total, mask=here)
 
 
 @triton.jit
@@ -91,21 +97,18 @@ def _spread_kernel(weights, a, out, channels, h, w, height, width, n, step, BLOC
     """out[b, c] at each padded pixel: the sum, over the windows k that cover it, of weights[b, k] times a[b, c] at the
     pixel of the window that lands there."""
     b = tl.program_id(0)
-    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    plane, padded_plane = h * w, height * width
-    here = offs < padded_plane
-    row, column = offs // width, offs % width
-    weights, a = weights + b * n * n * plane, a + b * channels * plane
+    offs, here, row, column = _pixels(height * width, width, BLOCK)
+    weights, a = weights + b * n * n * h * w, a + b * channels * h * w
     for c in range(channels):
         total = tl.full([BLOCK], 0.0, tl.float32)
         for k in range(n * n):
             y, x = row - (k // n) * step, column - (k % n) * step
             covered = here & (y >= 0) & (y < h) & (x >= 0) & (x < w)
             at = y * w + x
-            total += tl.load(weights + k * plane + at, mask=covered, other=0.0) * tl.load(
-                a + c * plane + at, mask=covered, other=0.0
+            total += tl.load(weights + k * h * w + at, mask=covered, other=0.0) * tl.load(
+                a + c * h * w + at, mask=covered, other=0.0
             )
-        tl.store(out + (b * channels + c) * padded_plane + offs, total, mask=here)
+        tl.store(out + (b * channels + c) * height * width + offs, total, mask=here)
 
 
 def dots(a: Tensor, padded: Tensor, n: int, step: int) -> Tensor:
