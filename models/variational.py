@@ -193,7 +193,8 @@ def _variational_solve_cuda(flow: Tensor, terms: Tensor, inside: Tensor, fixed_p
 
     if not variational_triton.fits(flow, terms, inside):
         return solve_reference(flow, terms, inside, fixed_point_iterations, sor_iterations)
-    return variational_triton.solve(flow, terms, inside, fixed_point_iterations, sor_iterations)
+    energy = variational_triton.Energy(ALPHA, DELTA, GAMMA, EPSILON, OMEGA, DIAGONAL_FLOOR)
+    return variational_triton.solve(flow, terms, inside, fixed_point_iterations, sor_iterations, energy)
 
 
 def refine_flow(

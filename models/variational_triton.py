@@ -14,15 +14,27 @@ do.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
-from .variational import ALPHA, DELTA, DIAGONAL_FLOOR, EPSILON, GAMMA, OMEGA
-
 #: Pixels per program.
 BLOCK = 256
+
+
+class Energy(NamedTuple):
+    """The energy's and the solver's weights, ``models.variational``'s: smoothness, brightness constancy, gradient
+    constancy, the robust penalties' epsilon, the over-relaxation and the floor on the systems' diagonal."""
+
+    alpha: float
+    delta: float
+    gamma: float
+    epsilon: float
+    omega: float
+    floor: float
 
 
 def fits(flow: Tensor, terms: Tensor, inside: Tensor) -> bool:
@@ -77,7 +89,7 @@ def _target(step, rhs, offs, w, e0, e1, e2, e3, mine, ok_r, ok_l, ok_b, ok_a):
 
 @triton.jit
 def _systems(flow, step, terms, inside, edges, rhs, inverse, h, w, inside_batch, alpha_half, delta_half,
-             gamma_half, eps2, smooth_eps2, floor, BLOCK: tl.constexpr):  # fmt: skip
+             gamma_half, eps2, floor, BLOCK: tl.constexpr):  # fmt: skip
     """One fixed-point round's systems at the current increment: each pixel's four edge weights, its right-hand side
     and its 2x2 system's inverse (diagonal for u, for v, and the off-diagonal term)."""
     b = tl.program_id(0)
@@ -89,9 +101,9 @@ def _systems(flow, step, terms, inside, edges, rhs, inverse, h, w, inside_batch,
     terms, inside = terms + b * 12 * plane, inside + b * inside_batch
     edges, rhs, inverse = edges + b * 4 * plane, rhs + b * 2 * plane, inverse + b * 3 * plane
 
-    e0, e2 = _forward_edges(flow, step, inside, plane, plane, y, x, h, w, here, alpha_half, smooth_eps2)
-    e1, _ = _forward_edges(flow, step, inside, plane, plane, y, x - 1, h, w, here & (x > 0), alpha_half, smooth_eps2)
-    _, e3 = _forward_edges(flow, step, inside, plane, plane, y - 1, x, h, w, here & (y > 0), alpha_half, smooth_eps2)
+    e0, e2 = _forward_edges(flow, step, inside, plane, plane, y, x, h, w, here, alpha_half, eps2)
+    e1, _ = _forward_edges(flow, step, inside, plane, plane, y, x - 1, h, w, here & (x > 0), alpha_half, eps2)
+    _, e3 = _forward_edges(flow, step, inside, plane, plane, y - 1, x, h, w, here & (y > 0), alpha_half, eps2)
 
     du = tl.load(step + offs, mask=here, other=0.0)
     dv = tl.load(step + plane + offs, mask=here, other=0.0)
@@ -160,7 +172,8 @@ def _half_sweep(step, edges, rhs, inverse, h, w, colour, omega, BLOCK: tl.conste
     tl.store(step + plane + offs, v + omega * (sv - v), mask=mine)
 
 
-def solve(flow: Tensor, terms: Tensor, inside: Tensor, fixed_point_iterations: int, sor_iterations: int) -> Tensor:
+def solve(flow: Tensor, terms: Tensor, inside: Tensor, fixed_point_iterations: int, sor_iterations: int,
+          energy: Energy) -> Tensor:  # fmt: skip
     """``solve_reference`` in Triton kernels (``fits`` says which tensors they take)."""
     b, _, h, w = flow.shape
     step = torch.zeros_like(flow)
@@ -168,9 +181,9 @@ def solve(flow: Tensor, terms: Tensor, inside: Tensor, fixed_point_iterations: i
     grid = (b, triton.cdiv(h * w, BLOCK))
     inside_batch = 0 if inside.shape[0] == 1 else 2 * h * w  # one map for every image, or one each
     for _ in range(fixed_point_iterations):
-        _systems[grid](flow, step, terms, inside, edges, rhs, inverse, h, w, inside_batch, ALPHA / 2, DELTA / 2,
-                       GAMMA / 2, EPSILON * EPSILON, EPSILON**2, DIAGONAL_FLOOR, BLOCK=BLOCK)  # fmt: skip
+        _systems[grid](flow, step, terms, inside, edges, rhs, inverse, h, w, inside_batch, energy.alpha / 2,
+                       energy.delta / 2, energy.gamma / 2, energy.epsilon**2, energy.floor, BLOCK=BLOCK)  # fmt: skip
         for _ in range(sor_iterations):
             for colour in (0, 1):
-                _half_sweep[grid](step, edges, rhs, inverse, h, w, colour, OMEGA, BLOCK=BLOCK)
+                _half_sweep[grid](step, edges, rhs, inverse, h, w, colour, energy.omega, BLOCK=BLOCK)
     return step

@@ -22,6 +22,12 @@ def kernels(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     yield from interpreted("models.variational_triton", monkeypatch)
 
 
+def _energy(kernels: ModuleType):
+    """The refinement's weights, as ``models.variational`` hands them to the kernels."""
+    v = variational
+    return kernels.Energy(v.ALPHA, v.DELTA, v.GAMMA, v.EPSILON, v.OMEGA, v.DIAGONAL_FLOOR)
+
+
 def _problem(batch: int, height: int, width: int, gated: bool, seed: int) -> tuple[torch.Tensor, ...]:
     """A flow, the image terms of two random frames and the edges' ``inside`` (cut by a random still gate's decision
     where ``gated``), as ``refine_flow`` hands them to the solver."""
@@ -40,7 +46,7 @@ def test_the_kernels_solve_as_the_tensor_ops_do(kernels, batch, height, width, g
     image; the same increment to float32's rounding (the kernels fuse multiply-adds the tensor ops round apart)."""
     flow, terms, inside = _problem(batch, height, width, gated, seed=batch)
     reference = variational.solve_reference(flow, terms, inside, 5, 5)
-    solved = kernels.solve(flow, terms, inside, 5, 5)
+    solved = kernels.solve(flow, terms, inside, 5, 5, _energy(kernels))
     assert reference.abs().max() > 0.5  # it does move the flow
     torch.testing.assert_close(solved, reference, rtol=1e-4, atol=1e-4)
 
@@ -49,7 +55,8 @@ def test_one_inside_map_serves_every_image_of_a_batch(kernels):
     """Without a gate ``inside`` is one map (1, 2, H, W) for the whole batch, as ``refine_flow`` passes it."""
     flow, terms, inside = _problem(2, 16, 20, gated=False, seed=3)
     reference = variational.solve_reference(flow, terms, inside, 2, 3)
-    torch.testing.assert_close(kernels.solve(flow, terms, inside[:1], 2, 3), reference, rtol=1e-4, atol=1e-4)
+    solved = kernels.solve(flow, terms, inside[:1], 2, 3, _energy(kernels))
+    torch.testing.assert_close(solved, reference, rtol=1e-4, atol=1e-4)
 
 
 def test_the_kernels_compile_for_a_hopper_gpu():
@@ -57,7 +64,7 @@ def test_the_kernels_compile_for_a_hopper_gpu():
     from models import variational_triton
 
     ints = {"h", "w", "inside_batch", "colour"}
-    floats = {"alpha_half", "delta_half", "gamma_half", "eps2", "smooth_eps2", "floor", "omega"}
+    floats = {"alpha_half", "delta_half", "gamma_half", "eps2", "floor", "omega"}
     for kernel in (variational_triton._systems, variational_triton._half_sweep):
         assert compile_for_hopper(kernel, ints, floats, {"BLOCK": 256})
 
