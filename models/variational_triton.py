@@ -38,9 +38,8 @@ class Energy(NamedTuple):
 
 
 def fits(flow: Tensor, terms: Tensor, inside: Tensor) -> bool:
-    """Whether the kernels take these tensors: float32 (the kernels compute in it) and contiguous."""
-    tensors = (flow, terms, inside)
-    return all(t.dtype == torch.float32 and t.is_contiguous() for t in tensors)
+    """Whether the kernels take these tensors: float32 (the kernels compute in it)."""
+    return all(t.dtype == torch.float32 for t in (flow, terms, inside))
 
 
 @triton.jit
@@ -175,6 +174,7 @@ def _half_sweep(step, edges, rhs, inverse, h, w, colour, omega, BLOCK: tl.conste
 def solve(flow: Tensor, terms: Tensor, inside: Tensor, fixed_point_iterations: int, sor_iterations: int,
           energy: Energy) -> Tensor:  # fmt: skip
     """``solve_reference`` in Triton kernels (``fits`` says which tensors they take)."""
+    flow, terms, inside = flow.contiguous(), terms.contiguous(), inside.contiguous()
     b, _, h, w = flow.shape
     step = torch.zeros_like(flow)
     edges, rhs, inverse = flow.new_empty(b, 4, h, w), torch.empty_like(flow), flow.new_empty(b, 3, h, w)

@@ -59,6 +59,16 @@ def test_one_inside_map_serves_every_image_of_a_batch(kernels):
     torch.testing.assert_close(solved, reference, rtol=1e-4, atol=1e-4)
 
 
+def test_a_flow_cut_from_a_wider_tensor_is_solved_as_a_contiguous_one(kernels):
+    """The refinement hands over ``x[:, :2]`` of the layers' tensor: for a batch of two, not contiguous."""
+    flow, terms, inside = _problem(2, 12, 14, gated=True, seed=4)
+    wide = torch.cat([flow, torch.randn(2, 3, 12, 14)], 1)[:, :2]
+    assert not wide.is_contiguous()
+    reference = variational.solve_reference(flow, terms, inside, 2, 2)
+    solved = kernels.solve(wide, terms, inside, 2, 2, _energy(kernels))
+    torch.testing.assert_close(solved, reference, rtol=1e-4, atol=1e-4)
+
+
 def test_the_kernels_compile_for_a_hopper_gpu():
     """Both kernels go through Triton's whole compiler for sm_90 (H100, H200), ptxas included, without a GPU."""
     from models import variational_triton
