@@ -2,11 +2,10 @@
 
 Why: in tensor ops each half sweep is some ten kernels and each fixed-point round's systems some fifty: 783 for five
 rounds of five sweeps (bench/results/step-ops.md), each reading and writing whole images, where a whole GPU step was
-about 3,500 before the refinement came (bench/results/gpu-nvidia-h100-80gb-hbm3.md). Here a
-round's 2x2 systems are one kernel (``_systems``) and each half sweep another (``_half_sweep``): 55 launches. The
-arithmetic is ``solve_reference``'s, pixel by pixel; a half sweep writes only the pixels of its colour, whose four
-neighbours are all of the other colour, so it updates the increment in place as the reference's two vectorised halves
-do.
+about 3,500 before the refinement came (bench/results/gpu-nvidia-h100-80gb-hbm3.md). Here a round's 2x2 systems are
+one kernel (``_systems``) and each half sweep another (``_half_sweep``): 55 launches. The arithmetic is
+``solve_reference``'s, pixel by pixel; a half sweep writes only the pixels of its colour, whose four neighbours are all
+of the other colour, so it updates the increment in place as the reference's two vectorised halves do.
 
 ``tests/test_variational_triton.py`` runs these kernels in Triton's interpreter on the CPU against the reference
 (``TRITON_INTERPRET=1``) and compiles them for sm_90; on a GPU it compares the refined flow with the CPU's.
@@ -52,7 +51,7 @@ def _total(flow, step, plane, offs, ok):
 
 
 @triton.jit
-def _forward_edges(flow, step, inside, plane, inside_plane, y, x, h, w, here, alpha_half, eps2):
+def _forward_edges(flow, step, inside, plane, y, x, h, w, here, alpha_half, eps2):
     """The smoothness weights on a pixel's edges to its right and lower neighbours (``_smoothness``' ``forward``), for
     the pixels at rows ``y`` and columns ``x`` (zero where ``here`` is false)."""
     offs = y * w + x
@@ -62,7 +61,7 @@ def _forward_edges(flow, step, inside, plane, inside_plane, y, x, h, w, here, al
     gxu, gxv, gyu, gyv = ru - tu, rv - tv, bu - tu, bv - tv
     per_pixel = alpha_half / tl.sqrt(gxu * gxu + gyu * gyu + gxv * gxv + gyv * gyv + eps2)
     right = per_pixel * tl.load(inside + offs, mask=here, other=0.0)
-    below = per_pixel * tl.load(inside + inside_plane + offs, mask=here, other=0.0)
+    below = per_pixel * tl.load(inside + plane + offs, mask=here, other=0.0)
     return tl.where(here, right, 0.0), tl.where(here, below, 0.0)
 
 
@@ -100,9 +99,9 @@ def _systems(flow, step, terms, inside, edges, rhs, inverse, h, w, inside_batch,
     terms, inside = terms + b * 12 * plane, inside + b * inside_batch
     edges, rhs, inverse = edges + b * 4 * plane, rhs + b * 2 * plane, inverse + b * 3 * plane
 
-    e0, e2 = _forward_edges(flow, step, inside, plane, plane, y, x, h, w, here, alpha_half, eps2)
-    e1, _ = _forward_edges(flow, step, inside, plane, plane, y, x - 1, h, w, here & (x > 0), alpha_half, eps2)
-    _, e3 = _forward_edges(flow, step, inside, plane, plane, y - 1, x, h, w, here & (y > 0), alpha_half, eps2)
+    e0, e2 = _forward_edges(flow, step, inside, plane, y, x, h, w, here, alpha_half, eps2)
+    e1, _ = _forward_edges(flow, step, inside, plane, y, x - 1, h, w, here & (x > 0), alpha_half, eps2)
+    _, e3 = _forward_edges(flow, step, inside, plane, y - 1, x, h, w, here & (y > 0), alpha_half, eps2)
 
     du = tl.load(step + offs, mask=here, other=0.0)
     dv = tl.load(step + plane + offs, mask=here, other=0.0)
