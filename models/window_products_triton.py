@@ -2,10 +2,9 @@
 
 Why: in tensor ops every window is its own kernel or two (a product and a sum per offset, an accumulation per offset
 backwards), and the coarsest cost volume has 81 offsets: a learning step's 34 products are 1,017 of its 4,670 tensor
-ops (bench/results/step-ops.md), each reading whole feature maps.
-Here each product is one kernel over all its offsets. The windows of both uses lie on a square grid (``grid_of``):
-the cost volume's every offset within its radius, the fill's 3 x 3 neighbours at a dilation; any other set of offsets
-stays with the tensor ops.
+ops (bench/results/step-ops.md), each reading whole feature maps. Here each product is one kernel over all its
+offsets. The windows of both uses lie on a square grid (``grid_of``): the cost volume's every offset within its
+radius, the fill's 3 x 3 neighbours at a dilation; any other set of offsets stays with the tensor ops.
 
 ``_spread`` (the adjoint of reading the windows) gathers instead of scattering: each pixel of the padded tensor sums
 what every window that covers it adds, so no two programs write one place and the sum is the same at every run.
@@ -24,12 +23,10 @@ from torch import Tensor
 #: Pixels per program.
 BLOCK = 128
 
-#: Offsets (row, column) of the windows in the padded tensor.
-Offsets = tuple[tuple[int, int], ...]
 
-
-def grid_of(offsets: Offsets) -> tuple[int, int] | None:
-    """(n, step) where ``offsets`` are the n x n grid (row by row) of offsets 0, step, ..., (n - 1) step; else None."""
+def grid_of(offsets: tuple[tuple[int, int], ...]) -> tuple[int, int] | None:
+    """(n, step) where ``offsets`` (row, column: where each window starts in the padded tensor) are the n x n grid, row
+    by row, of offsets 0, step, ..., (n - 1) step; else None."""
     n = round(len(offsets) ** 0.5)
     step = offsets[1][1] if len(offsets) > 1 else 1
     grid = tuple((i * step, j * step) for i in range(n) for j in range(n))
