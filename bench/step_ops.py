@@ -80,8 +80,9 @@ def count_step(size: tuple[int, int]) -> dict:
             for step_input, target in inputs[:-1]:
                 pipe.step(step_input, target=target)
             count.calls.clear()  # the calls of the steps before, whose ops were not counted
+            step_input, target = inputs[-1]
             with count:
-                pipe.step(*inputs[-1][:1], target=inputs[-1][1])
+                pipe.step(step_input, target=target)
     finally:
         for (module, name), fn in originals.items():
             setattr(module, name, fn)
