@@ -22,6 +22,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from bench.gpu_step import frames, service_steps
+from bench.service import parse_size
 from testing.report import Run
 
 #: Ops that launch no kernel on a GPU: allocations (a view is told by its schema).
@@ -113,10 +114,10 @@ def markdown(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--size", action="append", help="WxH (repeatable; default 128x96 and 640x480)")
+    p.add_argument("--size", type=parse_size, action="append", help="WxH (repeatable; default 128x96 and 640x480)")
     p.add_argument("--out", default="step-ops", help="results file stem under bench/results/")
     args = p.parse_args(argv)
-    sizes = [tuple(int(v) for v in s.split("x")) for s in args.size or ["128x96", "640x480"]]
+    sizes = args.size or [(128, 96), (640, 480)]
     report = Run()
     torch.set_num_threads(1)
     rows = [count_step(size) for size in sizes]
