@@ -213,7 +213,7 @@ def refine_flow(
         inside, _ = _grid(*flow.shape[-2:], flow)
         if keep is not None:
             inside = inside * _same_side(keep)
-        return flow + variational_solve(flow, terms, inside.contiguous(), fixed_point_iterations, sor_iterations)
+        return flow + variational_solve(flow, terms, inside, fixed_point_iterations, sor_iterations)
 
 
 class VariationalRefinement(nn.Module):
