@@ -43,7 +43,8 @@ BASE_LR = 4e-3
 ADAPT_LR = 3e-5
 #: How many times faster than the convolutions the nets' scalar priors learn from known motion (the Lucas-Kanade
 #: dampings, the matches' temperatures): a few numbers that the stream's noise, contrast and light decide, learned from
-#: every pixel of every pair.
+#: every pixel of every pair. At 1,000-3,000 they bought far more on exact-flow streams (flicker 0.41x frozen) but moved
+#: real clips' moving pixels 1.03-1.05x: ``docs/notebook/2026-11-29-an-oracle-bounds-learning.md``.
 PRIOR_SCALE = 300.0
 #: Steps over which the priors' rate grows to its full value: Adam's first steps are each a whole rate, and at
 #: ``PRIOR_SCALE`` they moved the flow of a real clip's first pairs (``models.prior_adam``).
