@@ -20,6 +20,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from .triton_launch import OPTIONS
+
 #: Pixels per program.
 BLOCK = 256
 
@@ -181,8 +183,9 @@ def solve(flow: Tensor, terms: Tensor, inside: Tensor, fixed_point_iterations: i
     inside_batch = 0 if inside.shape[0] == 1 else 2 * h * w  # one map for every image, or one each
     for _ in range(fixed_point_iterations):
         _systems[grid](flow, step, terms, inside, edges, rhs, inverse, h, w, inside_batch, energy.alpha / 2,
-                       energy.delta / 2, energy.gamma / 2, energy.epsilon**2, energy.floor, BLOCK=BLOCK)  # fmt: skip
+                       energy.delta / 2, energy.gamma / 2, energy.epsilon**2, energy.floor,
+                       BLOCK=BLOCK, **OPTIONS)  # fmt: skip
         for _ in range(sor_iterations):
             for colour in (0, 1):
-                _half_sweep[grid](step, edges, rhs, inverse, h, w, colour, energy.omega, BLOCK=BLOCK)
+                _half_sweep[grid](step, edges, rhs, inverse, h, w, colour, energy.omega, BLOCK=BLOCK, **OPTIONS)
     return step

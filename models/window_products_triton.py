@@ -20,6 +20,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from .triton_launch import OPTIONS
+
 #: Pixels per program.
 BLOCK = 128
 
@@ -115,7 +117,8 @@ def dots(a: Tensor, padded: Tensor, n: int, step: int) -> Tensor:
     b, channels, h, w = a.shape
     out = a.new_empty(b, n * n, h, w)
     _dots_kernel[(b, triton.cdiv(h * w, BLOCK))](a, padded, out, channels, h, w, *padded.shape[-2:], n, step,
-                                                 _batch_stride(a), _batch_stride(padded), BLOCK=BLOCK)  # fmt: skip
+                                                 _batch_stride(a), _batch_stride(padded),
+                                                 BLOCK=BLOCK, **OPTIONS)  # fmt: skip
     return out
 
 
@@ -125,7 +128,8 @@ def mix(weights: Tensor, padded: Tensor, n: int, step: int) -> Tensor:
     b, channels, (h, w) = max(weights.shape[0], padded.shape[0]), padded.shape[1], weights.shape[-2:]
     out = weights.new_empty(b, channels, h, w)
     _mix_kernel[(b, triton.cdiv(h * w, BLOCK))](weights, padded, out, channels, h, w, *padded.shape[-2:], n, step,
-                                                _batch_stride(weights), _batch_stride(padded), BLOCK=BLOCK)  # fmt: skip
+                                                _batch_stride(weights), _batch_stride(padded),
+                                                BLOCK=BLOCK, **OPTIONS)  # fmt: skip
     return out
 
 
@@ -137,5 +141,5 @@ def spread(weights: Tensor, a: Tensor, padded_shape: torch.Size, n: int, step: i
     h, w = a.shape[-2:]
     out = a.new_empty(padded_shape)
     _spread_kernel[(b, triton.cdiv(height * width, BLOCK))](weights, a, out, channels, h, w, height, width, n, step,
-                                                            BLOCK=BLOCK)  # fmt: skip
+                                                            BLOCK=BLOCK, **OPTIONS)  # fmt: skip
     return out

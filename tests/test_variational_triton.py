@@ -70,13 +70,15 @@ def test_a_flow_cut_from_a_wider_tensor_is_solved_as_a_contiguous_one(kernels):
 
 
 def test_the_kernels_compile_for_a_hopper_gpu():
-    """Both kernels go through Triton's whole compiler for sm_90 (H100, H200), ptxas included, without a GPU."""
+    """Both kernels go through Triton's whole compiler for sm_90 (H100, H200), ptxas included, without a GPU, with the
+    options every launch takes: no fused multiply-add (``models.triton_launch``)."""
     from models import variational_triton
 
     ints = {"h", "w", "inside_batch", "colour"}
     floats = {"alpha_half", "delta_half", "gamma_half", "eps2", "floor", "omega"}
     for kernel in (variational_triton._systems, variational_triton._half_sweep):
-        assert compile_for_hopper(kernel, ints, floats, {"BLOCK": 256})
+        asm = compile_for_hopper(kernel, ints, floats, {"BLOCK": 256})
+        assert asm["cubin"] and "fma.rn.f32" not in asm["ptx"]  # each product rounded on its own, as on the CPU
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")

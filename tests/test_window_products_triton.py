@@ -59,11 +59,14 @@ def test_the_kernels_compute_what_the_tensor_ops_do(kernels, channels, n, step, 
 
 
 def test_the_kernels_compile_for_a_hopper_gpu():
+    """The three kernels go through Triton's whole compiler for sm_90, ptxas included, without a GPU, with the options
+    every launch takes: no fused multiply-add (``models.triton_launch``)."""
     from models import window_products_triton as kernels
 
     ints = {"channels", "h", "w", "height", "width", "n", "step", "a_batch", "padded_batch", "weights_batch"}
     for kernel in (kernels._dots_kernel, kernels._mix_kernel, kernels._spread_kernel):
-        assert compile_for_hopper(kernel, ints, set(), {"BLOCK": kernels.BLOCK})
+        asm = compile_for_hopper(kernel, ints, set(), {"BLOCK": kernels.BLOCK})
+        assert asm["cubin"] and "fma.rn.f32" not in asm["ptx"]  # each product rounded on its own, as on the CPU
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
