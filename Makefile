@@ -118,6 +118,7 @@ bench-service: $(VENV)/.installed
 	$(PY) -m bench.service_clip --clip $(CLIPS)/box.mp4
 	$(PY) -m bench.learning_step
 	$(PY) -m bench.learning_step --size 128x96 --no-compile --out learning-step-cpu-128x96
+	$(PY) -m bench.cpu_loops
 
 ## The service on a GPU (python -m bench.gpu, about 6 minutes): gpu-<card>.md. A GPU machine without .venv runs it
 ## with its own python3, the service's packages carried as wheels (make gpu-wheels) and the clip copied into .clips/.

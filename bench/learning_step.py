@@ -19,6 +19,9 @@ and once more with the cache it filled (warm).
 * ``channels-last-1t`` / ``-D2``: the net and its input in channels-last memory format;
 * ``plain-convs-1t`` / ``-D2``: every conv in the default memory format, also the narrow ones that the net runs in
   channels-last (``models.flow_nets.ChannelsLastConv2d``): what that choice saves;
+* ``tensor-ops-1t`` / ``tensor-ops-processes-D2``: the variational solver and the window products in their reference
+  tensor ops instead of the CPU's compiled loops (``models.variational_numba``, ``models.window_products_numba``):
+  what those loops save;
 * ``compile-1t`` / ``-D2``: every stage through ``torch.compile`` (``compile_backend="inductor"``: inductor's C++
   backend on CPU), cold and warm;
 * ``profile-1t`` / ``profile-2t``: not a step but what a new stream's worker does first, profiling the layers for
@@ -53,6 +56,8 @@ PLAIN = [
     "channels-last-D2",
     "plain-convs-1t",
     "plain-convs-D2",
+    "tensor-ops-1t",
+    "tensor-ops-processes-D2",
 ]
 PROFILES = ["profile-1t", "profile-2t"]
 COMPILED = ["compile-1t", "compile-D2"]
@@ -68,6 +73,8 @@ WAYS = {
     "channels-last-D2": (2, 2, {}),
     "plain-convs-1t": (1, 1, {}),
     "plain-convs-D2": (2, 2, {}),
+    "tensor-ops-1t": (1, 1, {}),
+    "tensor-ops-processes-D2": (2, 2, {}),
     "compile-1t": (1, 1, {}),
     "compile-D2": (2, 2, {}),
     "profile-1t": (1, 2, {}),
@@ -98,6 +105,17 @@ def plain_convs(net) -> None:
                 setattr(module, name, plain)
 
 
+def tensor_ops() -> None:
+    """The solver and the window products in their reference tensor ops, not the CPU's compiled loops (forked stage
+    processes inherit it)."""
+    from models import variational, window_products
+
+    variational.variational_solve = variational.solve_reference
+    window_products._dots = window_products.dots_reference
+    window_products._mix = window_products.mix_reference
+    window_products._spread = window_products.spread_reference
+
+
 def child(way: str, size: tuple[int, int], steps: int, warmup: int) -> dict:
     """Runs in the fresh process: build, step, time."""
     import numpy as np
@@ -119,11 +137,14 @@ def child(way: str, size: tuple[int, int], steps: int, warmup: int) -> dict:
     net = build_flow_net("fast", init="pretrained")
     if way.startswith("plain-convs"):
         plain_convs(net)
+    if way.startswith("tensor-ops"):
+        tensor_ops()
     learning = learning_for("pretrained")  # each step the pair shown and a pair of known motion made from it
     feed = learning.feed()
     layers = coarse_then_full(net) if stages == 2 else None
     optimizer = learning.optimizer(fused=not way.startswith("adam-loop"))
-    runtime = {"runtime": "processes", "start_method": STAGE_START_METHOD} if way.startswith("processes") else {}
+    processes = "processes" in way
+    runtime = {"runtime": "processes", "start_method": STAGE_START_METHOD} if processes else {}
     compiled = "inductor" if way.startswith("compile") else None
     pipe = online_pipeline(net, torch.zeros(1, 6, h, w), stages, learning=learning, layers=layers,
                            optimizer=optimizer, compile_backend=compiled, **runtime)  # fmt: skip

@@ -2,11 +2,12 @@
 launch each: the variational refinement's solver (``models.variational_triton``) and the window products
 (``models.window_products_triton``).
 
-Counted on the CPU, where every op the step dispatches runs as tensor ops: a ``TorchDispatchMode`` counts the ops
-that compute (views and bare allocations launch nothing on a GPU) in one steady step of the ``fast`` net learning as
-the service does (``bench.gpu_step.service_steps``), and which of them ran inside the solver or a window product. On a
-GPU each of those calls is one launch (two kernels per fixed-point round and half sweep for the solver: one each);
-the rest stay one kernel or so per op, as ``bench.gpu`` counts them there.
+Counted on the CPU with the solver and the window products in their reference tensor ops (not the CPU's own compiled
+loops, ``models.variational_numba`` and ``models.window_products_numba``), as a GPU without its kernels would launch
+them: a ``TorchDispatchMode`` counts the ops that compute (views and bare allocations launch nothing on a GPU) in one
+steady step of the ``fast`` net learning as the service does (``bench.gpu_step.service_steps``), and which of them ran
+inside the solver or a window product. On a GPU each of those calls is one launch (two kernels per fixed-point round
+and half sweep for the solver: one each); the rest stay one kernel or so per op, as ``bench.gpu`` counts them there.
 
     python -m bench.step_ops                 # 128x96 and 640x480, one stage: step-ops.{md,json}
 """
@@ -69,9 +70,9 @@ def count_step(size: tuple[int, int]) -> dict:
     count = OpCount()
     patched = {
         (variational, "variational_solve"): count.within("solver", variational.solve_reference),  # the tensor ops
-        (window_products, "_dots"): count.within("window products", window_products._dots),
-        (window_products, "_mix"): count.within("window products", window_products._mix),
-        (window_products, "_spread"): count.within("window products", window_products._spread),
+        (window_products, "_dots"): count.within("window products", window_products.dots_reference),
+        (window_products, "_mix"): count.within("window products", window_products.mix_reference),
+        (window_products, "_spread"): count.within("window products", window_products.spread_reference),
     }
     originals = {key: getattr(*key) for key in patched}
     try:

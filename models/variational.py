@@ -23,10 +23,13 @@ value is read back to the host, so a CUDA graph captures it."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .cpu_loops import numba_installed
 from .flow_cleanup import central_differences, frames_of
 from .flow_loss import warp
 from .window_products import LIBRARY
@@ -43,6 +46,23 @@ OMEGA = 1.6
 #: what a connected pixel has (a smoothness edge weighs ALPHA / 2 over the flow's jump along it: 0.25 at 40 px); on
 #: the real clips' frames the refined flow moved by 0.03 px at most with it (exploratory).
 DIAGONAL_FLOOR = 1e-3
+
+
+class Energy(NamedTuple):
+    """The energy's and the solver's weights as the solver's kernels take them: smoothness, brightness constancy,
+    gradient constancy, the robust penalties' epsilon, the over-relaxation and the floor on the systems' diagonal."""
+
+    alpha: float
+    delta: float
+    gamma: float
+    epsilon: float
+    omega: float
+    floor: float
+
+
+#: The weights every kernel of ``variational_solve`` is handed.
+ENERGY = Energy(ALPHA, DELTA, GAMMA, EPSILON, OMEGA, DIAGONAL_FLOOR)
+
 #: ITU-R BT.601 luma: the grey level the energy is written on.
 LUMA = (0.299, 0.587, 0.114)
 
@@ -186,6 +206,18 @@ def _variational_solve_shape(flow: Tensor, terms: Tensor, inside: Tensor, fixed_
     return torch.empty_like(flow)
 
 
+@variational_solve.register_kernel("cpu")
+def _variational_solve_cpu(flow: Tensor, terms: Tensor, inside: Tensor, fixed_point_iterations: int,
+                           sor_iterations: int) -> Tensor:  # fmt: skip
+    """The loops compiled by Numba (``models.variational_numba``) where they take the tensors; else the tensor ops."""
+    if numba_installed():
+        from . import variational_numba
+
+        if variational_numba.fits(flow, terms, inside):
+            return variational_numba.solve(flow, terms, inside, fixed_point_iterations, sor_iterations, ENERGY)
+    return solve_reference(flow, terms, inside, fixed_point_iterations, sor_iterations)
+
+
 @variational_solve.register_kernel("cuda")
 def _variational_solve_cuda(flow: Tensor, terms: Tensor, inside: Tensor, fixed_point_iterations: int,
                             sor_iterations: int) -> Tensor:  # fmt: skip
@@ -193,8 +225,7 @@ def _variational_solve_cuda(flow: Tensor, terms: Tensor, inside: Tensor, fixed_p
 
     if not variational_triton.fits(flow, terms, inside):
         return solve_reference(flow, terms, inside, fixed_point_iterations, sor_iterations)
-    energy = variational_triton.Energy(ALPHA, DELTA, GAMMA, EPSILON, OMEGA, DIAGONAL_FLOOR)
-    return variational_triton.solve(flow, terms, inside, fixed_point_iterations, sor_iterations, energy)
+    return variational_triton.solve(flow, terms, inside, fixed_point_iterations, sor_iterations, ENERGY)
 
 
 def refine_flow(

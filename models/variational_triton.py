@@ -13,29 +13,16 @@ of the other colour, so it updates the increment in place as the reference's two
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
 from .triton_launch import OPTIONS
+from .variational import Energy
 
 #: Pixels per program.
 BLOCK = 256
-
-
-class Energy(NamedTuple):
-    """The energy's and the solver's weights, ``models.variational``'s: smoothness, brightness constancy, gradient
-    constancy, the robust penalties' epsilon, the over-relaxation and the floor on the systems' diagonal."""
-
-    alpha: float
-    delta: float
-    gamma: float
-    epsilon: float
-    omega: float
-    floor: float
 
 
 def fits(flow: Tensor, terms: Tensor, inside: Tensor) -> bool:

@@ -7,7 +7,9 @@ features (``window_dots``, ``models.correlation``), and the edge-aware fill's we
 Why hand-written: autograd's own backward of each shifted slice allocates and zero-fills a padded-size tensor per
 offset; here every offset's share accumulates in place into one. Why loops over views and not ``F.unfold``: it copies
 the padded tensor once per offset, and at the service's sizes the loops, whose every product stays in the cache, were
-faster. On a GPU each product is one Triton kernel over all its offsets (``models.window_products_triton``).
+faster. Those tensor ops (``dots_reference`` and its kin) are the reference: on a GPU each product is one Triton
+kernel over all its offsets (``models.window_products_triton``), on the CPU one compiled loop nest
+(``models.window_products_numba``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from types import ModuleType
 import torch
 from torch import Tensor
 from torch.autograd.function import FunctionCtx, once_differentiable
+
+from .cpu_loops import numba_installed
 
 #: Where each window starts in the padded tensor, (row, column); a window has the unpadded size.
 Offsets = tuple[tuple[int, int], ...]
@@ -47,10 +51,47 @@ def _on_gpu(offsets: Offsets, *tensors: Tensor) -> tuple[ModuleType, tuple[int, 
     return (kernels, grid) if grid is not None and kernels.fits(*tensors) else None
 
 
+def _on_cpu(*tensors: Tensor) -> ModuleType | None:
+    """The CPU's compiled loops (``models.window_products_numba``), where they take these tensors; None: the tensor
+    ops (``dots_reference`` and its kin)."""
+    if not numba_installed():
+        return None
+    from . import window_products_numba as loops
+
+    return loops if loops.fits(*tensors) else None
+
+
 def _dots(a: Tensor, padded: Tensor, offsets: Offsets) -> Tensor:
     """(B, K, h, w): per offset k, the channel sum of ``a`` (B, C, h, w) times window k of ``padded``."""
     if a.shape[0] >= padded.shape[0] and (gpu := _on_gpu(offsets, a, padded)) is not None:
         return gpu[0].dots(a, padded, *gpu[1])
+    if (cpu := _on_cpu(a, padded)) is not None:
+        return cpu.dots(a, padded, offsets)
+    return dots_reference(a, padded, offsets)
+
+
+def _mix(weights: Tensor, padded: Tensor, offsets: Offsets) -> Tensor:
+    """(B, C, h, w): the sum over offsets k of window k of ``padded`` (B, C, ...) times ``weights[:, k]``."""
+    if (gpu := _on_gpu(offsets, weights, padded)) is not None:
+        return gpu[0].mix(weights, padded, *gpu[1])
+    if (cpu := _on_cpu(weights, padded)) is not None:
+        return cpu.mix(weights, padded, offsets)
+    return mix_reference(weights, padded, offsets)
+
+
+def _spread(weights: Tensor, a: Tensor, padded_shape: torch.Size, offsets: Offsets) -> Tensor:
+    """The adjoint of reading the windows: each offset's ``weights[:, k]`` times ``a``, added back where window k
+    lies, in one padded-size tensor."""
+    if weights.shape[0] == a.shape[0] == padded_shape[0]:
+        if (gpu := _on_gpu(offsets, weights, a)) is not None:
+            return gpu[0].spread(weights, a, padded_shape, *gpu[1])
+        if (cpu := _on_cpu(weights, a)) is not None:
+            return cpu.spread(weights, a, padded_shape, offsets)
+    return spread_reference(weights, a, padded_shape, offsets)
+
+
+def dots_reference(a: Tensor, padded: Tensor, offsets: Offsets) -> Tensor:
+    """``_dots`` in tensor ops: where neither device's kernels take the tensors, and what those are checked against."""
     b, _, h, w = a.shape
     out = a.new_empty(b, len(offsets), h, w)
     for k_out, window in zip(out.unbind(1), _windows(padded, h, w, offsets), strict=True):
@@ -58,10 +99,8 @@ def _dots(a: Tensor, padded: Tensor, offsets: Offsets) -> Tensor:
     return out
 
 
-def _mix(weights: Tensor, padded: Tensor, offsets: Offsets) -> Tensor:
-    """(B, C, h, w): the sum over offsets k of window k of ``padded`` (B, C, ...) times ``weights[:, k]``."""
-    if (gpu := _on_gpu(offsets, weights, padded)) is not None:
-        return gpu[0].mix(weights, padded, *gpu[1])
+def mix_reference(weights: Tensor, padded: Tensor, offsets: Offsets) -> Tensor:
+    """``_mix`` in tensor ops."""
     h, w = weights.shape[-2:]
     windows, per_offset = _windows(padded, h, w, offsets), weights.unsqueeze(2).unbind(1)
     out = windows[0] * per_offset[0]
@@ -70,11 +109,8 @@ def _mix(weights: Tensor, padded: Tensor, offsets: Offsets) -> Tensor:
     return out
 
 
-def _spread(weights: Tensor, a: Tensor, padded_shape: torch.Size, offsets: Offsets) -> Tensor:
-    """The adjoint of reading the windows: each offset's ``weights[:, k]`` times ``a``, added back where window k
-    lies, in one padded-size tensor."""
-    if weights.shape[0] == a.shape[0] == padded_shape[0] and (gpu := _on_gpu(offsets, weights, a)) is not None:
-        return gpu[0].spread(weights, a, padded_shape, *gpu[1])
+def spread_reference(weights: Tensor, a: Tensor, padded_shape: torch.Size, offsets: Offsets) -> Tensor:
+    """``_spread`` in tensor ops."""
     h, w = a.shape[-2:]
     out = a.new_zeros(padded_shape)
     for (dy, dx), weight in zip(offsets, weights.unsqueeze(2).unbind(1), strict=True):

@@ -11,6 +11,7 @@ from types import ModuleType
 import pytest
 import torch
 from triton_support import compile_for_hopper, interpreted
+from variational_support import solver_problem
 
 from models import variational
 
@@ -22,50 +23,32 @@ def kernels(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
     yield from interpreted("models.variational_triton", monkeypatch)
 
 
-def _energy(kernels: ModuleType):
-    """The refinement's weights, as ``models.variational`` hands them to the kernels."""
-    v = variational
-    return kernels.Energy(v.ALPHA, v.DELTA, v.GAMMA, v.EPSILON, v.OMEGA, v.DIAGONAL_FLOOR)
-
-
-def _problem(batch: int, height: int, width: int, gated: bool, seed: int) -> tuple[torch.Tensor, ...]:
-    """A flow, the image terms of two random frames and the edges' ``inside`` (cut by a random still gate's decision
-    where ``gated``), as ``refine_flow`` hands them to the solver."""
-    g = torch.Generator().manual_seed(seed)
-    prev, cur = torch.rand(batch, 3, height, width, generator=g), torch.rand(batch, 3, height, width, generator=g)
-    flow = 2 * torch.randn(batch, 2, height, width, generator=g)
-    inside, _ = variational._grid(height, width, flow)
-    if gated:
-        inside = inside * variational._same_side((torch.rand(batch, 1, height, width, generator=g) > 0.3).float())
-    return flow, variational.image_terms(flow, prev, cur), inside.contiguous()
-
-
 @pytest.mark.parametrize(("batch", "height", "width", "gated"), [(1, 24, 32, False), (2, 23, 31, True)])
 def test_the_kernels_solve_as_the_tensor_ops_do(kernels, batch, height, width, gated):
     """Odd sizes too (a checkerboard whose rows start on alternating colours), a batch with a gate's decision per
     image; the same increment to float32's rounding (the kernels fuse multiply-adds the tensor ops round apart)."""
-    flow, terms, inside = _problem(batch, height, width, gated, seed=batch)
+    flow, terms, inside = solver_problem(batch, height, width, gated, seed=batch)
     reference = variational.solve_reference(flow, terms, inside, 5, 5)
-    solved = kernels.solve(flow, terms, inside, 5, 5, _energy(kernels))
+    solved = kernels.solve(flow, terms, inside, 5, 5, variational.ENERGY)
     assert reference.abs().max() > 0.5  # it does move the flow
     torch.testing.assert_close(solved, reference, rtol=1e-4, atol=1e-4)
 
 
 def test_one_inside_map_serves_every_image_of_a_batch(kernels):
     """Without a gate ``inside`` is one map (1, 2, H, W) for the whole batch, as ``refine_flow`` passes it."""
-    flow, terms, inside = _problem(2, 16, 20, gated=False, seed=3)
+    flow, terms, inside = solver_problem(2, 16, 20, gated=False, seed=3)
     reference = variational.solve_reference(flow, terms, inside, 2, 3)
-    solved = kernels.solve(flow, terms, inside[:1], 2, 3, _energy(kernels))
+    solved = kernels.solve(flow, terms, inside[:1], 2, 3, variational.ENERGY)
     torch.testing.assert_close(solved, reference, rtol=1e-4, atol=1e-4)
 
 
 def test_a_flow_cut_from_a_wider_tensor_is_solved_as_a_contiguous_one(kernels):
     """The refinement hands over ``x[:, :2]`` of the layers' tensor: for a batch of two, not contiguous."""
-    flow, terms, inside = _problem(2, 12, 14, gated=True, seed=4)
+    flow, terms, inside = solver_problem(2, 12, 14, gated=True, seed=4)
     wide = torch.cat([flow, torch.randn(2, 3, 12, 14)], 1)[:, :2]
     assert not wide.is_contiguous()
     reference = variational.solve_reference(flow, terms, inside, 2, 2)
-    solved = kernels.solve(wide, terms, inside, 2, 2, _energy(kernels))
+    solved = kernels.solve(wide, terms, inside, 2, 2, variational.ENERGY)
     torch.testing.assert_close(solved, reference, rtol=1e-4, atol=1e-4)
 
 
@@ -85,8 +68,8 @@ def test_the_kernels_compile_for_a_hopper_gpu():
 @pytest.mark.cuda
 @pytest.mark.parametrize("gated", [False, True])
 def test_on_a_gpu_the_refined_flow_is_the_cpus(gated):
-    """The refinement on CUDA (the custom op's Triton kernels) against the same refinement on the CPU (the tensor
-    ops)."""
+    """The refinement on CUDA (the custom op's Triton kernels) against the same refinement on the CPU (its compiled
+    loops, ``models.variational_numba``)."""
     g = torch.Generator().manual_seed(0)
     prev, cur = torch.rand(2, 3, 48, 64, generator=g), torch.rand(2, 3, 48, 64, generator=g)
     flow = torch.randn(2, 2, 48, 64, generator=g)

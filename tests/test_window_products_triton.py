@@ -51,11 +51,13 @@ def test_the_kernels_compute_what_the_tensor_ops_do(kernels, channels, n, step, 
     weights = torch.randn(batch, n * n, h, w, generator=g)
     padded = torch.randn(padded_batch, channels, h + pad, w + pad + 1, generator=g)  # wider than the windows need
     if batch >= padded_batch:  # (the tensor ops' dots take one image's padded tensor for many, not the other way)
-        torch.testing.assert_close(kernels.dots(a, padded, n, step), window_products._dots(a, padded, offsets))
-    torch.testing.assert_close(kernels.mix(weights, padded, n, step), window_products._mix(weights, padded, offsets))
+        torch.testing.assert_close(kernels.dots(a, padded, n, step), window_products.dots_reference(a, padded, offsets))
+    torch.testing.assert_close(
+        kernels.mix(weights, padded, n, step), window_products.mix_reference(weights, padded, offsets)
+    )
     if batch == padded_batch:
         spread = kernels.spread(weights, a, padded.shape, n, step)
-        torch.testing.assert_close(spread, window_products._spread(weights, a, padded.shape, offsets))
+        torch.testing.assert_close(spread, window_products.spread_reference(weights, a, padded.shape, offsets))
 
 
 def test_the_kernels_compile_for_a_hopper_gpu():
@@ -73,7 +75,7 @@ def test_the_kernels_compile_for_a_hopper_gpu():
 @pytest.mark.cuda
 def test_on_a_gpu_the_products_and_their_gradients_are_the_cpus():
     """The cost volume and the fill's neighbour sum, forward and backward, on CUDA (one kernel per product) against
-    the same on the CPU (the tensor ops)."""
+    the same on the CPU (one compiled loop nest per product, ``models.window_products_numba``)."""
     g = torch.Generator().manual_seed(0)
     f0, f1 = torch.randn(2, 16, 12, 16, generator=g), torch.randn(2, 16, 12, 16, generator=g)
     flow, kernel = torch.randn(2, 2, 12, 16, generator=g), torch.rand(2, 9, 12, 16, generator=g)

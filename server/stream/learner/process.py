@@ -37,6 +37,7 @@ import cv2
 import numpy as np
 import torch
 
+from models import cpu_loops
 from models.scene_cuts import SceneCuts
 from pipeline_core import StepResult
 from pipeline_core.partition import resolve_devices
@@ -107,9 +108,11 @@ def run_learner_process(cfg: LearnerProcessConfig, ring_spec: RingSpec, slots: A
         return  # the stream was stopped before this process got going
     lc = cfg.learner
     out.put(Phase(f"building the learner ({lc.model} net, {lc.init} weights, {lc.stages} stages)"))
+    device = resolve_devices(list(lc.devices) if lc.devices else None)[0]
+    if device.type == "cpu":
+        cpu_loops.warm()  # before the stage processes fork: they inherit the loops compiled
     sizes = JsonCache(cfg.cache_dir / "learning_sizes.json" if cfg.cache_dir else None)
-    size_key = key(lc.model, lc.stages, resolve_devices(list(lc.devices) if lc.devices else None)[0], cfg.display,
-                   f"{cfg.fps:g}fps")  # fmt: skip
+    size_key = key(lc.model, lc.stages, device, cfg.display, f"{cfg.fps:g}fps")
     cached = sizes.get(size_key) if cfg.auto else None
     start = cfg.ladder.index(tuple(cached)) if cached and tuple(cached) in cfg.ladder else 0
     controller = BudgetController(cfg.ladder, start, cfg.fps, cfg.auto)
