@@ -23,8 +23,8 @@ from typing import Any
 import torch
 
 from bench.gpu_step import frames, service_steps
-from bench.service import parse_size
 from models import variational, window_products
+from server.stream.sizing import parse_size
 from testing.report import Run
 
 #: Each switched part: the module whose entry point the step calls, its name, and the reference its loops replace.

@@ -42,6 +42,7 @@ from pathlib import Path
 import torch
 
 from bench import gpu_step, gpu_streams
+from server.stream.sizing import parse_size
 from testing.report import RESULTS, Run
 
 #: Not testing.server's: parts 1-3 run on GPU machines that lack the service's packages, which that module imports.
@@ -234,11 +235,6 @@ def _said(part: dict) -> str | None:
 
 
 PARTS = {"cuda_tests": cuda_tests, "steps": steps, "streams": streams, "service": service}
-
-
-def parse_size(text: str) -> tuple[int, int]:
-    w, _, h = text.partition("x")
-    return int(w), int(h or w)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,17 +25,12 @@ import numpy as np
 import websockets
 
 from models.streams import generate, write_mp4
+from server.stream.sizing import parse_size
 from testing.report import Run
 from testing.server import ServerProcess
 
 SOURCE_FPS = 30  # the ground truth moves this fast per source frame; a rate r sees pairs 30/r frames apart
 LATENCY_KEYS = ("latency_p50_s", "latency_p95_s", "latency_target_s")
-
-
-def parse_size(text: str) -> tuple[int, int]:
-    """``"128x96"`` (or ``"128"``: square) -> (128, 96)."""
-    width, _, height = text.lower().partition("x")
-    return int(width), int(height or width)
 
 
 async def measure(srv: ServerProcess, sid: str, warmup_s: float, seconds: float) -> dict:

@@ -23,7 +23,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from bench.gpu_step import frames, service_steps
-from bench.service import parse_size
+from server.stream.sizing import parse_size
 from testing.report import Run
 
 #: Ops that launch no kernel on a GPU: allocations (a view is told by its schema).

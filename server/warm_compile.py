@@ -23,20 +23,10 @@ from pathlib import Path
 
 from .stream.learner.learner import Learner, LearnerConfig
 from .stream.learner.profile_cache import JsonCache
-from .stream.sizing import Size
+from .stream.sizing import Size, parse_size
 
 #: How long one size may take to compile before the tool gives up on it (a cold compile: minutes).
 TIMEOUT_S = 900.0
-
-
-def parse_size(text: str) -> Size:
-    try:
-        width, height = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a size is WIDTHxHEIGHT, e.g. 640x480, got {text!r}") from None
-    if width <= 0 or height <= 0:
-        raise argparse.ArgumentTypeError(f"a size has positive sides, got {text!r}")
-    return width, height
 
 
 def warm(args: argparse.Namespace, size: Size, checkpoints: Path) -> dict:

@@ -28,4 +28,3 @@ def test_the_gpu_bench_runs_every_part_on_cpu(tmp_path):
 
 def test_card_names_make_file_names():
     assert gpu.card_name("cpu") == "gpu-cpu"
-    assert gpu.parse_size("640x480") == (640, 480)

@@ -4,7 +4,7 @@ targets, the smallest learning size among them."""
 
 from __future__ import annotations
 
-from bench import service, service_clip
+from bench import service_clip
 from testing.report import RESULTS
 
 
@@ -16,7 +16,6 @@ def test_the_clip_scenario_skips_without_its_clip(tmp_path, capsys):
 
 
 def test_sizes():
-    assert service.parse_size("128x96") == (128, 96) and service.parse_size("128") == (128, 128)
     row = {"dropped": 0, "frames": 600, "expected_frames": 600, "latency_p95_s": 0.3, "latency_target_s": 0.35,
            "learning_sizes": [[160, 120], [128, 96]]}  # fmt: skip
     assert service_clip.verdict(row) and not service_clip.verdict({**row, "dropped": 1})

@@ -3,6 +3,8 @@ aspect ratio (multiples of ``NET_MULTIPLE``), the rate the source's own (capped)
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from models.flow_nets import FLOW_NETS, size_multiple
@@ -15,6 +17,7 @@ from server.stream.sizing import (
     learning_ladder,
     learning_size,
     made_for_side,
+    parse_size,
     stream_fps,
 )
 
@@ -81,3 +84,10 @@ def test_the_cpus_learning_size_has_the_pixels_the_nets_were_made_for(picture, s
 )
 def test_rate(requested, source, cap, expected):
     assert stream_fps(requested, source, cap) == pytest.approx(expected)
+
+
+def test_a_size_on_a_command_line_is_two_positive_sides_or_one_for_a_square():
+    assert parse_size("640x480") == (640, 480) and parse_size("128X96") == (128, 96) and parse_size("128") == (128, 128)
+    for bad, words in (("640x", "WIDTHxHEIGHT"), ("big", "WIDTHxHEIGHT"), ("0x480", "positive"), ("-8x8", "positive")):
+        with pytest.raises(argparse.ArgumentTypeError, match=words):
+            parse_size(bad)

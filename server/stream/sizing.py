@@ -7,6 +7,8 @@ the network learns at the largest size the frame budget allows. Both keep the so
 
 from __future__ import annotations
 
+import argparse
+
 #: The flow nets work on sides that divide by 8 (the service's net's coarsest level is 1/8 of the frame).
 NET_MULTIPLE = 8
 #: The pixels of the size the nets were made for (their pretraining), and of what two cores hold in real time with the
@@ -24,6 +26,19 @@ FALLBACK_FPS = 10.0
 PLAUSIBLE_FPS = (0.5, 240.0)
 
 Size = tuple[int, int]  # (width, height)
+
+
+def parse_size(text: str) -> Size:
+    """``"640x480"`` (or ``"128"``: a square) -> (640, 480): a size on a command line (``argparse``'s ``type``), which
+    refuses anything else in words."""
+    sides = text.lower().split("x")
+    try:
+        width, height = (int(side) for side in sides * (2 if len(sides) == 1 else 1))
+    except ValueError:  # not a number, or not two of them
+        raise argparse.ArgumentTypeError(f"a size is WIDTHxHEIGHT, e.g. 640x480, got {text!r}") from None
+    if width <= 0 or height <= 0:
+        raise argparse.ArgumentTypeError(f"a size has positive sides, got {text!r}")
+    return width, height
 
 
 def fit(width: int, height: int, long_side: int, multiple: int = NET_MULTIPLE) -> Size:
