@@ -45,6 +45,7 @@ from torch import Tensor, nn
 
 from . import scenes
 from .flow_cleanup import EdgeAwareFill
+from .flow_loss import flow_lengths
 from .flow_metrics import FAST_MOTION
 from .flow_nets import WEIGHTS_DIR, PairFeatures, StartFlow, TakeFlow, build_flow_net
 from .still_gate import StillGate
@@ -123,7 +124,7 @@ def no_deep_supervision(net: nn.Sequential) -> Iterator[None]:
 
 
 def epe(flow: Tensor, gt: Tensor) -> Tensor:
-    return torch.linalg.vector_norm(flow - gt, dim=1).mean()
+    return flow_lengths(flow - gt).mean()
 
 
 def multiscale_loss(levels: list[list[Tensor]], gt: Tensor) -> Tensor:
@@ -151,7 +152,7 @@ def held_out_scores(net: nn.Sequential, pairs: np.ndarray, flows: np.ndarray) ->
     sums = dict.fromkeys(("epe", "zero_flow_epe", "fast_epe", "zero_flow_fast_epe", "fast_pixels"), 0.0)
     for i in range(0, len(pairs), 16):
         x, gt = as_input(pairs[i : i + 16]), torch.from_numpy(flows[i : i + 16].astype(np.float32)).permute(0, 3, 1, 2)
-        error, speed = torch.linalg.vector_norm(net(x) - gt, dim=1), torch.linalg.vector_norm(gt, dim=1)
+        error, speed = flow_lengths(net(x) - gt)[:, 0], flow_lengths(gt)[:, 0]
         fast = (speed > FAST_MOTION).float()
         sums["epe"] += float(error.mean()) * len(x)
         sums["zero_flow_epe"] += float(speed.mean()) * len(x)

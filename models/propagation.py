@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .flow_cleanup import box_mean, candidate_errors, frames_of, neighbours
-from .flow_loss import warp
+from .flow_loss import flow_lengths, warp
 from .padding import replicate_pad
 
 
@@ -114,7 +114,7 @@ class FlowPropagation(nn.Module):
             better_here = cells[:, 1:].gather(1, index) < cells[:, :1]
             swapped = torch.where((best < (1 - self.gain) * own) & better_here, _chosen(candidates, index), flow)
             back = backward_flow(prev, cur, self.reach, self.window)
-            mismatch = (swapped + warp(back, swapped)).norm(dim=1, keepdim=True)
-            occluded = mismatch > self.tolerance + self.relative * swapped.norm(dim=1, keepdim=True)
+            mismatch = flow_lengths(swapped + warp(back, swapped))
+            occluded = mismatch > self.tolerance + self.relative * flow_lengths(swapped)
             change = fill_occluded(swapped, prev, occluded, self.offsets, self.rounds) - flow
         return torch.cat([x[:, :2] + F.interpolate(change, scale_factor=f) * f, x[:, 2:]], 1)

@@ -5,6 +5,7 @@ from models.flow_loss import (
     census,
     census_distance,
     census_loss,
+    flow_lengths,
     flow_loss,
     landing_density,
     online_loss,
@@ -181,3 +182,13 @@ def test_a_warp_first_run_in_inference_mode_leaves_caches_a_graph_can_keep():
     flow.requires_grad_(True)
     warp(image, flow).sum().backward()
     assert flow.grad is not None and torch.isfinite(flow.grad).all()
+
+
+def test_flow_lengths_are_the_vectors_norms_and_a_still_vector_passes_no_gradient():
+    flow = torch.randn(2, 2, 6, 7)
+    flow[0, :, 0, 0] = 0.0  # a vector of length zero
+    flow.requires_grad_()
+    lengths = flow_lengths(flow)
+    torch.testing.assert_close(lengths, torch.linalg.vector_norm(flow, dim=1, keepdim=True), rtol=1e-6, atol=1e-12)
+    lengths.sum().backward()
+    assert torch.isfinite(flow.grad).all() and flow.grad[0, :, 0, 0].abs().max() == 0
