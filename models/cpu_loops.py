@@ -26,7 +26,7 @@ def warm() -> None:
     if not numba_installed():
         return
     from . import variational_numba, window_products_numba
-    from .variational import ENERGY
+    from .variational_energy import ENERGY
 
     offsets = ((0, 0), (0, 1), (1, 0), (1, 1))
     a, padded, weights = torch.zeros(1, 1, 2, 2), torch.zeros(1, 1, 3, 3), torch.zeros(1, 4, 2, 2)

@@ -23,8 +23,6 @@ value is read back to the host, so a CUDA graph captures it."""
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -32,36 +30,8 @@ from torch import Tensor, nn
 from .cpu_loops import numba_installed
 from .flow_cleanup import central_differences, frames_of
 from .flow_loss import warp
+from .variational_energy import ALPHA, DELTA, DIAGONAL_FLOOR, ENERGY, EPSILON, GAMMA, OMEGA, ZETA
 from .window_products import LIBRARY
-
-#: Weights of the energy (DIS's, with intensities in 0-255): smoothness, brightness constancy, gradient constancy.
-ALPHA, DELTA, GAMMA = 20.0, 5.0, 10.0
-#: The normalisation's floor (a gradient this small counts as none) and the robust penalties' epsilon.
-ZETA, EPSILON = 0.1, 0.001
-#: Over-relaxation of the SOR sweeps.
-OMEGA = 1.6
-#: A floor on the 2x2 systems' diagonal. Where the still gate's decision cuts a pixel off from all four neighbours on a
-#: flat patch (a saturated sky, a letterbox bar), nothing constrains it: no data, no smoothness, a singular system
-#: whose solve is NaN, and a NaN flow costs the learner a restore. With the floor its increment is zero. Far below
-#: what a connected pixel has (a smoothness edge weighs ALPHA / 2 over the flow's jump along it: 0.25 at 40 px); on
-#: the real clips' frames the refined flow moved by 0.03 px at most with it (exploratory).
-DIAGONAL_FLOOR = 1e-3
-
-
-class Energy(NamedTuple):
-    """The energy's and the solver's weights as the solver's kernels take them: smoothness, brightness constancy,
-    gradient constancy, the robust penalties' epsilon, the over-relaxation and the floor on the systems' diagonal."""
-
-    alpha: float
-    delta: float
-    gamma: float
-    epsilon: float
-    omega: float
-    floor: float
-
-
-#: The weights every kernel of ``variational_solve`` is handed.
-ENERGY = Energy(ALPHA, DELTA, GAMMA, EPSILON, OMEGA, DIAGONAL_FLOOR)
 
 #: ITU-R BT.601 luma: the grey level the energy is written on.
 LUMA = (0.299, 0.587, 0.114)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .variational import Energy
+from .variational_energy import Energy
 
 #: Compiled once per machine and cached beside this module (``cache``); ``error_model="numpy"``: a division by zero
 #: gives inf or NaN as torch's would, with no check per division.

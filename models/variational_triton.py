@@ -19,7 +19,7 @@ import triton.language as tl
 from torch import Tensor
 
 from .triton_launch import OPTIONS
-from .variational import Energy
+from .variational_energy import Energy
 
 #: Pixels per program.
 BLOCK = 256

@@ -14,6 +14,7 @@ from triton_support import compile_for_hopper, interpreted
 from variational_support import solver_problem
 
 from models import variational
+from models.variational_energy import ENERGY
 
 triton = pytest.importorskip("triton", reason="Triton is not installed (it comes with the test extra on Linux x86-64)")
 
@@ -29,7 +30,7 @@ def test_the_kernels_solve_as_the_tensor_ops_do(kernels, batch, height, width, g
     image; the same increment to float32's rounding (the kernels fuse multiply-adds the tensor ops round apart)."""
     flow, terms, inside = solver_problem(batch, height, width, gated, seed=batch)
     reference = variational.solve_reference(flow, terms, inside, 5, 5)
-    solved = kernels.solve(flow, terms, inside, 5, 5, variational.ENERGY)
+    solved = kernels.solve(flow, terms, inside, 5, 5, ENERGY)
     assert reference.abs().max() > 0.5  # it does move the flow
     torch.testing.assert_close(solved, reference, rtol=1e-4, atol=1e-4)
 
@@ -38,7 +39,7 @@ def test_one_inside_map_serves_every_image_of_a_batch(kernels):
     """Without a gate ``inside`` is one map (1, 2, H, W) for the whole batch, as ``refine_flow`` passes it."""
     flow, terms, inside = solver_problem(2, 16, 20, gated=False, seed=3)
     reference = variational.solve_reference(flow, terms, inside, 2, 3)
-    solved = kernels.solve(flow, terms, inside[:1], 2, 3, variational.ENERGY)
+    solved = kernels.solve(flow, terms, inside[:1], 2, 3, ENERGY)
     torch.testing.assert_close(solved, reference, rtol=1e-4, atol=1e-4)
 
 
@@ -48,7 +49,7 @@ def test_a_flow_cut_from_a_wider_tensor_is_solved_as_a_contiguous_one(kernels):
     wide = torch.cat([flow, torch.randn(2, 3, 12, 14)], 1)[:, :2]
     assert not wide.is_contiguous()
     reference = variational.solve_reference(flow, terms, inside, 2, 2)
-    solved = kernels.solve(wide, terms, inside, 2, 2, variational.ENERGY)
+    solved = kernels.solve(wide, terms, inside, 2, 2, ENERGY)
     torch.testing.assert_close(solved, reference, rtol=1e-4, atol=1e-4)
 
 
