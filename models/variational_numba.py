@@ -6,7 +6,7 @@ systems are one loop over the pixels (``_systems``) and each half sweep another 
 ``models.variational_triton``'s, pixel by pixel: a half sweep writes only the pixels of its colour, whose four
 neighbours are all of the other colour, as the reference's two vectorised halves do.
 
-``tests/test_variational.py`` checks it against ``solve_reference``.
+``tests/test_variational_numba.py`` checks it against ``solve_reference``.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from torch import Tensor
 from .variational_energy import Energy
 
 #: Compiled once per machine and cached beside this module (``cache``); ``error_model="numpy"``: a division by zero
-#: gives inf or NaN as torch's would, with no check per division.
-_jit = numba.njit(cache=True, error_model="numpy")
+#: gives inf or NaN as torch's would, with no check per division; ``nogil``: threads that each run a learner do not
+#: wait on one another here.
+_jit = numba.njit(cache=True, error_model="numpy", nogil=True)
 
 
 @_jit

@@ -6,7 +6,7 @@ about 1,600 of them (bench/results/step-ops.md). Here a product is one loop nest
 consecutive memory (the loops over a row vectorise). The sums run in the tensor ops' order (channel by channel,
 offset by offset), the same numbers to float32's rounding.
 
-``tests/test_window_products_kernels.py`` checks them against the tensor ops.
+``tests/test_window_products_numba.py`` checks them against the tensor ops.
 """
 
 from __future__ import annotations
