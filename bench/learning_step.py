@@ -105,17 +105,6 @@ def plain_convs(net) -> None:
                 setattr(module, name, plain)
 
 
-def tensor_ops() -> None:
-    """The solver and the window products in their reference tensor ops, not the CPU's compiled loops (forked stage
-    processes inherit it)."""
-    from models import variational, window_products
-
-    variational.variational_solve = variational.solve_reference
-    window_products._dots = window_products.dots_reference
-    window_products._mix = window_products.mix_reference
-    window_products._spread = window_products.spread_reference
-
-
 def child(way: str, size: tuple[int, int], steps: int, warmup: int) -> dict:
     """Runs in the fresh process: build, step, time."""
     import numpy as np
@@ -137,8 +126,10 @@ def child(way: str, size: tuple[int, int], steps: int, warmup: int) -> dict:
     net = build_flow_net("fast", init="pretrained")
     if way.startswith("plain-convs"):
         plain_convs(net)
-    if way.startswith("tensor-ops"):
-        tensor_ops()
+    if way.startswith("tensor-ops"):  # forked stage processes inherit the switch
+        from bench.cpu_loops import use
+
+        use(loops=False)
     learning = learning_for("pretrained")  # each step the pair shown and a pair of known motion made from it
     feed = learning.feed()
     layers = coarse_then_full(net) if stages == 2 else None
