@@ -1,5 +1,6 @@
 """What the CPU's compiled loops save against the tensor ops they replace: the variational refinement's solver
-(``models.variational_numba``) and the window products (``models.window_products_numba``).
+(``models.variational_numba``), the window products (``models.window_products_numba``) and the edge-aware fill's
+neighbour weights (``models.fill_numba``).
 
 Both measured on this machine, whose speed drifts by a tenth from one minute to the next, in one run and alternating:
 
@@ -23,7 +24,7 @@ from typing import Any
 import torch
 
 from bench.gpu_step import frames, service_steps
-from models import variational, window_products
+from models import flow_cleanup, variational, window_products
 from server.stream.sizing import parse_size
 from testing.report import Run
 
@@ -33,6 +34,8 @@ PARTS = {
     "window dots": (window_products, "_dots", window_products.dots_reference),
     "window mix": (window_products, "_mix", window_products.mix_reference),
     "window spread": (window_products, "_spread", window_products.spread_reference),
+    "fill colours": (flow_cleanup, "_similarity", flow_cleanup.similarity_reference),
+    "fill verified": (flow_cleanup, "_explains", flow_cleanup.explains_reference),
 }
 #: The entry points as shipped (the loops where they take the tensors).
 SHIPPED = {part: getattr(module, name) for part, (module, name, _) in PARTS.items()}

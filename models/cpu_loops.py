@@ -1,5 +1,5 @@
-"""The CPU's compiled loops (``models.window_products_numba``, ``models.variational_numba``): whether they can run
-here, and loading them before a process forks the stages that run them.
+"""The CPU's compiled loops (``models.window_products_numba``, ``models.variational_numba``, ``models.fill_numba``):
+whether they can run here, and loading them before a process forks the stages that run them.
 
 Why load them ahead: Numba compiles a loop at its first call, a few seconds on a machine's first run (then from its
 cache, half a second for all); the stage processes of a learner on CPU fork from the learner's process, and there each
@@ -25,7 +25,7 @@ def warm() -> None:
     """Every loop compiled or loaded from the cache, in this process and so in those it forks."""
     if not numba_installed():
         return
-    from . import variational_numba, window_products_numba
+    from . import fill_numba, variational_numba, window_products_numba
     from .variational_energy import ENERGY
 
     offsets = ((0, 0), (0, 1), (1, 0), (1, 1))
@@ -35,3 +35,6 @@ def warm() -> None:
     window_products_numba.spread(weights, a, padded.shape, offsets)
     flow, terms = torch.zeros(1, 2, 2, 2), torch.ones(1, 12, 2, 2)
     variational_numba.solve(flow, terms, torch.ones(1, 2, 2, 2), 1, 1, ENERGY)
+    image = torch.zeros(1, 3, 2, 2)
+    fill_numba.similarity(image, torch.ones(()), 1)
+    fill_numba.explains(image[:, :1], image[:, :1], flow, 1, 3, 1.0)

@@ -20,10 +20,13 @@ it explains the pixel's window about as well as the best of its nine neighbours'
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .cpu_loops import numba_installed
 from .flow_loss import warp
 from .padding import replicate_pad
 from .window_products import window_mix
@@ -54,6 +57,31 @@ def colour_differences(image: Tensor, dilation: int) -> Tensor:
         [(padded[..., dy : dy + h, dx : dx + w] - image).abs().mean(1, keepdim=True) for dy, dx in _offsets(dilation)],
         1,
     )
+
+
+def similarity_reference(image: Tensor, edge: Tensor, dilation: int) -> Tensor:
+    """(B, 9, H, W): each pixel's 3x3 neighbours at ``dilation`` weighted by e^(-edge · ``colour_differences``),
+    normalised to sum to one: the fill's weights before any flow is read. In tensor ops: the reference of the CPU's
+    loops (``models.fill_numba``), and what runs elsewhere and where ``edge`` learns."""
+    similar = torch.exp(-edge * colour_differences(image, dilation))
+    return similar / similar.sum(1, keepdim=True)
+
+
+def _similarity(image: Tensor, edge: Tensor, dilation: int) -> Tensor:
+    """``similarity_reference`` in the CPU's loops where they take the tensors."""
+    if (loops := _on_cpu(image, edge)) is not None:
+        return loops.similarity(image, edge, dilation)
+    return similarity_reference(image, edge, dilation)
+
+
+def _on_cpu(*tensors: Tensor) -> ModuleType | None:
+    """The fill's loops compiled for the CPU (``models.fill_numba``), where they take these tensors; None: the
+    tensor ops, also while Dynamo traces (it fuses them, and cannot trace into the loops)."""
+    if torch.compiler.is_compiling() or not numba_installed():
+        return None
+    from . import fill_numba
+
+    return fill_numba if fill_numba.fits(*tensors) else None
 
 
 def neighbour_sum(t: Tensor, kernel: Tensor, dilation: int) -> Tensor:
@@ -204,13 +232,25 @@ def neighbour_flows(flow: Tensor, dilation: int) -> Tensor:
     return neighbours(flow, [(dx - dilation, dy - dilation) for dy, dx in _offsets(dilation)])
 
 
-def explains(prev: Tensor, cur: Tensor, flow: Tensor, dilation: int) -> Tensor:
+def explains_window(dilation: int) -> int:
+    """The window ``explains`` judges a neighbour's flow over: 5 px at dilation 4, 7 at 8. The farther a neighbour,
+    the likelier it lies on another surface, and the more evidence its flow needs."""
+    return 2 * dilation.bit_length() - 1
+
+
+def explains_reference(prev: Tensor, cur: Tensor, flow: Tensor, dilation: int) -> Tensor:
     """(B, 9, H, W) in (0, 1]: how well each of a pixel's neighbours' ``flow`` at ``dilation`` explains the pixel's
-    window, against the best of them (``EXPLAINS_SCALE``). The window grows with the reach, 5 px at dilation 4 and 7
-    at 8: the farther a neighbour, the likelier it lies on another surface, and the more evidence its flow needs."""
-    window = 2 * dilation.bit_length() - 1
-    errors = box_mean(candidate_errors(prev, cur, neighbour_flows(flow, dilation)), window)
+    window (``explains_window``) of ``prev`` and ``cur`` (brightness, (B, 1, H, W)), against the best of them
+    (``EXPLAINS_SCALE``). In tensor ops: the reference of the CPU's loops (``models.fill_numba``)."""
+    errors = box_mean(candidate_errors(prev, cur, neighbour_flows(flow, dilation)), explains_window(dilation))
     return torch.exp((errors.amin(1, keepdim=True) - errors) / EXPLAINS_SCALE)
+
+
+def _explains(prev: Tensor, cur: Tensor, flow: Tensor, dilation: int) -> Tensor:
+    """``explains_reference`` in the CPU's loops where they take the tensors."""
+    if (loops := _on_cpu(prev, cur, flow)) is not None:
+        return loops.explains(prev, cur, flow, dilation, explains_window(dilation), EXPLAINS_SCALE)
+    return explains_reference(prev, cur, flow, dilation)
 
 
 class EdgeAwareFill(nn.Module):
@@ -250,10 +290,9 @@ class EdgeAwareFill(nn.Module):
         weighted, weight, fills = flow * sure, sure, []
         for i, d in enumerate(dilations):
             with torch.set_grad_enabled(learning):  # the nine neighbours' weights, normalised
-                similar = torch.exp(-edge * colour_differences(prev, d))
-                kernel = similar / similar.sum(1, keepdim=True)
+                kernel = _similarity(prev, edge, d)
                 if d in self.verified:  # decided on the fill so far, without differentiating it
-                    kernel = kernel * explains(*brightness, (weighted / weight.clamp_min(1e-6)).detach(), d)
+                    kernel = kernel * _explains(*brightness, (weighted / weight.clamp_min(1e-6)).detach(), d)
                 weight = neighbour_sum(weight, kernel, d)
             weighted = neighbour_sum(weighted, kernel, d)
             if i >= len(self.dilations) - 1:  # the near reach's fill and each farther one's
