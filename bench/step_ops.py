@@ -1,13 +1,13 @@
-"""How many tensor ops the service's learning step dispatches, and how many of them the GPU's own kernels fold into one
-launch each: the variational refinement's solver (``models.variational_triton``) and the window products
-(``models.window_products_triton``).
+"""How many tensor ops the service's learning step dispatches, and how many of them the GPU's own kernels fold into a
+few launches: the variational refinement's solver (``models.variational_triton``), the window products
+(``models.window_products_triton``) and the edge-aware fill's weights (``models.fill_triton``).
 
-Counted on the CPU with the solver and the window products in their reference tensor ops (not the CPU's own compiled
-loops, ``models.variational_numba`` and ``models.window_products_numba``), as a GPU without its kernels would launch
-them: a ``TorchDispatchMode`` counts the ops that compute (views and bare allocations launch nothing on a GPU) in one
-steady step of the ``fast`` net learning as the service does (``bench.gpu_step.service_steps``), and which of them ran
-inside the solver or a window product. On a GPU each of those calls is one launch (two kernels per fixed-point round
-and half sweep for the solver: one each); the rest stay one kernel or so per op, as ``bench.gpu`` counts them there.
+Counted on the CPU with those parts in their reference tensor ops (not the CPU's own compiled loops,
+``models.variational_numba``, ``models.window_products_numba``, ``models.fill_numba``), as a GPU without its kernels
+would launch them: a ``TorchDispatchMode`` counts the ops that compute (views and bare allocations launch nothing on a
+GPU) in one steady step of the ``fast`` net learning as the service does (``bench.gpu_step.service_steps``), and which
+of them ran inside each part. On a GPU each call of a part is as many launches as ``LAUNCHES`` says; the rest stay one
+kernel or so per op, as ``bench.gpu`` counts them there.
 
     python -m bench.step_ops                 # 128x96 and 640x480, one stage: step-ops.{md,json}
 """
@@ -58,9 +58,15 @@ class OpCount(TorchDispatchMode):
         return counted
 
 
+#: Launches per call of each part with the GPU's kernels: the solver one kernel per fixed-point round and one per half
+#: sweep (5 + 5 x 5 x 2), a window product one, a reach's colour weights one, a verified reach's two (the warps' errors,
+#: then the windows' means).
+LAUNCHES = {"solver": 5 + 5 * 5 * 2, "window products": 1, "fill colours": 1, "fill verified": 2}
+
+
 def count_step(size: tuple[int, int]) -> dict:
     """One steady learning step at ``size`` (after a few to fill the feed and settle the optimizer), its ops by part."""
-    from models import variational, window_products
+    from models import flow_cleanup, variational, window_products
     from models.flow_nets import build_flow_net
     from models.online import online_pipeline
 
@@ -73,6 +79,8 @@ def count_step(size: tuple[int, int]) -> dict:
         (window_products, "_dots"): count.within("window products", window_products.dots_reference),
         (window_products, "_mix"): count.within("window products", window_products.mix_reference),
         (window_products, "_spread"): count.within("window products", window_products.spread_reference),
+        (flow_cleanup, "_similarity"): count.within("fill colours", flow_cleanup.similarity_reference),
+        (flow_cleanup, "_explains"): count.within("fill verified", flow_cleanup.explains_reference),
     }
     originals = {key: getattr(*key) for key in patched}
     try:
@@ -89,25 +97,23 @@ def count_step(size: tuple[int, int]) -> dict:
         for (module, name), fn in originals.items():
             setattr(module, name, fn)
     total = sum(count.ops.values())
-    fused_ops = sum(n for part, n in count.ops.items() if part is not None)
-    # On a GPU: the solver launches one kernel per fixed-point round and per half sweep (5 + 5 x 5 x 2 = 55 a call).
-    solver_launches = count.calls["solver"] * (5 + 5 * 5 * 2)
-    with_kernels = total - fused_ops + count.calls["window products"] + solver_launches
-    return {"size": list(size), "ops": total, "parts": {part: {"ops": count.ops[part], "calls": count.calls[part]}
-            for part in ("solver", "window products")}, "with_gpu_kernels": with_kernels}  # fmt: skip
+    parts = {part: {"ops": count.ops[part], "calls": count.calls[part]} for part in LAUNCHES}
+    with_kernels = total - sum(p["ops"] for p in parts.values())
+    with_kernels += sum(p["calls"] * LAUNCHES[part] for part, p in parts.items())
+    return {"size": list(size), "ops": total, "parts": parts, "with_gpu_kernels": with_kernels}
 
 
 def markdown(rows: list[dict]) -> str:
     lines = [
-        "| size | tensor ops a step | in the solver (calls) | in window products (calls) | launches with the GPU's "
-        "kernels | fewer |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| size | tensor ops a step | "
+        + " | ".join(f"in {part} (calls)" for part in LAUNCHES)
+        + " | launches with the GPU's kernels | fewer |",
+        "|---|---:|" + "---:|" * len(LAUNCHES) + "---:|---:|",
     ]
     for r in rows:
-        solver, products = r["parts"]["solver"], r["parts"]["window products"]
+        parts = " | ".join(f"{r['parts'][part]['ops']} ({r['parts'][part]['calls']})" for part in LAUNCHES)
         lines.append(
-            f"| {r['size'][0]}×{r['size'][1]} | {r['ops']} | {solver['ops']} ({solver['calls']}) | "
-            f"{products['ops']} ({products['calls']}) | {r['with_gpu_kernels']} | "
+            f"| {r['size'][0]}×{r['size'][1]} | {r['ops']} | {parts} | {r['with_gpu_kernels']} | "
             f"{1 - r['with_gpu_kernels'] / r['ops']:.0%} |"
         )
     return "\n".join(lines) + "\n"

@@ -1,12 +1,13 @@
 """The edge-aware fill's neighbour weights (``models.flow_cleanup``) compiled for the CPU by Numba.
 
 Why: the fill decides how much each pixel's nine neighbours count at four reaches, from their colours and, at the two
-farthest, from how well each neighbour's flow explains the pixel. In tensor ops that is some 150 ops a fill over
-small images (nine shifted differences a reach, nine warps and two running sums a verified reach), whose cost is
+farthest, from how well each neighbour's flow explains the pixel. In tensor ops that is some 180 of a fill's 405 ops
+over small images (nine shifted differences a reach, nine warps and two running sums a verified reach), whose cost is
 mostly the ops' own: the fill was a quarter of the service's forward at 128x96 (exploratory:
-docs/notebook/2026-11-29-the-fills-weights-as-loops.md). Here each weight is one loop nest over the pixels, in the
-tensor ops' order of arithmetic: the same numbers to float32's rounding (a warp reads its pixel position without
-``grid_sample``'s round trip through [-1, 1]; a window's mean sums directly, not as a difference of running sums).
+docs/notebook/2026-11-29-the-fills-weights-as-loops.md). Here the differences, the warps and the sums are one loop
+nest each (their exponentials stay tensor ops, vectorised there), in the tensor ops' order of arithmetic: the same
+numbers to float32's rounding (a warp reads its pixel position without ``grid_sample``'s round trip through [-1, 1];
+a window's mean sums directly, not as a difference of running sums).
 
 Neither takes a gradient: the fill decides its weights without differentiating them while it learns online
 (``EdgeAwareFill.learn_scales``); where the colour scale learns (pretraining), the tensor ops run.

@@ -61,27 +61,32 @@ def colour_differences(image: Tensor, dilation: int) -> Tensor:
 
 def similarity_reference(image: Tensor, edge: Tensor, dilation: int) -> Tensor:
     """(B, 9, H, W): each pixel's 3x3 neighbours at ``dilation`` weighted by e^(-edge · ``colour_differences``),
-    normalised to sum to one: the fill's weights before any flow is read. In tensor ops: the reference of the CPU's
-    loops (``models.fill_numba``), and what runs elsewhere and where ``edge`` learns."""
+    normalised to sum to one: the fill's weights before any flow is read. In tensor ops: the reference of the devices'
+    own kernels (``models.fill_numba``, ``models.fill_triton``), and what runs where ``edge`` learns."""
     similar = torch.exp(-edge * colour_differences(image, dilation))
     return similar / similar.sum(1, keepdim=True)
 
 
 def _similarity(image: Tensor, edge: Tensor, dilation: int) -> Tensor:
-    """``similarity_reference`` in the CPU's loops where they take the tensors."""
-    if (loops := _on_cpu(image, edge)) is not None:
-        return loops.similarity(image, edge, dilation)
+    """``similarity_reference`` in the device's own kernels where they take the tensors."""
+    if (kernels := _kernels(image, edge)) is not None:
+        return kernels.similarity(image, edge, dilation)
     return similarity_reference(image, edge, dilation)
 
 
-def _on_cpu(*tensors: Tensor) -> ModuleType | None:
-    """The fill's loops compiled for the CPU (``models.fill_numba``), where they take these tensors; None: the
-    tensor ops, also while Dynamo traces (it fuses them, and cannot trace into the loops)."""
-    if torch.compiler.is_compiling() or not numba_installed():
+def _kernels(*tensors: Tensor) -> ModuleType | None:
+    """The fill's weights as the device's own kernels, where they take these tensors: a GPU's Triton kernels
+    (``models.fill_triton``), the CPU's loops compiled by Numba (``models.fill_numba``). None: the tensor ops, also
+    while Dynamo traces (inductor fuses them)."""
+    if torch.compiler.is_compiling():
         return None
-    from . import fill_numba
-
-    return fill_numba if fill_numba.fits(*tensors) else None
+    if tensors[0].is_cuda:
+        from . import fill_triton as kernels  # imported on a GPU only: Triton comes with torch's CUDA wheels
+    elif numba_installed():
+        from . import fill_numba as kernels
+    else:
+        return None
+    return kernels if kernels.fits(*tensors) else None
 
 
 def neighbour_sum(t: Tensor, kernel: Tensor, dilation: int) -> Tensor:
@@ -241,15 +246,16 @@ def explains_window(dilation: int) -> int:
 def explains_reference(prev: Tensor, cur: Tensor, flow: Tensor, dilation: int) -> Tensor:
     """(B, 9, H, W) in (0, 1]: how well each of a pixel's neighbours' ``flow`` at ``dilation`` explains the pixel's
     window (``explains_window``) of ``prev`` and ``cur`` (brightness, (B, 1, H, W)), against the best of them
-    (``EXPLAINS_SCALE``). In tensor ops: the reference of the CPU's loops (``models.fill_numba``)."""
+    (``EXPLAINS_SCALE``). In tensor ops: the reference of the devices' own kernels (``models.fill_numba``,
+    ``models.fill_triton``)."""
     errors = box_mean(candidate_errors(prev, cur, neighbour_flows(flow, dilation)), explains_window(dilation))
     return torch.exp((errors.amin(1, keepdim=True) - errors) / EXPLAINS_SCALE)
 
 
 def _explains(prev: Tensor, cur: Tensor, flow: Tensor, dilation: int) -> Tensor:
-    """``explains_reference`` in the CPU's loops where they take the tensors."""
-    if (loops := _on_cpu(prev, cur, flow)) is not None:
-        return loops.explains(prev, cur, flow, dilation, explains_window(dilation), EXPLAINS_SCALE)
+    """``explains_reference`` in the device's own kernels where they take the tensors."""
+    if (kernels := _kernels(prev, cur, flow)) is not None:
+        return kernels.explains(prev, cur, flow, dilation, explains_window(dilation), EXPLAINS_SCALE)
     return explains_reference(prev, cur, flow, dilation)
 
 

@@ -1,7 +1,7 @@
 """The products with shifted windows (``models.window_products``) as Triton kernels, for a GPU.
 
 Why: in tensor ops every window is its own kernel or two (a product and a sum per offset, an accumulation per offset
-backwards), and the coarsest cost volume has 81 offsets: a learning step's 34 products are 1,017 of its 4,670 tensor
+backwards), and the coarsest cost volume has 81 offsets: a learning step's 34 products are 1,017 of its 4,689 tensor
 ops (bench/results/step-ops.md), each reading whole feature maps. Here each product is one kernel over all its
 offsets. The windows of both uses lie on a square grid (``grid_of``): the cost volume's every offset within its
 radius, the fill's 3 x 3 neighbours at a dilation; any other set of offsets stays with the tensor ops.
