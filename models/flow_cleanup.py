@@ -29,7 +29,7 @@ from torch import Tensor, nn
 from .cpu_loops import numba_installed
 from .flow_loss import warp
 from .padding import replicate_pad
-from .window_products import window_mix
+from .window_products import LIBRARY, window_mix
 
 
 def frames_of(x: Tensor) -> Tensor:
@@ -68,18 +68,26 @@ def similarity_reference(image: Tensor, edge: Tensor, dilation: int) -> Tensor:
 
 
 def _similarity(image: Tensor, edge: Tensor, dilation: int) -> Tensor:
-    """``similarity_reference`` in the device's own kernels where they take the tensors."""
+    """``similarity_reference`` in the device's own kernels where they take the tensors (a custom op while Dynamo
+    traces: ``fill_similarity_op``)."""
+    if torch.compiler.is_compiling() and not _wants_grad(image, edge):
+        return fill_similarity_op(image, edge, dilation)
+    return _similarity_eager(image, edge, dilation)
+
+
+def _similarity_eager(image: Tensor, edge: Tensor, dilation: int) -> Tensor:
     if (kernels := _kernels(image, edge)) is not None:
         return kernels.similarity(image, edge, dilation)
     return similarity_reference(image, edge, dilation)
 
 
+def _wants_grad(*tensors: Tensor) -> bool:
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
 def _kernels(*tensors: Tensor) -> ModuleType | None:
     """The fill's weights as the device's own kernels, where they take these tensors: a GPU's Triton kernels
-    (``models.fill_triton``), the CPU's loops compiled by Numba (``models.fill_numba``). None: the tensor ops, also
-    while Dynamo traces (inductor fuses them)."""
-    if torch.compiler.is_compiling():
-        return None
+    (``models.fill_triton``), the CPU's loops compiled by Numba (``models.fill_numba``). None: the tensor ops."""
     if tensors[0].is_cuda:
         from . import fill_triton as kernels  # imported on a GPU only: Triton comes with torch's CUDA wheels
     elif numba_installed():
@@ -253,10 +261,43 @@ def explains_reference(prev: Tensor, cur: Tensor, flow: Tensor, dilation: int) -
 
 
 def _explains(prev: Tensor, cur: Tensor, flow: Tensor, dilation: int) -> Tensor:
-    """``explains_reference`` in the device's own kernels where they take the tensors."""
+    """``explains_reference`` in the device's own kernels where they take the tensors (a custom op while Dynamo
+    traces: ``fill_explains_op``)."""
+    if torch.compiler.is_compiling() and not _wants_grad(prev, cur, flow):
+        return fill_explains_op(prev, cur, flow, dilation)
+    return _explains_eager(prev, cur, flow, dilation)
+
+
+def _explains_eager(prev: Tensor, cur: Tensor, flow: Tensor, dilation: int) -> Tensor:
     if (kernels := _kernels(prev, cur, flow)) is not None:
         return kernels.explains(prev, cur, flow, dilation, explains_window(dilation), EXPLAINS_SCALE)
     return explains_reference(prev, cur, flow, dilation)
+
+
+# The fill's weights as ``torch.library`` custom ops, for ``torch.compile``: Dynamo cannot trace into the kernels, and
+# a compiled step must compute what the eager one does (the compiled twin takes over a stream's learning:
+# ``server.stream.learner.compiled_twin``), so a compiled fill calls the same kernels as one node each, its fake kernel
+# giving the shape. Neither takes a gradient (where the colour scale learns, the tensor ops are traced).
+@torch.library.custom_op(f"{LIBRARY}::fill_similarity", mutates_args=())
+def fill_similarity_op(image: Tensor, edge: Tensor, dilation: int) -> Tensor:
+    """``_similarity``, as one node of a compiled graph."""
+    return _similarity_eager(image, edge, dilation).contiguous()
+
+
+@fill_similarity_op.register_fake
+def _fill_similarity_shape(image: Tensor, edge: Tensor, dilation: int) -> Tensor:
+    return image.new_empty(image.shape[0], 9, *image.shape[-2:])
+
+
+@torch.library.custom_op(f"{LIBRARY}::fill_explains", mutates_args=())
+def fill_explains_op(prev: Tensor, cur: Tensor, flow: Tensor, dilation: int) -> Tensor:
+    """``_explains``, as one node of a compiled graph."""
+    return _explains_eager(prev, cur, flow, dilation).contiguous()
+
+
+@fill_explains_op.register_fake
+def _fill_explains_shape(prev: Tensor, cur: Tensor, flow: Tensor, dilation: int) -> Tensor:
+    return prev.new_empty(prev.shape[0], 9, *prev.shape[-2:])
 
 
 class EdgeAwareFill(nn.Module):

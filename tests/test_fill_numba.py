@@ -63,3 +63,14 @@ def test_without_numba_the_fill_runs_as_tensor_ops(monkeypatch):
     image = torch.rand(1, 3, 6, 7)
     edge = torch.tensor(9.9)
     assert torch.equal(flow_cleanup._similarity(image, edge, 1), flow_cleanup.similarity_reference(image, edge, 1))
+
+
+def test_a_compiled_fill_calls_the_same_loops():
+    """While Dynamo traces, the weights are custom ops that call the loops: the compiled fill puts out the eager
+    fill's numbers (a compiled twin takes over a stream's learning), in one graph."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(1, 12, 16, 24, generator=g)
+    x[:, :2] = 2 * torch.randn(1, 2, 16, 24, generator=g)
+    fill = EdgeAwareFill(verified=(4, 8))
+    with torch.no_grad():
+        assert torch.equal(torch.compile(fill, backend="eager", fullgraph=True)(x), fill(x))
