@@ -24,27 +24,9 @@ from typing import Any
 import torch
 
 from bench.gpu_step import frames, service_steps
-from models import flow_cleanup, variational, window_products
+from bench.own_kernels import PARTS, SHIPPED, use
 from server.stream.sizing import parse_size
 from testing.report import Run
-
-#: Each switched part: the module whose entry point the step calls, its name, and the reference its loops replace.
-PARTS = {
-    "solver": (variational, "variational_solve", variational.solve_reference),
-    "window dots": (window_products, "_dots", window_products.dots_reference),
-    "window mix": (window_products, "_mix", window_products.mix_reference),
-    "window spread": (window_products, "_spread", window_products.spread_reference),
-    "fill colours": (flow_cleanup, "_similarity", flow_cleanup.similarity_reference),
-    "fill verified": (flow_cleanup, "_explains", flow_cleanup.explains_reference),
-}
-#: The entry points as shipped (the loops where they take the tensors).
-SHIPPED = {part: getattr(module, name) for part, (module, name, _) in PARTS.items()}
-
-
-def use(loops: bool) -> None:
-    """Every switched entry point to its loops (as shipped) or to its reference tensor ops."""
-    for part, (module, name, reference) in PARTS.items():
-        setattr(module, name, SHIPPED[part] if loops else reference)
 
 
 def per_call(pipe: Any, inputs: list, repeats: int) -> dict[str, dict[str, float]]:
@@ -62,7 +44,7 @@ def per_call(pipe: Any, inputs: list, repeats: int) -> dict[str, dict[str, float
         setattr(module, name, recording(part))
     step_input, target = inputs
     pipe.step(step_input, target=target)
-    use(loops=True)
+    use(kernels=True)
     totals: dict[str, dict[str, float]] = {}
     for part, args in calls:
         reference = PARTS[part][2]
@@ -91,7 +73,7 @@ def whole_steps(pipe: Any, inputs: list, rounds: int, switch: int) -> dict[str, 
                 start = time.perf_counter()
                 pipe.step(step_input, target=target)
                 seconds[loops].append(time.perf_counter() - start)
-    use(loops=True)
+    use(kernels=True)
     loops_ms, tensor_ops_ms = (1e3 * statistics.median(seconds[k]) for k in (True, False))
     return {"steps_each": rounds * switch, "loops_ms": loops_ms, "tensor_ops_ms": tensor_ops_ms}
 

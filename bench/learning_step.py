@@ -127,9 +127,9 @@ def child(way: str, size: tuple[int, int], steps: int, warmup: int) -> dict:
     if way.startswith("plain-convs"):
         plain_convs(net)
     if way.startswith("tensor-ops"):  # forked stage processes inherit the switch
-        from bench.cpu_loops import use
+        from bench.own_kernels import use
 
-        use(loops=False)
+        use(kernels=False)
     learning = learning_for("pretrained")  # each step the pair shown and a pair of known motion made from it
     feed = learning.feed()
     layers = coarse_then_full(net) if stages == 2 else None

@@ -23,6 +23,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from bench.gpu_step import frames, service_steps
+from bench.own_kernels import PARTS
 from server.stream.sizing import parse_size
 from testing.report import Run
 
@@ -58,15 +59,15 @@ class OpCount(TorchDispatchMode):
         return counted
 
 
-#: Launches per call of each part with the GPU's kernels: the solver one kernel per fixed-point round and one per half
-#: sweep (5 + 5 x 5 x 2), a window product one, a reach's colour weights one, a verified reach's two (the warps' errors,
-#: then the windows' means).
-LAUNCHES = {"solver": 5 + 5 * 5 * 2, "window products": 1, "fill colours": 1, "fill verified": 2}
+#: Launches per call of each part (``bench.own_kernels.PARTS``) with the GPU's kernels: the solver one kernel per
+#: fixed-point round and one per half sweep (5 + 5 x 5 x 2), a window product one, a reach's colour weights one, a
+#: verified reach's two (the warps' errors, then the windows' means).
+LAUNCHES = {"solver": 5 + 5 * 5 * 2, "window dots": 1, "window mix": 1, "window spread": 1, "fill colours": 1,
+            "fill verified": 2}  # fmt: skip
 
 
 def count_step(size: tuple[int, int]) -> dict:
     """One steady learning step at ``size`` (after a few to fill the feed and settle the optimizer), its ops by part."""
-    from models import flow_cleanup, variational, window_products
     from models.flow_nets import build_flow_net
     from models.online import online_pipeline
 
@@ -74,14 +75,7 @@ def count_step(size: tuple[int, int]) -> dict:
     learning, inputs = service_steps(pairs)
     pipe = online_pipeline(build_flow_net("fast", init="pretrained"), pairs[0], 1, learning=learning)
     count = OpCount()
-    patched = {
-        (variational, "variational_solve"): count.within("solver", variational.solve_reference),  # the tensor ops
-        (window_products, "_dots"): count.within("window products", window_products.dots_reference),
-        (window_products, "_mix"): count.within("window products", window_products.mix_reference),
-        (window_products, "_spread"): count.within("window products", window_products.spread_reference),
-        (flow_cleanup, "_similarity"): count.within("fill colours", flow_cleanup.similarity_reference),
-        (flow_cleanup, "_explains"): count.within("fill verified", flow_cleanup.explains_reference),
-    }
+    patched = {(module, name): count.within(part, reference) for part, (module, name, reference) in PARTS.items()}
     originals = {key: getattr(*key) for key in patched}
     try:
         for (module, name), fn in patched.items():

@@ -22,9 +22,8 @@ import math
 import numba
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import Tensor
-
-from .padding import replicate_pad
 
 #: As ``models.window_products_numba``: compiled once per machine, cached beside this module, the GIL released.
 _jit = numba.njit(cache=True, nogil=True)
@@ -110,7 +109,7 @@ def similarity(image: Tensor, edge: Tensor, dilation: int) -> Tensor:
     The exponential in a tensor op: vectorised there, where a loop's is one value at a time."""
     batch, _, h, w = image.shape
     out = image.new_empty(batch, 9, h, w)
-    padded = replicate_pad(image, [dilation] * 4)
+    padded = F.pad(image, [dilation] * 4, mode="replicate")  # eager only: no custom op for Dynamo needed
     _colour_differences(_array(image), _array(padded), dilation, out.numpy())
     similar = out.mul_(-edge).exp_()
     return similar / similar.sum(1, keepdim=True)
