@@ -76,6 +76,7 @@ def _similarity(image: Tensor, edge: Tensor, dilation: int) -> Tensor:
 
 
 def _similarity_eager(image: Tensor, edge: Tensor, dilation: int) -> Tensor:
+    """The device's kernels, else the tensor ops: what an eager fill and the custom op run."""
     if (kernels := _kernels(image, edge)) is not None:
         return kernels.similarity(image, edge, dilation)
     return similarity_reference(image, edge, dilation)
@@ -246,8 +247,8 @@ def neighbour_flows(flow: Tensor, dilation: int) -> Tensor:
 
 
 def explains_window(dilation: int) -> int:
-    """The window ``explains`` judges a neighbour's flow over: 5 px at dilation 4, 7 at 8. The farther a neighbour,
-    the likelier it lies on another surface, and the more evidence its flow needs."""
+    """The window over which a neighbour's flow is judged (``explains_reference``): 5 px at dilation 4, 7 at 8. The
+    farther a neighbour, the likelier it lies on another surface, and the more evidence its flow needs."""
     return 2 * dilation.bit_length() - 1
 
 
@@ -269,6 +270,7 @@ def _explains(prev: Tensor, cur: Tensor, flow: Tensor, dilation: int) -> Tensor:
 
 
 def _explains_eager(prev: Tensor, cur: Tensor, flow: Tensor, dilation: int) -> Tensor:
+    """The device's kernels, else the tensor ops: what an eager fill and the custom op run."""
     if (kernels := _kernels(prev, cur, flow)) is not None:
         return kernels.explains(prev, cur, flow, dilation, explains_window(dilation), EXPLAINS_SCALE)
     return explains_reference(prev, cur, flow, dilation)
@@ -304,8 +306,8 @@ class EdgeAwareFill(nn.Module):
     """[flow, frames, ...] -> the same tensor with the flow filled in where it is unsure (module docstring).
 
     ``verified``: dilations at which a neighbour's flow fills a pixel only as far as it explains that pixel's window
-    about as well as the best of the nine (``explains``, on brightness): a colour alone does not tell a swaying
-    branch from the still leaves around it, whose confident zeros then took half its motion
+    about as well as the best of the nine (``explains_reference``, on brightness): a colour alone does not tell a
+    swaying branch from the still leaves around it, whose confident zeros then took half its motion
     (docs/models.md#a-neighbour-fills-a-pixel-only-with-a-flow-that-explains-it).
 
     ``farther``: dilations past ``dilations`` (whose cascade reaches 15 px) that fill a pixel as far as the nearer
