@@ -92,11 +92,8 @@ def _window_errors(prev, cur, flow, dilation, half, out):  # noqa: ANN001, ANN20
 
 
 def fits(*tensors: Tensor) -> bool:
-    """Whether the loops take these tensors: on the CPU, float32 (the loops round as float32 does), no gradient asked
-    of them."""
-    return all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors) and not (
-        torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-    )
+    """Whether the loops take these tensors: on the CPU, float32 (the loops round as float32 does)."""
+    return all(t.device.type == "cpu" and t.dtype == torch.float32 for t in tensors)
 
 
 def _array(t: Tensor) -> np.ndarray:

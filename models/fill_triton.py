@@ -28,10 +28,8 @@ BLOCK = 128
 
 
 def fits(*tensors: Tensor) -> bool:
-    """Whether the kernels take these tensors: float32 on a GPU, no gradient asked of them."""
-    return all(t.is_cuda and t.dtype == torch.float32 for t in tensors) and not (
-        torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-    )
+    """Whether the kernels take these tensors: float32 on a GPU."""
+    return all(t.is_cuda and t.dtype == torch.float32 for t in tensors)
 
 
 @triton.jit

@@ -88,7 +88,10 @@ def _wants_grad(*tensors: Tensor) -> bool:
 
 def _kernels(*tensors: Tensor) -> ModuleType | None:
     """The fill's weights as the device's own kernels, where they take these tensors: a GPU's Triton kernels
-    (``models.fill_triton``), the CPU's loops compiled by Numba (``models.fill_numba``). None: the tensor ops."""
+    (``models.fill_triton``), the CPU's loops compiled by Numba (``models.fill_numba``). None: the tensor ops, also
+    where a gradient is asked of the weights (the colour scale learning: neither device's kernels take one)."""
+    if _wants_grad(*tensors):
+        return None
     if tensors[0].is_cuda:
         from . import fill_triton as kernels  # imported on a GPU only: Triton comes with torch's CUDA wheels
     elif numba_installed():
