@@ -80,11 +80,8 @@ class StepResult:
 
     @property
     def step_seconds(self) -> float:
-        """The whole step's duration (on CUDA this waits for the step): what the host waited for it, and at least its
-        slowest stage's time (a stage process may finish its step after the host has its results, or begin it before
-        the host sent its frame: ``Pipeline``'s ``start_early``). A step lasts as long as its slowest stage."""
-        waited = 0.0 if self._clock is None else self._clock.seconds
-        return max([waited, *(s for s in self.stage_seconds if s is not None)])
+        """The whole step's duration (on CUDA this waits for the step)."""
+        return 0.0 if self._clock is None else self._clock.seconds
 
     @cached_property
     def stage_seconds(self) -> list[float | None]:

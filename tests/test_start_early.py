@@ -87,11 +87,6 @@ def test_stages_started_early_compute_what_they_compute_when_sent_with_the_frame
     assert same(weights(got_taken[0], 0), weights(want_taken[0], 0))
     assert all(same(weights(got_taken[0], h), weights(want_taken[1], h)) for h in range(1, stages))
     assert not same(weights(got_taken[0], 1), weights(want_taken[0], 1))
-    # A step lasts as long as its slowest stage, the one started early too.
-    for results in (got[4:13], want[4:13]):  # full steps, before the load starts afresh
-        step = sum(r.step_seconds for r in results) / len(results)
-        stage_means = [sum(r.stage_seconds[h] for r in results) / len(results) for h in range(stages)]
-        assert all(0 < mean <= 1.05 * step for mean in stage_means), (step, stage_means)
 
 
 def test_a_local_runtime_does_not_start_early():
