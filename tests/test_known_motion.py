@@ -100,3 +100,15 @@ def test_a_broken_frames_flow_spoils_no_pair_made_after_it():
     for _ in range(4):
         step_input, target = feed(pair)
         assert torch.isfinite(step_input).all() and torch.isfinite(target).all()
+
+
+def test_a_broken_frame_where_a_motion_is_drawn_spoils_none_of_the_pairs_it_serves():
+    """A motion holds the light it read when drawn (``hold`` pairs): read off a NaN frame (the ``nan_loss`` fault), it
+    counted as no change; held NaN, it made every pair it served NaN, and the service recovered from each of them."""
+    pair, flow = real_pair()
+    broken = torch.full_like(pair, float("nan"))
+    motion, stream = KnownMotion(seed=3, hold=4, every=1), moving(2.0, 4.0)
+    assert torch.isfinite(light_change(broken, flow)).all()
+    motion(broken, flow, stream)  # draws the motion on the broken pair
+    for _ in range(3):  # the pairs it serves after it
+        assert torch.isfinite(motion(pair, flow, stream).pair).all()
