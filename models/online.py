@@ -281,14 +281,15 @@ def online_pipeline(
     cuda_graph: bool | None = None,
     runtime: str = "local",
     start_method: str | None = None,
+    start_early: bool = False,
 ) -> Pipeline:
     """The service's learner around ``model``, learning as ``learning`` says (``Learning``: its loss, optimizer, rate
     and stale-gradient rule unless ``loss_fn``, ``optimizer``, ``lr`` or ``align_stale_grad`` (None: as it was sent,
     PARTIME as published) say otherwise), on inputs shaped as ``learning.sample(sample)`` for a real pair ``sample``:
     ``stages`` stages split by measured layer costs (unless ``layers`` gives the split; ``Pipeline`` profiles it
     otherwise), one Adam per stage, every stage at ``lr``. ``compile_backend`` and
-    ``cuda_graph`` go to ``Pipeline`` (on CUDA whole-step graphs are on by default), as do ``runtime`` and
-    ``start_method`` (where the stages run).
+    ``cuda_graph`` go to ``Pipeline`` (on CUDA whole-step graphs are on by default), as do ``runtime``,
+    ``start_method`` and ``start_early`` (where the stages run, and when).
 
     Why one rate for every stage, stale or not: Adam already normalises each step, and a PARTIME stage's gradients are
     only 2(D-1-h) frames old; scaling a stale stage's rate down by its delay (base / (1 + delay), PipeMare's rule,
@@ -312,6 +313,7 @@ def online_pipeline(
         cuda_graph=cuda_graph,
         runtime=runtime,
         start_method=start_method,
+        start_early=start_early,
         shown=learning.shown,
     )
     pipe.set_lr(lr)  # also when ``optimizer`` is given: ``lr`` is every stage's rate whatever the factory's default

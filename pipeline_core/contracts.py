@@ -39,14 +39,18 @@ class Runtime(Protocol):
 
     #: Every stage is on a CUDA device: ``Pipeline`` times steps with events and may capture CUDA graphs.
     cuda: bool
+    #: ``run_step`` takes the following step's plan and sends the stages after the first their part of it early
+    #: (``ProcessRuntime``; the schedule's ``later_stages_ahead``).
+    starts_early: bool
 
     def feed(self, kind: str, stage: int, frame: int, tensor: Tensor) -> None:
         """Hand ``stage`` a tensor from the host between steps (``input`` frames, ``target`` s);
         it is copied before this returns, so the caller may reuse its buffer."""
         ...
 
-    def run_step(self, step: int, plan: StepActions) -> StepRecord:
-        """Run every stage's actions of one step; raise ``PipelineError`` rather than hang."""
+    def run_step(self, step: int, plan: StepActions, following: StepActions | None = None) -> StepRecord:
+        """Run every stage's actions of one step; raise ``PipelineError`` rather than hang. ``following``: only
+        where ``starts_early``."""
         ...
 
     def new_epoch(self) -> None:

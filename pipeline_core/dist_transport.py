@@ -19,6 +19,7 @@ so a timeout is fatal for the pipeline and is raised as a ``PipelineError`` nami
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -52,6 +53,7 @@ class DistTransport:
         self._buffers: dict[tuple[str, int], Tensor] = {}
         self._slots: dict[str, int] = {}
         self._sending: list[tuple[dist.Work, Tensor, str]] = []
+        self.receiving_s = 0.0  # time spent waiting for messages to arrive, in all (a stage's busy time leaves it out)
 
     # -- receiving -----------------------------------------------------------------------------
     def post(self, kind: str, frame: int, source: int, meta: TensorMeta, slots: int = 2) -> None:
@@ -84,7 +86,9 @@ class DistTransport:
         if incoming is None:
             raise PipelineError(f"stage {stage} needs {kind} of frame {frame}, but no one sends it")
         if incoming.work is not None:
+            began = time.perf_counter()
             self._wait(incoming.work, f"receiving {kind} of frame {frame} from stage {incoming.source}")
+            self.receiving_s += time.perf_counter() - began
         return incoming.tensor
 
     # -- sending -------------------------------------------------------------------------------

@@ -15,8 +15,11 @@ from .microbatch import scatter
 from .schedules import SENDS, Action, Op, StepActions
 from .stage import LossFn, Stage
 
+#: A message between stages: ``(kind, frame, sending stage)``.
+Message = tuple[str, int, int]
 
-def messages_to(plan: StepActions, h: int) -> list[tuple[str, int, int]]:
+
+def messages_to(plan: StepActions, h: int) -> list[Message]:
     """``(kind, frame, sending stage)`` of every message other stages send to stage ``h`` in ``plan``,
     in sending order: what a runtime whose stages cannot see each other must get ready to receive."""
     incoming = []

@@ -40,6 +40,7 @@ class Pipeline:
         timeout: float = 120.0,
         runtime: str = "local",
         start_method: str | None = None,
+        start_early: bool = False,
         align_stale_grad: GradAlign | None = None,
         compile_backend: str | None = None,
         shown: int = 0,
@@ -48,7 +49,10 @@ class Pipeline:
         graph it is pushed through (PARTIME's stale gradients; see ``Stage.backward``); None: as it came.
         ``compile_backend``: ``torch.compile`` every stage with it (see ``Stage``; it compiles at the first step).
         ``shown``: the first ``shown`` samples of every input are only shown: forwarded without a graph, their output
-        returned like the rest (the loss must not read them); the pipeline learns from the others."""
+        returned like the rest (the loss must not read them); the pipeline learns from the others.
+        ``start_early`` (``runtime='processes'``): where the schedule allows it (``Schedule.later_stages_ahead``), the
+        stages after the first begin the next step while the caller prepares its frame (``ProcessRuntime.run_step``);
+        between two steps they may then hold one update more than the first (a state dict taken there shows it)."""
         model = check_sequential(model)
         resolved = resolve_devices(devices)
         self.balance = choose_balance(model, sample_input, stages, balance, resolved, loss_fn, shown)
@@ -58,7 +62,7 @@ class Pipeline:
         parts = (model, sample_input, self.balance, resolved, optimizer, schedule, learn, align_stale_grad)
         built = build(*parts, compile_backend, shown)
         self.stages, self.schedule = built.stages, built.schedule
-        self.runtime: Runtime = self._make_runtime(runtime, built.metas, timeout, start_method)
+        self.runtime: Runtime = self._make_runtime(runtime, built.metas, timeout, start_method, start_early)
         self._graphs = self._make_graphs(cuda_graph)
         self._epoch = Epoch(self.schedule, learn=loss_fn is not None)
         self._targets: dict[int, Tensor] = {}  # fed targets whose frame's loss is still to come
@@ -68,17 +72,21 @@ class Pipeline:
         self._frame_base = 0  # global index of the current epoch's frame 0
 
     # -- construction helpers ------------------------------------------------------------------
-    def _make_runtime(self, name: str, metas: list[TensorMeta], timeout: float, start_method: str | None) -> Runtime:
+    def _make_runtime(self, name: str, metas: list[TensorMeta], timeout: float, start_method: str | None,
+                      start_early: bool) -> Runtime:  # fmt: skip
         """``local``: threads or CUDA streams in this process; ``processes``: one process per stage, started by
         ``start_method`` (multiprocessing's; default: a fork server, ``processes.START_METHOD``)."""
         slots = self.schedule.message_slots()
         if name == "local" and start_method is not None:
             raise ValueError(f"start_method={start_method!r} is for runtime='processes': the local runtime starts none")
+        if name == "local" and start_early:
+            raise ValueError("start_early is for runtime='processes': the local runtime's stages run in this process")
         if name == "local":
             return LocalRuntime(self.stages, self.loss_fn, slots=slots, timeout=timeout)
         if name == "processes":
             check_whole_frames(self.schedule)
-            return ProcessRuntime(self.stages, self.loss_fn, metas, slots, timeout, start_method)
+            early = start_early and self.schedule.later_stages_ahead
+            return ProcessRuntime(self.stages, self.loss_fn, metas, slots, timeout, start_method, early)
         raise ValueError(f"unknown runtime {name!r}; choose 'local' or 'processes'")
 
     def _make_graphs(self, cuda_graph: bool | None) -> StepGraphs | None:
@@ -141,11 +149,17 @@ class Pipeline:
         clock = StepClock(self.stages[-1].device)
         step = self._epoch.next_step(last_frame)
         self._deliver_targets(step.plan)
-        record = self._run_plan(step.index, step.plan, step.key)
+        following = None
+        if self.runtime.starts_early and last_frame is None:  # a fed step: another, fed or draining, follows
+            following = self.schedule.actions(step.index + 1, None, learn=self._epoch.learn)
+            self._deliver_targets(following)
+        record = self._run_plan(step.index, step.plan, step.key, following)
         clock.stop()
         return self._result(record, step.output_frame, clock)
 
-    def _run_plan(self, index: int, plan: StepActions, key: int | None) -> StepRecord:
+    def _run_plan(self, index: int, plan: StepActions, key: int | None, following: StepActions | None) -> StepRecord:
+        if following is not None:  # only a runtime that starts early is given one (no CUDA graphs)
+            return self.runtime.run_step(index, plan, following)
         if self._graphs is None:
             return self.runtime.run_step(index, plan)
         try:
@@ -214,7 +228,8 @@ class Pipeline:
 
     def set_lr(self, lr: float | Sequence[float]) -> None:
         """Change the learning rate of every stage, or of each stage (one per stage). Graphs bake it
-        in, so they are re-captured."""
+        in, so they are re-captured. Stages started early (``start_early``) began the next step already: they take
+        the rate from the step after it (after a weight load, at once: a load starts afresh)."""
         lrs = [float(lr)] * self.depth if isinstance(lr, int | float) else [float(v) for v in lr]
         if len(lrs) != self.depth:
             raise ValueError(f"{len(lrs)} learning rates for {self.depth} stages")

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from . import stage_process
 from .contracts import StepRecord
 from .errors import PipelineError
+from .interpreter import messages_to
 from .partition import TensorMeta
 from .schedules import StepActions
 from .stage import LossFn, Stage
@@ -127,10 +128,14 @@ class ProcessRuntime:
         slots: int,
         timeout: float,
         start_method: str | None = None,
+        start_early: bool = False,
     ) -> None:
         """``metas``: shape and dtype of the pipeline input, then of every stage's output; ``slots``:
         receive buffers per kind of message (the schedule's messages in flight); ``start_method``: how the workers
-        start (multiprocessing's; default ``START_METHOD``)."""
+        start (multiprocessing's; default ``START_METHOD``); ``start_early``: ``run_step`` sends the stages after
+        the first the following step's part as soon as a step is done (``starts_early``)."""
+        self.starts_early = start_early
+        self._started: tuple[int, StepActions] | None = None  # the step the later stages were sent early, its plan
         if any(s.device.type != "cpu" for s in stages):
             raise ValueError("runtime='processes' runs CPU stages over gloo; for CUDA devices use runtime='local'")
         self.depth = len(stages)
@@ -180,22 +185,43 @@ class ProcessRuntime:
         """Frames and targets go to their worker with the next step's command."""
         self._deliveries.add(kind, stage, frame, tensor)
 
-    def run_step(self, step: int, plan: StepActions) -> StepRecord:
+    def run_step(self, step: int, plan: StepActions, following: StepActions | None = None) -> StepRecord:
         """Send every worker its step; return once the last stage has done it.
 
         Earlier stages may still be finishing it: each reads its next command from its pipe as soon
         as it is done, so no stage idles while another finishes (a per-step barrier would make every
         step as long as the slowest stage *in that step*). They run at most one step behind; their
-        ``stage_seconds`` are those of the latest step they finished."""
-        self._send_all("step", [(plan, self._deliveries.take(h)) for h in range(self.depth)])
+        ``stage_seconds`` are those of the latest step they finished.
+
+        ``following`` (where ``starts_early``): the next step's plan. The stages after the first are sent their part
+        of it once this step is done, while the host still prepares the frame the first one needs: they would
+        otherwise wait the host's time out idle, as the last stage may not lag. The first stage posts, after this
+        step, the receives of what they send it then. Calls between steps wait for that early part too."""
+        later = range(1, self.depth)
+        early = self._started is not None and self._started[0] == step  # the later stages have this step already
+        if early and self._started[1][1:] != plan[1:]:
+            raise PipelineError(f"step {step}: the stages after the first began it early with other actions than it "
+                                "has (the schedule's later_stages_ahead does not hold)")  # fmt: skip
+        after = [] if following is None else messages_to(following, 0)  # only later stages send to the first
+        self._send(0, "step", (plan, self._deliveries.take(0), None, after))
+        for h in [] if early else later:
+            self._send(h, "step", (plan, self._deliveries.take(h), None, []))
         self._gather(f"step {step}", self.timeout, lag=[1] * (self.depth - 1) + [0])
         record = StepRecord(outputs=self._outputs, losses=self._losses, stage_seconds=list(self._seconds))
         self._outputs, self._losses = {}, {}
+        self._started = None
+        if following is not None:
+            for h in later:  # what the first stage sends them in this step (now certain), and the others in the next
+                receives = [m for m in messages_to(plan, h) if m[2] == 0]
+                receives += [m for m in messages_to(following, h) if m[2] > 0]
+                self._send(h, "step", (following, self._deliveries.take(h), receives, []))
+            self._started = (step + 1, following)
         return record
 
     def new_epoch(self) -> None:
         self._deliveries.pending.clear()
         self._call("new_epoch", [()] * self.depth)
+        self._outputs, self._losses, self._started = {}, {}, None  # what a step started early left
 
     def state_dicts(self) -> list[dict]:
         return self._call("state_dict", [()] * self.depth)
@@ -219,13 +245,16 @@ class ProcessRuntime:
         return [answers[h] for h in range(self.depth)]
 
     def _send_all(self, name: str, args: list[tuple]) -> None:
+        for h in range(self.depth):
+            self._send(h, name, args[h])
+
+    def _send(self, h: int, name: str, args: tuple) -> None:
         if self._failure is not None:
             raise PipelineError(f"the pipeline stopped after a failure: {self._failure}")
         if not self._finalizer.alive:
             raise PipelineError("the pipeline is closed")
-        for h, outbox in enumerate(self._outboxes):
-            outbox.put((name, args[h]))
-            self._owed[h].append(name)
+        self._outboxes[h].put((name, args))
+        self._owed[h].append(name)
 
     def _gather(self, what: str, timeout: float, lag: list[int]) -> dict[int, Any]:
         """Read answers until worker h owes at most ``lag[h]``; step answers are absorbed into the

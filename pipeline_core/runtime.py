@@ -31,6 +31,8 @@ from .transport import LocalTransport, Streams
 class LocalRuntime:
     """The ``Runtime`` (``contracts.py``) of stages that all live in this process."""
 
+    starts_early = False  # its stages run in the caller's thread or on its CUDA streams
+
     def __init__(self, stages: list[Stage], loss_fn: LossFn | None, slots: int, timeout: float) -> None:
         self.stages = stages
         self.cuda = all(s.device.type == "cuda" for s in stages)

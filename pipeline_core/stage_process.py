@@ -29,6 +29,7 @@ import torch.distributed as dist
 from torch import Tensor
 
 from .dist_transport import DistTransport
+from .interpreter import Message
 from .partition import TensorMeta
 from .schedules import StepActions
 from .worker import StageWorker, prepare_process, settle_process
@@ -118,10 +119,11 @@ def _serve(worker: StageWorker, conn: Connection) -> bool:
     """Answer commands in order until ``close`` (True) or a failure (False)."""
     stage = worker.stage
 
-    def step(plan: StepActions, deliveries: list[tuple[str, int, Tensor]]) -> tuple[float | None, dict, dict]:
+    def step(plan: StepActions, deliveries: list[tuple[str, int, Tensor]], receives: list[Message] | None,
+             receives_after: list[Message]) -> tuple[float | None, dict, dict]:  # fmt: skip
         for kind, frame, tensor in deliveries:
             worker.transport.put(kind, frame, tensor)
-        record = worker.run_step(plan)
+        record = worker.run_step(plan, receives, receives_after)
         return record.stage_seconds[stage.index], record.outputs, record.losses
 
     handlers: dict[str, Callable[..., Any]] = {

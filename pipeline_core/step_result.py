@@ -54,8 +54,8 @@ class StepResult:
     ``frame`` is the true index of the frame whose ``output`` and loss these are (PARTIME delays outputs by D-1
     steps); it, ``output`` and ``loss_tensor`` are None while the pipeline fills. ``output`` and ``loss_tensor``
     (0-d, detached) live on the last stage's device and belong to the caller (the next step does not overwrite
-    them). ``stage_seconds``: each stage's busy time (None where unknown: a replayed CUDA graph has no per-stage
-    timing)."""
+    them). ``stage_seconds``: each stage's busy time (a stage process's leaves out its waits for its neighbours'
+    messages; None where unknown: a replayed CUDA graph has no per-stage timing)."""
 
     def __init__(
         self,
@@ -80,8 +80,12 @@ class StepResult:
 
     @property
     def step_seconds(self) -> float:
-        """The whole step's duration (on CUDA this waits for the step)."""
-        return 0.0 if self._clock is None else self._clock.seconds
+        """The whole step's duration (on CUDA this waits for the step): what the host waited for it, or its slowest
+        stage's busy time where that is longer. A step lasts as long as its slowest stage, and a stage process may
+        work outside the host's wait: it finishes its step after the host has the results, or begins it before the
+        host sent its frame (``Pipeline``'s ``start_early``)."""
+        waited = 0.0 if self._clock is None else self._clock.seconds
+        return max([waited, *(s for s in self.stage_seconds if s is not None)])
 
     @cached_property
     def stage_seconds(self) -> list[float | None]:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import gc
 import importlib
 import time
+from collections.abc import Sequence
 
 import torch
 
 from .contracts import StepRecord
 from .dist_transport import DistTransport
-from .interpreter import Interpreter, messages_to
+from .interpreter import Interpreter, Message, messages_to
 from .partition import TensorMeta
 from .schedules import Schedule, StepActions
 from .stage import LossFn, Stage
@@ -68,23 +69,34 @@ class StageWorker:
         self._metas = {"act": input_meta, "grad": output_meta}
         self.slots = slots  # receive buffers per kind: the schedule's messages in flight
 
-    def run_step(self, plan: StepActions) -> StepRecord:
-        """Post the receives of every message the neighbours send this step, run this stage's
-        actions, and return once everything it sent has been delivered."""
+    def run_step(self, plan: StepActions, receives: Sequence[Message] | None = None,
+                 receives_after: Sequence[Message] = ()) -> StepRecord:  # fmt: skip
+        """Post the receives of every message the neighbours send this step (``receives``: those given instead), run
+        this stage's actions, post ``receives_after``, and return once everything it sent has been delivered.
+
+        The two lists are ``ProcessRuntime``'s when it starts the stages after the first early: a stage started early
+        receives what the first one sends in a step only once the first one has been sent that step, and the first
+        one receives, after its step, what the stages started early send it in the next."""
         h = self.stage.index
-        for kind, frame, sender in messages_to(plan, h):
-            self.transport.post(kind, frame, sender, self._metas[kind], self.slots)
+        self.post(messages_to(plan, h) if receives is None else receives)
         record = self.interpreter.record = StepRecord(stage_seconds=[None] * self.depth)
-        start = time.perf_counter()
+        start, receiving = time.perf_counter(), self.transport.receiving_s
         try:
             for action in plan[h]:
                 self.interpreter.run(h, action)
         finally:
             self.stage.end_step()
-        if plan[h]:
-            record.stage_seconds[h] = time.perf_counter() - start
+        if plan[h]:  # busy: what it waited for its neighbours' messages left out
+            record.stage_seconds[h] = time.perf_counter() - start - (self.transport.receiving_s - receiving)
+        self.post(receives_after)
         self.transport.finish_sends()
         return record
+
+    def post(self, messages: Sequence[Message]) -> None:
+        """Post the receives of ``messages`` not posted yet."""
+        for kind, frame, sender in messages:
+            if not self.transport.ready(kind, self.stage.index, frame):
+                self.transport.post(kind, frame, sender, self._metas[kind], self.slots)
 
     def new_epoch(self) -> None:
         self.transport.drain()

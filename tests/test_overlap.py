@@ -41,3 +41,17 @@ def test_a_full_pipeline_step_lasts_its_slowest_stage_not_the_sum(depth, runtime
         f"D = {depth}, {runtime}: a step took {steps * 1e3:.1f} ms, the slowest stage {slowest * 1e3:.1f} ms, "
         f"all stages {sum(sleeps) * 1e3:.0f} ms"
     )
+
+
+def test_a_stage_process_waiting_for_its_neighbour_is_not_busy():
+    """A stage's time is its own work: the second stage, which waits each step for the slow first one's activation,
+    reads as nearly idle, and the step as long as the first stage (``StepResult.step_seconds``)."""
+    slow = 0.08
+    model = nn.Sequential(Sleep(slow), Sleep(0.0))
+    with Pipeline(model, torch.ones(1, 4), balance=[1, 1], loss_fn=loss_fn, runtime="processes") as pipe:
+        results = [pipe.step(torch.ones(1, 4)) for _ in range(STEPS)]
+    full = results[4:]
+    first = statistics.median(r.stage_seconds[0] for r in full)
+    second = statistics.median(r.stage_seconds[1] for r in full)
+    assert first >= slow and second < slow / 4, (first, second)
+    assert all(r.step_seconds >= max(r.stage_seconds) for r in full)

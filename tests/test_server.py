@@ -41,7 +41,8 @@ def test_file_stream_learns_and_recovers(server):
     meta, jpeg = frames[-1]
     assert set(meta) >= {"frame", "loss", "loss_zero", "dp_s", "work_s", "ds_s", "stage_dp_s", "latency_s", "dropped"}
     assert meta["ds_s"] == pytest.approx(1 / 15) and len(meta["stage_dp_s"]) == 2
-    assert meta["learning_size"] == [SIZE, SIZE] and meta["flow_scale"] >= 1.0 and meta["work_s"] >= meta["dp_s"]
+    assert meta["learning_size"] == [SIZE, SIZE] and meta["flow_scale"] >= 1.0
+    assert 0 < max(meta["stage_dp_s"]) <= meta["dp_s"] and meta["work_s"] > 0, "a step lasts its slowest stage"
     # The baseline: the same loss for zero flow on the same pair. A net that learned does better on this clip.
     assert np.median([m["loss"] for m, _ in frames[-LOOP:]]) < np.median([m["loss_zero"] for m, _ in frames[-LOOP:]])
     assert 0 < meta["latency_s"] < 5 and meta["dp_s"] > 0

@@ -289,7 +289,9 @@ def test_checkpoints_at_a_url_resume_as_from_a_folder(cfg):
 
 def test_cpu_stages_are_processes_that_learn_as_threads_do(cfg, monkeypatch, tmp_path):
     """On CPU a learner of two stages runs them as processes (``stage_runtime``: stage threads take turns on the
-    GIL); they learn what the same stages as threads learn, and keep it across a new learning size."""
+    GIL), the second started early; they learn what the same stages as threads learn (compared once both have
+    finished their steps: between two, the one started early is an update ahead), and keep it across a new learning
+    size."""
     two, splits = replace(cfg, stages=2), JsonCache(tmp_path / "splits.json")  # one split: the first one measured
     with_processes = Learner(two, SIZE, splits)
     monkeypatch.setattr(learner_module, "stage_runtime", lambda *_: {"runtime": "local", "start_method": None})
@@ -304,6 +306,9 @@ def test_cpu_stages_are_processes_that_learn_as_threads_do(cfg, monkeypatch, tmp
             assert (a is None) == (b is None)
             if a is not None:
                 torch.testing.assert_close(a.output, b.output)
+        assert with_processes.pipe.runtime.starts_early
+        for learner in (with_processes, with_threads):
+            learner.pipe.flush()
         for p, q in zip(weights(with_processes), weights(with_threads), strict=True):
             torch.testing.assert_close(p, q)
         before = weights(with_processes)

@@ -70,6 +70,9 @@ class Schedule:
     #: True when a stage may receive, within a step, what another stage sent in the same step.
     #: Runtimes that cannot express intra-step dependencies (per-device CUDA graphs) need False.
     intra_step_messages: bool = True
+    #: True when the stages after the first do the same at a step whether or not a frame is fed at it: a runtime may
+    #: then send them their next step before the host has its frame (``ProcessRuntime``'s ``start_early``).
+    later_stages_ahead: bool = False
 
     def __init__(self, stages: int) -> None:
         if stages < 1:

@@ -14,6 +14,7 @@ class Partime(Schedule):
 
     name = "partime"
     intra_step_messages = False
+    later_stages_ahead = True  # stage h > 0 works on frame t-h, which exists once frame t-1 was fed
 
     def first_backward_step(self, h: int) -> int:
         """Stage D-1 learns from step D-1; each earlier stage one step after the next one."""

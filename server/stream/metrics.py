@@ -21,18 +21,22 @@ class StreamMetrics:
             "overtime_frame_interval_seconds", "ΔS: target time between frames", ["stream"], registry=r
         ).labels(sid)
         self.step = Histogram(
-            "overtime_step_seconds", "ΔP: time of one whole pipeline step", ["stream"], buckets=TIME_BUCKETS, registry=r
+            "overtime_step_seconds",
+            "ΔP: one whole pipeline step, as long as its slowest stage",
+            ["stream"],
+            buckets=TIME_BUCKETS,
+            registry=r,
         ).labels(sid)
         self._stage_step = Histogram(
             "overtime_stage_step_seconds",
-            "time of one stage's work in a step",
+            "one stage's work in a step, its waits for the other stages left out",
             ["stream", "stage"],
             buckets=TIME_BUCKETS,
             registry=r,
         )
         self.work = Histogram(
             "overtime_frame_work_seconds",
-            "a frame's whole work in the worker: scaling, the pipeline step, the zero-flow loss, the pictures",
+            "a frame's whole work in the worker: scaling, its wait for the step, the zero-flow loss, the pictures",
             ["stream"],
             buckets=TIME_BUCKETS,
             registry=r,

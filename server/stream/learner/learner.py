@@ -16,6 +16,7 @@ import copy
 import time
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
@@ -56,16 +57,18 @@ class LearnerConfig:
 STAGE_START_METHOD = "fork"
 
 
-def stage_runtime(cfg: LearnerConfig, compile_backend: str | None) -> dict[str, str | None]:
+def stage_runtime(cfg: LearnerConfig, compile_backend: str | None) -> dict[str, Any]:
     """Where the pipeline's stages run: on CPU, more than one stage, each in a process of its own; else in the
     learner process (threads, or CUDA streams). Why: a step of the flow net is some ten thousand small ops, each
     dispatched by Python under the GIL, so stage threads of one process mostly take turns; as processes they compute
     at once (at 128x96, 47.7 ms a step against 55.1 ms as threads, ways processes-D2 and eager-D2 of
-    ``bench/results/learning-step-cpu-128x96-processes.md``). A compiled pipeline stays in the process that compiles
-    it (``compiled_twin``)."""
+    ``bench/results/learning-step-cpu-128x96-processes.md``). As processes the stages after the first start the next
+    step while this process makes its pair (``Pipeline``'s ``start_early``): the last stage otherwise waits out the
+    host's work of every frame idle (docs/notebook/2026-11-30-where-a-cpu-frame-waits.md). A compiled pipeline stays
+    in the process that compiles it (``compiled_twin``)."""
     cpu = all(d.type == "cpu" for d in resolve_devices(list(cfg.devices) if cfg.devices else None))
     if cpu and cfg.stages > 1 and compile_backend is None:
-        return {"runtime": "processes", "start_method": STAGE_START_METHOD}
+        return {"runtime": "processes", "start_method": STAGE_START_METHOD, "start_early": True}
     return {"runtime": "local", "start_method": None}
 
 

@@ -314,7 +314,9 @@ class FrameLoop:
         """``step_s``: the part of the frame's work that the learning size decides, the host's time in the step and in
         waiting for its results. On CPU that is the step; on a GPU, whose step runs beside the host's work, only the
         wait: none while the host is the slower, where no smaller size would help and a move's rebuild costs frames
-        (the step's device time, counted instead, walked streams down for nothing: docs/operations.md#gpus)."""
+        (the step's device time, counted instead, walked streams down for nothing: docs/operations.md#gpus). With
+        stage processes started early (``learner.stage_runtime``) the host's wait leaves out, as on a GPU, what the
+        later stages computed while it made the pair; once they fall behind, it waits for them, and that counts."""
         controller = self.controller
         choice = controller.limit(self.reach.top)
         if choice is None:
