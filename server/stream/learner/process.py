@@ -175,6 +175,7 @@ class FrameLoop:
         self.reach = MotionCap(cfg.ladder, made_for_side(*cfg.display))
         self.upload = FrameUpload(learner.device)
         self.lag = (1 if learner.device.type == "cuda" else 0) if lag is None else lag
+        self.shares_cores = learner.device.type == "cpu"  # the stages' work takes the host's cores (``_keep_budget``)
         self.host = HostCopy(in_flight=max(1, self.lag))
         self.previous: torch.Tensor | None = None  # the previous frame at the learning size, on the learner's device
         self.previous_picture: np.ndarray | None = None
@@ -229,8 +230,8 @@ class FrameLoop:
             self._send_off(r)
         while len(self.outgoing) > self.lag:
             if (costs := self._publish(self.outgoing.popleft(), start)) is not None:
-                work_s, pictures_s, waited_s = costs
-                self._keep_budget(work_s - pictures_s + self.reserve + self.start_share, stepped + waited_s)
+                work_s, pictures_s, waited_s, dp_s = costs
+                self._keep_budget(work_s - pictures_s + self.reserve + self.start_share, stepped + waited_s, dp_s)
                 stepped = 0.0  # counted once
 
     def _score_start(self) -> torch.Tensor | None:
@@ -257,9 +258,10 @@ class FrameLoop:
         )
         self.outgoing.append(Outgoing(r, copy, frame))
 
-    def _publish(self, going: Outgoing, start: float) -> tuple[float, float, float] | None:
-        """Send a frame's results; the frame's work, its pictures' share and how long the host waited for the results
-        to come down. A non-finite loss publishes nothing: the learner goes back to its last good weights (None)."""
+    def _publish(self, going: Outgoing, start: float) -> tuple[float, float, float, float] | None:
+        """Send a frame's results; the frame's work, its pictures' share, how long the host waited for the results
+        to come down and the step's time (ΔP). A non-finite loss publishes nothing: the learner goes back to its last
+        good weights (None)."""
         r, frame = going.result, going.frame
         shown = frame.picture
         waiting = time.perf_counter()
@@ -288,7 +290,7 @@ class FrameLoop:
             work_s=work_s, capture_time=frame.capture_time, learning_size=(flow.shape[1], flow.shape[0]),
             flow_scale=scale, flow=flow, images=images, scene_cut=frame.scene_cut,
         ))  # fmt: skip
-        return work_s, pictures_s, waited_s
+        return work_s, pictures_s, waited_s, r.step_seconds
 
     def _judge_learning(self, frame: int, loss: float, loss_start: float) -> None:
         """A frame the frozen start scored: keep the weights of the best window so far, or go back to them when a
@@ -310,13 +312,14 @@ class FrameLoop:
         self.outgoing.clear()  # learned with the weights just thrown away
         self.out.put(NonFiniteLoss(learner.lr, learner.nonfinite, learner.resumed_from))
 
-    def _keep_budget(self, work_s: float, step_s: float) -> None:
+    def _keep_budget(self, work_s: float, step_s: float, dp_s: float) -> None:
         """``step_s``: the part of the frame's work that the learning size decides, the host's time in the step and in
         waiting for its results. On CPU that is the step; on a GPU, whose step runs beside the host's work, only the
         wait: none while the host is the slower, where no smaller size would help and a move's rebuild costs frames
-        (the step's device time, counted instead, walked streams down for nothing: docs/operations.md#gpus). With
-        stage processes started early (``learner.stage_runtime``) the host's wait leaves out, as on a GPU, what the
-        later stages computed while it made the pair; once they fall behind, it waits for them, and that counts."""
+        (the step's device time, counted instead, walked streams down for nothing: docs/operations.md#gpus). On CPU
+        a frame costs at least ``dp_s`` (ΔP): stages started early work on the host's cores, and by its wait alone
+        they looked free until they fell behind (docs/notebook/2026-11-30-where-a-cpu-frame-waits.md)."""
+        work_s, step_s = (max(work_s, dp_s), max(step_s, dp_s)) if self.shares_cores else (work_s, step_s)
         controller = self.controller
         choice = controller.limit(self.reach.top)
         if choice is None:
