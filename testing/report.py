@@ -101,9 +101,10 @@ class Run:
 
 def write_index(directory: Path) -> Path:
     """``README.md`` of a results folder: every results file, its title and how it was made, newest facts first
-    from the files themselves (rewritten whenever a benchmark writes, so it never lists what is not there)."""
+    from the files themselves (rewritten whenever a benchmark writes, so it never lists what is not there); smoke runs
+    (``*-quick``, not committed: ``.gitignore``) left out, so a smoke run does not change what is committed."""
     rows = []
-    for md in sorted(p for p in directory.glob("*.md") if p.name != "README.md"):
+    for md in sorted(p for p in directory.glob("*.md") if p.name != "README.md" and not p.stem.endswith("-quick")):
         lines = md.read_text().splitlines()
         title = lines[0].lstrip("# ").strip() if lines else md.stem
         written = next((line for line in lines[:4] if line.startswith("Written by")), None)
