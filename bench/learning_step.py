@@ -3,11 +3,12 @@ step the pair shown and a pair of known motion made from it before the step is t
 that might make a step cheaper, side by side in one run.
 
 Each way runs in a fresh process (thread settings, environment variables and compile caches cannot leak from one
-way into the next) on the same frames from the same weights, and reports how long building took, the first step
-(where ``torch.compile`` compiles), the steady step's median and 90th percentile, and the loss after the last step
-(a way that computes something else shows a different loss). Ordinary ways run in interleaved rounds and keep their
-best round, as ``timeit`` does on a shared machine; the compile ways run once with an empty inductor cache (cold)
-and once more with the cache it filled (warm).
+way into the next) on the same frames from the same weights, and reports how long building took, the warm-up steps
+together (where ``torch.compile`` compiles: a stage process after the first compiles at its second step or later), the
+steady step's median and 90th percentile, and the loss after the last step (a way that computes something else shows a
+different loss). Each compile way runs once with an empty inductor cache (cold); then every way runs in interleaved
+rounds, the compile ways on the cache their cold run filled (warm), and keeps its best round, as ``timeit`` does on a
+shared machine (the machine's speed drifts by tenths from one minute to the next).
 
 * ``eager-1t`` (the service: one intra-op thread), ``eager-2t``, ``eager-2t-passive`` (OpenMP threads that sleep
   instead of spinning while they wait: ``OMP_WAIT_POLICY=PASSIVE``);
@@ -22,8 +23,8 @@ and once more with the cache it filled (warm).
 * ``tensor-ops-1t`` / ``tensor-ops-processes-D2``: the variational solver and the window products in their reference
   tensor ops instead of the CPU's compiled loops (``models.variational_numba``, ``models.window_products_numba``):
   what those loops save;
-* ``compile-1t`` / ``-D2``: every stage through ``torch.compile`` (``compile_backend="inductor"``: inductor's C++
-  backend on CPU), cold and warm;
+* ``compile-1t`` / ``-D2`` / ``-processes-D2``: every stage through ``torch.compile`` (``compile_backend="inductor"``:
+  inductor's C++ backend on CPU), cold and warm; in the last each stage process compiles its own stage;
 * ``profile-1t`` / ``profile-2t``: not a step but what a new stream's worker does first, profiling the layers for
   the split between 2 stages (``pipeline_core.balance``), with 1 or 2 intra-op threads (its time is "build s").
 
@@ -31,11 +32,14 @@ and once more with the cache it filled (warm).
     python -m bench.learning_step --size 128x96 --no-compile --out learning-step-cpu-128x96
     python -m bench.learning_step --quick            # a smoke run (*-quick.*, not committed)
     python -m bench.learning_step --only eager-1t --only compile-1t --out learning-step-cpu-compile
+    python -m bench.learning_step --size 128x96 --only eager-1t --only processes-D2 --only compile-1t \
+        --only compile-processes-D2 --out learning-step-cpu-128x96-compile
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -60,7 +64,9 @@ PLAIN = [
     "tensor-ops-processes-D2",
 ]
 PROFILES = ["profile-1t", "profile-2t"]
-COMPILED = ["compile-1t", "compile-D2"]
+COMPILED = ["compile-1t", "compile-D2", "compile-processes-D2"]
+#: How long a compiling way's step may take: its first compiles every stage's forward and backward (minutes cold).
+COMPILE_TIMEOUT_S = 1500.0
 #: way -> (intra-op threads, stages, extra environment)
 WAYS = {
     "eager-1t": (1, 1, {}),
@@ -77,6 +83,8 @@ WAYS = {
     "tensor-ops-processes-D2": (2, 2, {}),
     "compile-1t": (1, 1, {}),
     "compile-D2": (2, 2, {}),
+    # Each stage process compiles its own stage at its first step, on its own core: one compile worker each.
+    "compile-processes-D2": (2, 2, {"TORCHINDUCTOR_COMPILE_THREADS": "1"}),
     "profile-1t": (1, 2, {}),
     "profile-2t": (2, 2, {}),
 }
@@ -137,8 +145,9 @@ def child(way: str, size: tuple[int, int], steps: int, warmup: int) -> dict:
     processes = "processes" in way
     runtime = {"runtime": "processes", "start_method": STAGE_START_METHOD} if processes else {}
     compiled = "inductor" if way.startswith("compile") else None
+    timeout = COMPILE_TIMEOUT_S if compiled else 120.0
     pipe = online_pipeline(net, torch.zeros(1, 6, h, w), stages, learning=learning, layers=layers,
-                           optimizer=optimizer, compile_backend=compiled, **runtime)  # fmt: skip
+                           optimizer=optimizer, compile_backend=compiled, timeout=timeout, **runtime)  # fmt: skip
     channels_last = way.startswith("channels-last")
     if channels_last:
         for stage in pipe.stages:
@@ -164,7 +173,7 @@ def child(way: str, size: tuple[int, int], steps: int, warmup: int) -> dict:
         "threads": threads if stages == 1 else threads // stages,
         "stages": stages,
         "build_s": built,
-        "first_step_s": seconds[0] if seconds else None,
+        "warmup_s": sum(seconds[:warmup]) if seconds else None,
         "steps": len(steady),
         "median_ms": 1e3 * float(np.median(steady)) if steady else None,
         "p90_ms": 1e3 * float(np.percentile(steady, 90)) if steady else None,
@@ -186,7 +195,7 @@ def profile(way: str, size: tuple[int, int]) -> dict:
     start = time.perf_counter()
     split = balance(net, torch.zeros(1, 6, h, w), 2, ["cpu"], guarded_flow_loss)
     seconds = time.perf_counter() - start
-    return {"way": way, "threads": WAYS[way][0], "stages": 2, "build_s": seconds, "first_step_s": None, "steps": 0,
+    return {"way": way, "threads": WAYS[way][0], "stages": 2, "build_s": seconds, "warmup_s": None, "steps": 0,
             "median_ms": None, "p90_ms": None, "final_loss": None, "error": None, "split": split}  # fmt: skip
 
 
@@ -211,10 +220,11 @@ def markdown(rows: list[dict], args: argparse.Namespace) -> str:
     base = next(r["median_ms"] for r in rows if r["way"] == "eager-1t")
     lines = [
         f"Learning steps of the `fast` net at {args.size}, {args.steps} steps per way after {args.warmup} warm-up "
-        f"steps; plain ways: best of {args.rounds} interleaved rounds. *vs eager-1t* = eager-1t's median / this "
-        "way's (> 1: faster). A step here is the pipeline's only, not the service's whole frame work.",
+        f"steps; best of {args.rounds} interleaved rounds (a compile way's cold run: once, before them). *vs "
+        "eager-1t* = eager-1t's median / this way's (> 1: faster). A step here is the pipeline's only, not the "
+        "service's whole frame work.",
         "",
-        "| way | threads / stage | stages | build s | first step s | median ms | p90 ms | vs eager-1t | loss after | "
+        "| way | threads / stage | stages | build s | warm-up s | median ms | p90 ms | vs eager-1t | loss after | "
         "note |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
@@ -226,7 +236,7 @@ def markdown(rows: list[dict], args: argparse.Namespace) -> str:
             str(r.get("threads", "–")),
             str(r.get("stages", "–")),
             f"{r['build_s']:.1f}" if r.get("build_s") is not None else "–",
-            f"{r['first_step_s']:.1f}" if r.get("first_step_s") is not None else "–",
+            f"{r['warmup_s']:.1f}" if r.get("warmup_s") is not None else "–",
             f"{median:.1f}" if median else "–",
             f"{r['p90_ms']:.1f}" if r.get("p90_ms") else "–",
             speed,
@@ -259,24 +269,25 @@ def main(argv: list[str] | None = None) -> int:
     from testing.report import Run
 
     chosen = set(args.only or WAYS) | {"eager-1t"}
+    compiled = [] if args.no_compile else [w for w in COMPILED if w in chosen]
     report = Run()
-    best: dict[str, dict] = {}
-    rounds: list[dict] = []
-    for _ in range(args.rounds):
-        for way in (w for w in PLAIN if w in chosen):
-            r = run_way(way, args)
-            rounds.append(r)
-            if r.get("median_ms") and (way not in best or r["median_ms"] < best[way]["median_ms"]):
-                best[way] = r
-            best.setdefault(way, r)
+    with contextlib.ExitStack() as stack:
+        caches = {w: Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="inductor-"))) for w in compiled}
+        cold = [{**run_way(way, args, caches[way]), "cache": "cold"} for way in compiled]
+        best: dict[str, dict] = {}
+        rounds: list[dict] = []
+        for _ in range(args.rounds):
+            for way in [w for w in PLAIN if w in chosen] + compiled:
+                r = run_way(way, args, caches.get(way)) | ({"cache": "warm"} if way in caches else {})
+                rounds.append(r)
+                if r.get("median_ms") and (way not in best or r["median_ms"] < best[way]["median_ms"]):
+                    best[way] = r
+                best.setdefault(way, r)
     rows = [best[way] for way in PLAIN if way in chosen]
     for way in (w for w in PROFILES if w in chosen):  # each once: a start is a single event, not a steady state
         rows.append(run_way(way, args))
-    if not args.no_compile:
-        for way in (w for w in COMPILED if w in chosen):
-            with tempfile.TemporaryDirectory(prefix="inductor-") as cache:
-                for state in ("cold", "warm"):
-                    rows.append({**run_way(way, args, Path(cache)), "cache": state})
+    for way, first in zip(compiled, cold, strict=True):
+        rows += [first, best[way]]
     stem = (args.out or "learning-step-cpu") + ("-quick" if args.quick else "")
     title = f"Learning step of the fast net at {args.size}: ways to make it cheaper (CPU)"
     report.write(stem, title, markdown(rows, args), {"size": args.size, "rows": rows, "rounds": rounds})
