@@ -145,7 +145,7 @@ def child(way: str, size: tuple[int, int], steps: int, warmup: int) -> dict:
     processes = "processes" in way
     runtime = {"runtime": "processes", "start_method": STAGE_START_METHOD} if processes else {}
     compiled = "inductor" if way.startswith("compile") else None
-    timeout = COMPILE_TIMEOUT_S if compiled else 120.0
+    timeout = COMPILE_TIMEOUT_S if compiled else None
     pipe = online_pipeline(net, torch.zeros(1, 6, h, w), stages, learning=learning, layers=layers,
                            optimizer=optimizer, compile_backend=compiled, timeout=timeout, **runtime)  # fmt: skip
     channels_last = way.startswith("channels-last")

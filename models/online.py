@@ -282,7 +282,7 @@ def online_pipeline(
     runtime: str = "local",
     start_method: str | None = None,
     start_early: bool = False,
-    timeout: float = 120.0,
+    timeout: float | None = None,
 ) -> Pipeline:
     """The service's learner around ``model``, learning as ``learning`` says (``Learning``: its loss, optimizer, rate
     and stale-gradient rule unless ``loss_fn``, ``optimizer``, ``lr`` or ``align_stale_grad`` (None: as it was sent,
@@ -290,8 +290,8 @@ def online_pipeline(
     ``stages`` stages split by measured layer costs (unless ``layers`` gives the split; ``Pipeline`` profiles it
     otherwise), one Adam per stage, every stage at ``lr``. ``compile_backend`` and
     ``cuda_graph`` go to ``Pipeline`` (on CUDA whole-step graphs are on by default), as do ``runtime``,
-    ``start_method`` and ``start_early`` (where the stages run, and when) and ``timeout`` (how long a step may take: a
-    stage process that compiles at its first step takes minutes).
+    ``start_method`` and ``start_early`` (where the stages run, and when) and ``timeout`` (how long a step may take;
+    None: the engine's default. A stage process that compiles at its first step takes minutes).
 
     Why one rate for every stage, stale or not: Adam already normalises each step, and a PARTIME stage's gradients are
     only 2(D-1-h) frames old; scaling a stale stage's rate down by its delay (base / (1 + delay), PipeMare's rule,
@@ -316,8 +316,8 @@ def online_pipeline(
         runtime=runtime,
         start_method=start_method,
         start_early=start_early,
-        timeout=timeout,
         shown=learning.shown,
+        **({} if timeout is None else {"timeout": timeout}),
     )
     pipe.set_lr(lr)  # also when ``optimizer`` is given: ``lr`` is every stage's rate whatever the factory's default
     return pipe
