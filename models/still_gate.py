@@ -17,7 +17,11 @@ stands still. Both explanations are judged at the same noise: a warp's bilinear 
 frame's noise, so on a noisy camera's still background the net's sub-pixel fit of the noise explained the pair
 better than standing still; the gate puts the averaged noise back (``with_noise_restored``, the pair's noise read
 off its best-explained quarter: ``pair_noise``) and, as the fill does, counts as texture only what rises above the
-noise.
+noise. Where the camera's motion leaves the picture (a pan's leaving edge), its warp reads only padding, so there it
+counts as explaining the pair as well as it does on average where it lands: a pixel leaving the picture moves with the
+camera unless a flow of its own, matched inside the picture, explains it better. The net's own flow there has nothing
+to match either (pans of real frames: 0.8-4.8 px off over the leaving pixels, 0.03-0.64 once gated;
+docs/notebook/2026-11-30-what-leaves-the-picture.md).
 """
 
 from __future__ import annotations
@@ -77,6 +81,13 @@ def _explains_better(residual: Tensor, than: Tensor, noise: Tensor) -> Tensor:
     """(B, 1, 1, 1): whether the warp that left ``residual`` explains the whole picture better than the one that left
     ``than``, by more than ``CAMERA_EVIDENCE`` of the ``noise`` residual."""
     return than.mean((2, 3), keepdim=True) - residual.mean((2, 3), keepdim=True) > CAMERA_EVIDENCE * noise
+
+
+def _beyond_the_frame_as_within(residual: Tensor, lands: Tensor) -> Tensor:
+    """``residual`` where the camera's warp ``lands`` in the frame, and its mean there where it leaves: beyond the frame
+    the warp reads the padding, which no motion explains."""
+    typical = (residual * lands).sum((2, 3), keepdim=True) / lands.sum((2, 3), keepdim=True).clamp_min(1.0)
+    return torch.where(lands > 0, residual, typical)
 
 
 class StillGate(nn.Module):
@@ -178,6 +189,7 @@ class StillGate(nn.Module):
         turned_along = with_noise_restored(warp_residual(prev, cur, turned), turned, noise)
         turns = pan & _explains_better(turned_along, along, noise)
         camera, along = torch.where(turns, turned, camera), torch.where(turns, turned_along, along)
+        along = _beyond_the_frame_as_within(along, in_frame_mask(camera))
         follows = confirmed & (shake | pan)
         background = along - PAN_EVIDENCE * noise * (confirmed & pan)
         return camera * follows, torch.where(follows, background, unwarped)

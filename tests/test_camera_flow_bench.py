@@ -55,8 +55,9 @@ def test_writes_every_motion_and_method(tmp_path):
     data = json.loads((tmp_path / "camera-flow.json").read_text())
     assert data["frames"] == 1 and set(data["epe"]) == {m.name for m in camera_flow.MOTIONS}
     pan = data["epe"]["pan 5 px"]
-    assert set(pan) == set(camera_flow.METHODS) and pan["zero_flow"] == pytest.approx(5.0)
-    assert pan["learned"] < 1.0  # a textured picture panned 5 px: the net follows it
+    assert set(pan) == {m + a for m in camera_flow.METHODS for a in ("", camera_flow.ALL_PIXELS)}
+    assert pan["zero_flow"] == pytest.approx(5.0) and pan[f"zero_flow{camera_flow.ALL_PIXELS}"] == pytest.approx(5.0)
+    assert pan["learned"] < 1.0 and pan[f"learned{camera_flow.ALL_PIXELS}"] < 1.0  # the net follows the pan
     assert (tmp_path / "camera-flow-sheet.png").stat().st_size > 10_000
 
 

@@ -149,6 +149,23 @@ def test_a_mover_in_a_pan_does_not_stop_the_gate_following_it():
     assert torch.allclose(out[:, 0, 12:24, 12:24], torch.tensor(2.0), atol=1e-3)  # the mover keeps its motion
 
 
+def test_in_a_pan_what_leaves_the_picture_takes_the_camera_s_motion():
+    """A pan of 6 px: the pixels whose match leaves the picture have nothing to match, and the net leaves them a wrong
+    flow (here 2 px); the camera's warp reads only padding there, so the gate judges it by its residual where it lands
+    in the frame, and they take the pan's motion. A mover that stays in the picture keeps its own."""
+    canvas = textured(64, 80)
+    prev, cur = canvas[..., 8:72], canvas[..., 2:66]  # cur(x) = prev(x - 6)
+    cur = cur.clone()
+    cur[..., 20:36, 22:38] = prev[..., 20:36, 20:36]  # the mover, 16 px, 2 px right
+    flow = torch.zeros(1, 2, 64, 64)
+    flow[:, 0] = 6.0
+    flow[:, 0, 20:36, 20:36] = 2.0
+    flow[:, 0, :, 58:] = 2.0
+    out = StillGate(follows_camera=True)(with_flow(flow, prev, cur))[:, :2].detach()
+    assert torch.allclose(out[:, 0, 8:56, 58:], torch.tensor(6.0), atol=0.05), out[:, 0, 8:56, 58:].mean()
+    assert torch.allclose(out[:, 0, 24:32, 24:32], torch.tensor(2.0), atol=1e-3)  # the mover keeps its motion
+
+
 def test_in_a_pan_a_local_motion_the_frames_barely_show_takes_the_camera_s():
     """In a followed pan a region moving half a pixel more than the camera, on a smooth texture with noise of 2.5
     levels, explains its windows better than the camera's motion by less than PAN_EVIDENCE noise floors: it takes the
