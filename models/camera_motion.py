@@ -1,5 +1,6 @@
 """The camera's motion between two frames, read off a flow field: its most common value (a 2-D histogram's peak),
-and for a pan a similarity fitted around it (``similarity_motion``).
+anywhere or near the whole picture's translation (``picture_translation``, read off the frames), and for a pan a
+similarity fitted around it (``similarity_motion``).
 
 Why: the still gate (``still_gate.StillGate``) falls back, where the pair gives no evidence of motion, to what
 the background does. Before a static camera that is zero; before a shaking one it is the camera's motion, which a
@@ -45,21 +46,58 @@ def _peak(vectors: Tensor, inside: Tensor, centre: Tensor, reach: float, bin_px:
     return centre + torch.stack([peak % bins, peak // bins], -1).to(vectors.dtype) * bin_px - reach
 
 
-def camera_motion(flow: Tensor, reach_px: float = REACH_PX) -> Tensor:
+def camera_motion(flow: Tensor, reach_px: float = REACH_PX, near: Tensor | None = None) -> Tensor:
     """(B, 2, H, W) flow -> (B, 2, 1, 1): per pair, the mean of the flows in the most common flow's neighbourhood,
-    zero below ``STILL_PX`` or with no flow within ``reach_px``. Two histograms find it: one over the whole reach
-    in ``COARSE_BIN_PX`` bins, then one of ``BIN_PX`` bins around its peak, and the mean of the flows in that peak's
-    3 x 3 bins (one fine histogram over a reach of 32 px would have 410,000 bins a pair: 4.7 ms of a 49 ms step at
-    128x96). No gradient, no host sync (the GPU's captured step)."""
+    zero below ``STILL_PX`` or with no flow within ``reach_px``; with ``near`` (B, 2, 1, 1), the most common flow within
+    a coarse bin and a half of it (``near`` itself where no flow is). Two histograms find it: one over the whole reach
+    in ``COARSE_BIN_PX`` bins (or ``near``), then one of ``BIN_PX`` bins around its peak, and the mean of the flows in
+    that peak's 3 x 3 bins (one fine histogram over a reach of 32 px would have 410,000 bins a pair: 4.7 ms of a 49 ms
+    step at 128x96). No gradient, no host sync (the GPU's captured step)."""
     vectors = flow.detach().flatten(2).transpose(1, 2)  # (B, N, 2)
     inside = (vectors.abs() <= reach_px).all(-1)
-    origin = torch.zeros(vectors.shape[0], 2, device=flow.device, dtype=flow.dtype)
-    coarse = _peak(vectors, inside, origin, reach_px, COARSE_BIN_PX)
+    if near is None:
+        origin = torch.zeros(vectors.shape[0], 2, device=flow.device, dtype=flow.dtype)
+        coarse = _peak(vectors, inside, origin, reach_px, COARSE_BIN_PX)
+    else:
+        coarse = near.flatten(1).to(flow.dtype)
     fine = _peak(vectors, inside, coarse, 1.5 * COARSE_BIN_PX, BIN_PX)
-    near = (((vectors - fine[:, None]).abs() <= 1.5 * BIN_PX).all(-1) & inside).to(flow.dtype)  # (B, N)
-    motion = (vectors * near[..., None]).sum(1) / near.sum(1, keepdim=True).clamp_min(1.0)  # zero if none in reach
-    motion = motion * (motion.norm(dim=1, keepdim=True) >= STILL_PX).to(flow.dtype)
+    close = (((vectors - fine[:, None]).abs() <= 1.5 * BIN_PX).all(-1) & inside).to(flow.dtype)  # (B, N)
+    count = close.sum(1, keepdim=True)
+    motion = (vectors * close[..., None]).sum(1) / count.clamp_min(1.0)
+    if near is not None:
+        motion = torch.where(count > 0, motion, coarse)
+    motion = motion * (motion.norm(dim=1, keepdim=True) >= STILL_PX).to(flow.dtype)  # zero if none in reach
     return motion[..., None, None]
+
+
+def picture_translation(prev: Tensor, cur: Tensor) -> Tensor:
+    """(B, 2, 1, 1): the translation that brings ``prev`` onto ``cur`` (B, 3, H, W) as a whole, by phase correlation
+    of their grey levels under a Hann window, refined by a parabola through the peak and its neighbours (to about a
+    third of a pixel: the still gate reads the flow's most common value near it).
+
+    Why: where a pan crosses a flat surface (a bus roof, a wall) the net's flow has nothing to match there and stays
+    near zero, and the flow's most common value can be that; the picture's edges together still show the pan
+    (docs/notebook/2026-11-30-a-pan-before-the-still-gate.md). ``torch.fft``, no host sync."""
+    a, b = prev.mean(1), cur.mean(1)
+    h, w = a.shape[-2:]
+    window = torch.outer(*(torch.hann_window(n, periodic=False, device=a.device, dtype=a.dtype) for n in (h, w)))
+    spectra = [torch.fft.rfft2((g - g.mean((1, 2), keepdim=True)) * window) for g in (a, b)]
+    cross = spectra[1] * spectra[0].conj()
+    surface = torch.fft.irfft2(cross / cross.abs().clamp_min(1e-12), s=(h, w))  # (B, H, W), peaked at the shift
+    peak = surface.flatten(1).argmax(1)
+    rows, cols = peak // w, peak % w
+    batch = torch.arange(a.shape[0], device=a.device)
+
+    def vertex(centre: Tensor, before: Tensor, after: Tensor) -> Tensor:
+        bend = before - 2 * centre + after  # negative at a peak
+        return torch.where(bend < -1e-12, 0.5 * (before - after) / bend.clamp_max(-1e-12), 0.0).clamp(-0.5, 0.5)
+
+    top = surface[batch, rows, cols]
+    dx = vertex(top, surface[batch, rows, (cols - 1) % w], surface[batch, rows, (cols + 1) % w])
+    dy = vertex(top, surface[batch, (rows - 1) % h, cols], surface[batch, (rows + 1) % h, cols])
+    cols = torch.where(cols > w // 2, cols - w, cols).to(a.dtype) + dx
+    rows = torch.where(rows > h // 2, rows - h, rows).to(a.dtype) + dy
+    return torch.stack([cols, rows], 1)[..., None, None]
 
 
 #: The inlier radii of the similarity fit's rounds, in px at 160 (``similarity_motion``): the translation's

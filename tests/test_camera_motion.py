@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import torch
+from image_support import textured
 
-from models.camera_motion import REACH_PX, STILL_PX, camera_motion, similarity_motion
+from models.camera_motion import REACH_PX, STILL_PX, camera_motion, picture_translation, similarity_motion
+from models.flow_loss import warp
 
 
 def field(background: tuple[float, float], mover: tuple[float, float], covered: float, noise: float = 0.03,
@@ -81,3 +83,26 @@ def test_a_similarity_fit_without_inliers_keeps_the_translation():
     flow = similarity_field((3.0, 1.0), 0.0, 0.0)
     start = torch.tensor([3.0, 1.0]).view(1, 2, 1, 1)
     torch.testing.assert_close(similarity_motion(flow, start, torch.zeros(1, 1, 60, 80)), start.expand_as(flow))
+
+
+def test_the_most_common_flow_near_a_given_motion_is_read_there():
+    """Near (6, 0): the pan's flow on a third of the picture, though zero fills the rest; with no flow near, the
+    motion given itself."""
+    flow = torch.zeros(1, 2, 30, 30)
+    flow[:, 0, :10] = 6.2
+    assert torch.allclose(camera_motion(flow), torch.zeros(1, 2, 1, 1))
+    near = camera_motion(flow, near=torch.tensor([6.0, 0.0]).view(1, 2, 1, 1))
+    assert torch.allclose(near.flatten(), torch.tensor([6.2, 0.0]), atol=1e-5)
+    alone = camera_motion(flow, near=torch.tensor([-9.0, 3.0]).view(1, 2, 1, 1))
+    assert torch.allclose(alone.flatten(), torch.tensor([-9.0, 3.0]))
+
+
+def test_the_picture_s_translation_is_read_to_a_third_of_a_pixel():
+    """Enough for the still gate, which reads the flow's most common value within a pixel and a half of it."""
+    prev = textured(64, 80, seed=3)
+    for true in ([3.3, -2.6], [-7.0, 0.4], [0.0, 0.0]):
+        t = torch.tensor(true).view(1, 2, 1, 1)
+        cur = warp(prev, -t.expand(1, 2, 64, 80))  # cur(x) = prev(x - t): the picture moved by t
+        inner = (slice(None), slice(None), slice(8, -8), slice(8, -8))  # the warp's border padding left out
+        read = picture_translation(prev[inner], cur[inner]).flatten()
+        assert (read - torch.tensor(true)).abs().max() < 0.3, (true, read)

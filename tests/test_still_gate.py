@@ -166,6 +166,18 @@ def test_in_a_pan_what_leaves_the_picture_takes_the_camera_s_motion():
     assert torch.allclose(out[:, 0, 24:32, 24:32], torch.tensor(2.0), atol=1e-3)  # the mover keeps its motion
 
 
+def test_a_pan_over_a_mostly_flat_picture_is_taken_from_the_picture_s_translation():
+    """A pan of 6 px where three quarters of the picture are flat: the net's flow is zero there, the most common value,
+    but the picture's translation shows the pan, and the flat part takes it."""
+    canvas = textured(64, 80)
+    canvas[..., 16:, :] = 0.5
+    prev, cur = canvas[..., 8:72], canvas[..., 2:66]  # cur(x) = prev(x - 6)
+    flow = torch.zeros(1, 2, 64, 64)
+    flow[:, 0, :16] = 6.0
+    out = StillGate(follows_camera=True)(with_flow(flow, prev, cur))[:, :2].detach()
+    assert out[:, 0, 24:56, 8:56].min() > 5.25 and out[:, 1, 24:56, 8:56].abs().max() < 1e-3  # as a shake's flat square
+
+
 def test_in_a_pan_a_local_motion_the_frames_barely_show_takes_the_camera_s():
     """In a followed pan a region moving half a pixel more than the camera, on a smooth texture with noise of 2.5
     levels, explains its windows better than the camera's motion by less than PAN_EVIDENCE noise floors: it takes the
