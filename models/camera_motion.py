@@ -77,7 +77,7 @@ def picture_translation(prev: Tensor, cur: Tensor) -> Tensor:
 
     Why: where a pan crosses a flat surface (a bus roof, a wall) the net's flow has nothing to match there and stays
     near zero, and the flow's most common value can be that; the picture's edges together still show the pan
-    (docs/notebook/2026-11-30-a-pan-before-the-still-gate.md). ``torch.fft``, no host sync."""
+    (docs/notebook/2026-11-30-what-leaves-the-picture.md). ``torch.fft``, no host sync."""
     a, b = prev.mean(1), cur.mean(1)
     h, w = a.shape[-2:]
     window = torch.outer(*(torch.hann_window(n, periodic=False, device=a.device, dtype=a.dtype) for n in (h, w)))
