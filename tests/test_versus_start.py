@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from server.stream.learner.versus_start import VersusStart
+from server.stream.learner.versus_start import MOST_EVERY, VersusStart
 
 
-def test_the_start_scores_every_tenth_pair():
+def test_a_cheap_start_scores_every_tenth_pair():
     versus = VersusStart(every=10)
-    assert [n for n in range(1, 41) if versus.due(n)] == [10, 20, 30, 40]
+    due = [n for n in range(1, 41) if versus.due(n) and versus.scored(n, 0.001, 1 / 30)]
+    assert due == [10, 20, 30, 40]
 
 
 def test_a_full_window_decides_the_best_weights_and_falling_behind():
@@ -29,3 +30,12 @@ def test_within_the_margin_is_not_behind():
     versus.add(1.01, 1.0)
     verdict = versus.add(1.01, 1.0)
     assert verdict is not None and verdict.kind == "best"  # 1.01 is the best window yet, and within the margin
+
+
+def test_a_dear_scoring_comes_further_apart_within_a_share_of_the_frames_time():
+    """A scoring of 40 ms at 15 fps (67 ms a frame) would take 6 % of every frame's time every tenth frame: the next
+    comes 30 frames on (2 %); a cheap one stays ten frames on; a dearer one than that no further than ``MOST_EVERY``."""
+    versus = VersusStart(every=10)
+    assert versus.scored(10, 0.040, 1 / 15) == 30 and not versus.due(39) and versus.due(40)
+    assert versus.scored(40, 0.002, 1 / 15) == 10 and versus.due(50)
+    assert versus.scored(50, 1.0, 1 / 15) == MOST_EVERY and versus.due(50 + MOST_EVERY)

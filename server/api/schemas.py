@@ -54,7 +54,7 @@ class ErrorInfo(BaseModel):
 
 
 class VersusStart(BaseModel):
-    """What learning bought over the last frames the stream's frozen start scored (every tenth)."""
+    """What learning bought over the last frames the stream's frozen start scored (every tenth, or further apart)."""
 
     ratio: float = Field(description="the learner's mean loss / the frozen start's: under 1, learning pays")
     learned: float = Field(description="the learner's mean loss, each frame's before it learned from it")

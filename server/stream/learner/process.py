@@ -235,15 +235,17 @@ class FrameLoop:
                 stepped = 0.0  # counted once
 
     def _score_start(self) -> torch.Tensor | None:
-        """Every ``versus_start.EVERY`` frames, the frozen start's loss on what this frame's step learned from. Its
-        time is spread over the frames between two scorings in what the frame budget sees (``start_share``), not
-        counted whole in the frame that pays it: the budget sizes the steady work."""
+        """Now and then (``versus_start``: every tenth frame, further apart where a scoring is a larger share of the
+        frame's time), the frozen start's loss on what this frame's step learned from. Its time is spread over the
+        frames up to the next scoring in what the frame budget sees (``start_share``), not counted whole in the frame
+        that pays it: the budget sizes the steady work."""
         self.fed += 1
         if not self.versus_start.due(self.fed):
             return None
         began = time.perf_counter()
         loss = self.learner.start_loss()
-        self.start_share = (time.perf_counter() - began) / self.versus_start.every
+        cost_s = time.perf_counter() - began
+        self.start_share = cost_s / self.versus_start.scored(self.fed, cost_s, 1.0 / self.cfg.fps)
         return loss
 
     def _send_off(self, r: StepResult) -> None:
@@ -284,10 +286,13 @@ class FrameLoop:
         if len(kinds) == len(JPEG_KINDS):
             self.reserve += RESERVE_WEIGHT * (pictures_s - self.reserve)
         work_s = time.perf_counter() - start
+        # What the frame cost, as the budget counts it (``_keep_budget``): on CPU at least ΔP, whose stages started
+        # early work on the host's cores before this frame's clock began (under load the host's part alone read less).
+        frame_work_s = max(work_s, r.step_seconds) if self.shares_cores else work_s
         self.out.put(FrameLearned(
             frame=r.frame, loss=loss, loss_zero=loss_zero, loss_start=loss_start, dp_s=r.step_seconds,
             stage_dp_s=list(r.stage_seconds),
-            work_s=work_s, capture_time=frame.capture_time, learning_size=(flow.shape[1], flow.shape[0]),
+            work_s=frame_work_s, capture_time=frame.capture_time, learning_size=(flow.shape[1], flow.shape[0]),
             flow_scale=scale, flow=flow, images=images, scene_cut=frame.scene_cut,
         ))  # fmt: skip
         return work_s, pictures_s, waited_s, r.step_seconds
