@@ -53,7 +53,6 @@ class VersusStart:
 
     def __init__(self, every: int = EVERY, window: int = WINDOW, margin: float = MARGIN) -> None:
         self.least_every = every
-        self.every = every  # frames from the last scoring to the next
         self.next = every  # the pair fed that the start scores next
         self.pairs: deque[tuple[float, float]] = deque(maxlen=window)
         self.margin = margin
@@ -67,9 +66,9 @@ class VersusStart:
         """The start scored the ``fed``-th pair in ``cost_s``: the next scoring as many frames on as keep the scorings
         within ``BUDGET_SHARE`` of a frame's ``frame_s`` (``every`` at least, ``MOST_EVERY`` at most); how many."""
         wanted = math.ceil(cost_s / (BUDGET_SHARE * frame_s)) if frame_s > 0 else MOST_EVERY
-        self.every = min(max(self.least_every, MOST_EVERY), max(self.least_every, wanted))
-        self.next = fed + self.every
-        return self.every
+        every = min(max(self.least_every, MOST_EVERY), max(self.least_every, wanted))
+        self.next = fed + every
+        return every
 
     def record(self, learned: float, start: float) -> None:
         """One scored frame, for ``standing`` alone."""
