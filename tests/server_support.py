@@ -47,7 +47,8 @@ def decode(jpeg: bytes) -> np.ndarray:
 
 
 def versus_start(frames: list[tuple[dict, bytes]]) -> float:
-    """The learner's mean loss over its frozen start's, on the pairs the start scored among ``frames`` (every tenth).
+    """The learner's mean loss over its frozen start's, on the pairs the start scored among ``frames`` (every tenth to
+    thirtieth: ``versus_start.MOST_EVERY``).
 
     The same pair under both weights: what learning bought, whatever the pair's content. A net from scratch learns
     most of what it will on loop.mp4 within its first ten frames (its loss falls from zero flow's to about 0.6 of it)

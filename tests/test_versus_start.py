@@ -33,9 +33,9 @@ def test_within_the_margin_is_not_behind():
 
 
 def test_a_dear_scoring_comes_further_apart_within_a_share_of_the_frames_time():
-    """A scoring of 40 ms at 15 fps (67 ms a frame) would take 6 % of every frame's time every tenth frame: the next
-    comes 30 frames on (2 %); a cheap one stays ten frames on; a dearer one than that no further than ``MOST_EVERY``."""
+    """A scoring of 20 ms at 15 fps (67 ms a frame) would take 3 % of every frame's time every tenth frame: the next
+    comes 15 frames on (2 %); a cheap one stays ten frames on; a dearer one no further than ``MOST_EVERY``."""
     versus = VersusStart(every=10)
-    assert versus.scored(10, 0.040, 1 / 15) == 30 and not versus.due(39) and versus.due(40)
-    assert versus.scored(40, 0.002, 1 / 15) == 10 and versus.due(50)
-    assert versus.scored(50, 1.0, 1 / 15) == MOST_EVERY and versus.due(50 + MOST_EVERY)
+    assert versus.scored(10, 0.020, 1 / 15) == 15 and not versus.due(24) and versus.due(25)
+    assert versus.scored(25, 0.002, 1 / 15) == 10 and versus.due(35)
+    assert versus.scored(35, 1.0, 1 / 15) == MOST_EVERY and versus.due(35 + MOST_EVERY)

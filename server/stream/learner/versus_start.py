@@ -24,8 +24,8 @@ EVERY = 10
 #: ms, beside stage processes that already kept both cores busy, so every tenth frame it cost each frame 4-5 ms of
 #: its 67 (docs/notebook/2026-11-30-where-a-cpu-frame-waits.md); a GPU's, a few ms, stay every tenth frame.
 BUDGET_SHARE = 0.02
-#: Frames between two scorings, at most: a window of ``WINDOW`` scorings then spans 600 frames (40 s at 15 fps).
-MOST_EVERY = 60
+#: Frames between two scorings, at most: a window of ``WINDOW`` scorings then spans 300 frames (20 s at 15 fps).
+MOST_EVERY = 30
 #: Scorings per window, and how far over the start's loss a window's mean may go before the stream goes back.
 WINDOW, MARGIN = 10, 0.02
 
