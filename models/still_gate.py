@@ -78,6 +78,14 @@ PAN_EVIDENCE = 1.0
 CAMERA_EVIDENCE = 0.02
 
 
+#: By how much less (a share of it) the motion near the picture's translation must leave of the most common flow's mean
+#: residual to be taken for the camera's (``StillGate._camera``). A textured patch sliding over a smooth photograph
+#: wins the translation's phase correlation, and its motion explained a night stream's frames 0.5-6 % better than the
+#: background's, which the net had right (the frozen net 1.13x its error over the stream); a pan down a flat bus roof
+#: explained them 4-66 % better, most pairs over 12 % (docs/notebook/2026-11-30-where-hand-held-footage-is-lost.md).
+TRANSLATION_EVIDENCE = 0.1
+
+
 def _explains_better(residual: Tensor, than: Tensor, noise: Tensor) -> Tensor:
     """(B, 1, 1, 1): whether the warp that left ``residual`` explains the whole picture better than the one that left
     ``than``, by more than ``CAMERA_EVIDENCE`` of the ``noise`` residual."""
@@ -181,7 +189,7 @@ class StillGate(nn.Module):
         if not self.follows_camera:
             return None, unwarped
         scale = scene_scale(*flow.shape[-2:])
-        camera, residual = self._camera(flow, prev, cur, REACH_PX * scale, CAMERA_SHAKE_PX * scale)
+        camera, residual = self._camera(flow, prev, cur, noise, REACH_PX * scale, CAMERA_SHAKE_PX * scale)
         along = with_noise_restored(residual, camera, noise)
         confirmed = _explains_better(along, unwarped, noise)
         shake = camera[..., :1, :1].norm(dim=1, keepdim=True) <= CAMERA_SHAKE_PX * scale
@@ -200,17 +208,25 @@ class StillGate(nn.Module):
         return camera * follows, torch.where(follows, background, unwarped)
 
     @staticmethod
-    def _camera(flow: Tensor, prev: Tensor, cur: Tensor, reach: float, shake: float) -> tuple[Tensor, Tensor]:
+    def _camera(
+        flow: Tensor, prev: Tensor, cur: Tensor, noise: Tensor, reach: float, shake: float
+    ) -> tuple[Tensor, Tensor]:
         """(B, 2, H, W) and how badly it explains each pixel (``warp_residual``): the flow's most common value, or,
         where the picture's translation (``picture_translation``) is larger than a ``shake`` and the most common flow
-        near it explains the frames better on average where each lands in them, that one. A pan across a flat surface
-        leaves the net's flow near zero there, which can be the most common; the whole picture's edges still show the
-        pan (a hand-held tilt down a bus roof, its first 30 pairs: 1.41 times the better classical method's error over
-        all pixels, 1.20 with the translation; docs/notebook/2026-11-30-what-leaves-the-picture.md)."""
+        near it explains the frames better on average where each lands in them, at the same ``noise`` and by
+        ``TRANSLATION_EVIDENCE``, that one. A pan across a flat surface leaves the net's flow near zero there, which
+        can be the most common; the whole picture's edges still show the pan (a hand-held tilt down a bus roof, its
+        first 30 pairs: 1.41 times the better classical method's error over all pixels, 1.20 with the translation;
+        docs/notebook/2026-11-30-what-leaves-the-picture.md). At the same noise: a warp by a fraction of a pixel
+        averages the frame's noise away."""
         common = camera_motion(flow, reach).expand_as(flow)
         seen = camera_motion(flow, reach, near=picture_translation(prev, cur)).expand_as(flow)
         common_residual, seen_residual = (warp_residual(prev, cur, motion) for motion in (common, seen))
-        better = _mean_where(seen_residual, in_frame_mask(seen)) < _mean_where(common_residual, in_frame_mask(common))
+        common_along, seen_along = (
+            _mean_where(with_noise_restored(r, m, noise), in_frame_mask(m))
+            for r, m in ((common_residual, common), (seen_residual, seen))
+        )
+        better = seen_along < (1 - TRANSLATION_EVIDENCE) * common_along
         takes = (seen[:, :, :1, :1].norm(dim=1, keepdim=True) > shake) & better
         return torch.where(takes, seen, common), torch.where(takes, seen_residual, common_residual)
 
