@@ -5,17 +5,15 @@ current), calls ``Pipeline.step`` once (``Learner.step``: the pair shown and the
 leaves the pipeline (PARTIME: the output of step t belongs to frame t-(D-1)): the raw flow field, the pictures viewers
 want (``pictures.py``), the loss and the loss of zero flow on what it learned from, now and then the frozen start's
 loss there too (``versus_start.py``: a learner fallen behind its start goes back to its best weights), ΔP for the whole
-step and per stage, the whole frame's work, and the frame's capture time. On
-a GPU it publishes one frame later still, so that the host's part of a frame runs while the device learns the next
-(``FrameLoop``).
-The budget controller (``budget.py``) sees every frame's work and may move the learning size, under the cap that
-keeps the motion within the net's reach (``reach.py``, which sees every frame's flow); the learner then rebuilds its
-pipeline at the new size with the same weights. It checkpoints atomically every N seconds, on request
-and on stop; a non-finite loss restores the last checkpoint and halves the learning rate.
+step and per stage, the whole frame's work, and the frame's capture time. On a GPU it publishes one frame later still,
+so that the host's part of a frame runs while the device learns the next (``FrameLoop``). The budget controller
+(``budget.py``) sees every frame's work and may move the learning size, under the cap that keeps the motion within the
+net's reach (``reach.py``, which sees every frame's flow); the learner then rebuilds its pipeline at the new size with
+the same weights. It checkpoints atomically every N seconds, on request and on stop; a non-finite loss restores the
+last checkpoint and halves the learning rate.
 
-Threads: torch gets one intra-op thread in this process (each pipeline stage one of its own). Measured on the
-shared 2-core machine under load: two threads per op made the layer profiling at start 37 s instead of 1.9 s
-(OpenMP threads spin against other processes), and ``bench.learning_step`` compares the steady step.
+Threads: one intra-op thread here (each pipeline stage one of its own): on the shared 2-core machine under load two
+per op made the layer profiling at start 37 s, not 1.9 s (OpenMP spins); ``bench.learning_step`` compares steady steps.
 """
 
 from __future__ import annotations
@@ -235,10 +233,8 @@ class FrameLoop:
                 stepped = 0.0  # counted once
 
     def _score_start(self) -> torch.Tensor | None:
-        """Now and then (``versus_start``: every tenth frame, further apart where a scoring is a larger share of the
-        frame's time), the frozen start's loss on what this frame's step learned from. Its time is spread over the
-        frames up to the next scoring in what the frame budget sees (``start_share``), not counted whole in the frame
-        that pays it: the budget sizes the steady work."""
+        """Now and then (``versus_start``) the frozen start's loss on what this frame's step learned from; the budget
+        sees its time spread over the frames up to the next (``start_share``), as it sizes the steady work."""
         self.fed += 1
         if not self.versus_start.due(self.fed):
             return None
@@ -286,8 +282,7 @@ class FrameLoop:
         if len(kinds) == len(JPEG_KINDS):
             self.reserve += RESERVE_WEIGHT * (pictures_s - self.reserve)
         work_s = time.perf_counter() - start
-        # What the frame cost, as the budget counts it (``_keep_budget``): on CPU at least ΔP, whose stages started
-        # early work on the host's cores before this frame's clock began (under load the host's part alone read less).
+        # As the budget counts it (``_keep_budget``): on CPU at least ΔP, whose stages start before the frame's clock.
         frame_work_s = max(work_s, r.step_seconds) if self.shares_cores else work_s
         self.out.put(FrameLearned(
             frame=r.frame, loss=loss, loss_zero=loss_zero, loss_start=loss_start, dp_s=r.step_seconds,
