@@ -189,8 +189,7 @@ class StillGate(nn.Module):
         if not self.follows_camera:
             return None, unwarped
         scale = scene_scale(*flow.shape[-2:])
-        camera, residual = self._camera(flow, prev, cur, noise, REACH_PX * scale, CAMERA_SHAKE_PX * scale)
-        along = with_noise_restored(residual, camera, noise)
+        camera, along = self._camera(flow, prev, cur, noise, REACH_PX * scale, CAMERA_SHAKE_PX * scale)
         confirmed = _explains_better(along, unwarped, noise)
         shake = camera[..., :1, :1].norm(dim=1, keepdim=True) <= CAMERA_SHAKE_PX * scale
         # The texture where the camera's warp lands in the frame (beyond, its residual is the padding's).
@@ -211,24 +210,21 @@ class StillGate(nn.Module):
     def _camera(
         flow: Tensor, prev: Tensor, cur: Tensor, noise: Tensor, reach: float, shake: float
     ) -> tuple[Tensor, Tensor]:
-        """(B, 2, H, W) and how badly it explains each pixel (``warp_residual``): the flow's most common value, or,
-        where the picture's translation (``picture_translation``) is larger than a ``shake`` and the most common flow
-        near it explains the frames better on average where each lands in them, at the same ``noise`` and by
-        ``TRANSLATION_EVIDENCE``, that one. A pan across a flat surface leaves the net's flow near zero there, which
-        can be the most common; the whole picture's edges still show the pan (a hand-held tilt down a bus roof, its
-        first 30 pairs: 1.41 times the better classical method's error over all pixels, 1.20 with the translation;
-        docs/notebook/2026-11-30-what-leaves-the-picture.md). At the same noise: a warp by a fraction of a pixel
-        averages the frame's noise away."""
+        """(B, 2, H, W) and how badly it explains each pixel (``warp_residual``, its ``noise`` restored): the flow's
+        most common value, or, where the picture's translation (``picture_translation``) is larger than a ``shake``
+        and the most common flow near it explains the frames better on average where each lands in them, at the same
+        noise and by ``TRANSLATION_EVIDENCE``, that one. A pan across a flat surface leaves the net's flow near zero
+        there, which can be the most common; the whole picture's edges still show the pan (a hand-held tilt down a bus
+        roof, its first 30 pairs: 1.41 times the better classical method's error over all pixels, 1.20 with the
+        translation; docs/notebook/2026-11-30-what-leaves-the-picture.md). At the same noise: a warp by a fraction of a
+        pixel averages the frame's noise away."""
         common = camera_motion(flow, reach).expand_as(flow)
         seen = camera_motion(flow, reach, near=picture_translation(prev, cur)).expand_as(flow)
-        common_residual, seen_residual = (warp_residual(prev, cur, motion) for motion in (common, seen))
-        common_along, seen_along = (
-            _mean_where(with_noise_restored(r, m, noise), in_frame_mask(m))
-            for r, m in ((common_residual, common), (seen_residual, seen))
-        )
-        better = seen_along < (1 - TRANSLATION_EVIDENCE) * common_along
+        common_along, seen_along = (with_noise_restored(warp_residual(prev, cur, m), m, noise) for m in (common, seen))
+        common_mean = _mean_where(common_along, in_frame_mask(common))
+        better = _mean_where(seen_along, in_frame_mask(seen)) < (1 - TRANSLATION_EVIDENCE) * common_mean
         takes = (seen[:, :, :1, :1].norm(dim=1, keepdim=True) > shake) & better
-        return torch.where(takes, seen, common), torch.where(takes, seen_residual, common_residual)
+        return torch.where(takes, seen, common), torch.where(takes, seen_along, common_along)
 
     def _standing_share(self, along: Tensor, unwarped: Tensor, noise: Tensor, counted: Tensor) -> Tensor:
         """(B, 1, 1, 1): the share of the texture ``counted`` that standing still explains, and explains better than
