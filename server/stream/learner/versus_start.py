@@ -66,7 +66,7 @@ class VersusStart:
         """The start scored the ``fed``-th pair in ``cost_s``: the next scoring as many frames on as keep the scorings
         within ``BUDGET_SHARE`` of a frame's ``frame_s`` (``every`` at least, ``MOST_EVERY`` at most); how many."""
         wanted = math.ceil(cost_s / (BUDGET_SHARE * frame_s)) if frame_s > 0 else MOST_EVERY
-        every = min(max(self.least_every, MOST_EVERY), max(self.least_every, wanted))
+        every = max(self.least_every, min(wanted, MOST_EVERY))
         self.next = fed + every
         return every
 
