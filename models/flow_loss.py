@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import FunctionCtx
 
+from .luma import luma
 from .padding import replicate_pad
 
 _GRIDS: dict[tuple, Tensor] = {}
@@ -174,7 +175,7 @@ def census(image: Tensor, patch: int = CENSUS_PATCH) -> Tensor:
     as d / sqrt(0.81 + d²) (d in 0-255 grey levels). Why: it compares local structure, not brightness,
     so a flicker, an exposure change or a codec's DC shift leaves it unchanged where a photometric
     difference would call for motion."""
-    grey = (0.299 * image[:, :1] + 0.587 * image[:, 1:2] + 0.114 * image[:, 2:3]) * 255.0
+    grey = luma(image) * 255.0
     b, _, h, w = grey.shape
     r = patch // 2
     neighbours = F.unfold(replicate_pad(grey, [r] * 4), patch).view(b, patch * patch, h, w)

@@ -31,6 +31,7 @@ from torch import Tensor
 
 from .flow_cleanup import pair_noise, warp_residual
 from .flow_loss import flow_lengths, pixel_grid, sample_at, warp
+from .luma import luma
 
 #: Spread of the view the made pair starts from, around the frame's own: a shift of this share of the shorter side and
 #: a turn of this many radians (standard deviations), so that both of its frames are resampled alike.
@@ -94,9 +95,8 @@ def light_change(shown: Tensor, flow: Tensor) -> Tensor:
     """(B, 1, H, 1): how much brighter each row of the real pair's second frame is than its first, the second warped
     back by ``flow`` (so motion does not count), over ``LIGHT_ROWS`` rows; a gain, clamped to [0.5, 2]. A broken
     frame's rows (not finite) count as no change: a motion holds its light for the pairs after it (``KnownMotion``)."""
-    grey = torch.tensor([0.299, 0.587, 0.114], dtype=shown.dtype, device=shown.device).view(1, 3, 1, 1)
-    prev = (shown[:, :3] * grey).sum(1, keepdim=True).mean(-1, keepdim=True)
-    back = (warp(shown[:, 3:6], flow) * grey).sum(1, keepdim=True).mean(-1, keepdim=True)
+    prev = luma(shown[:, :3]).mean(-1, keepdim=True)
+    back = luma(warp(shown[:, 3:6], flow)).mean(-1, keepdim=True)
     gain = back / prev.clamp_min(1e-3)
     r = LIGHT_ROWS // 2
     return F.avg_pool2d(F.pad(gain, [0, 0, r, r], mode="replicate"), (LIGHT_ROWS, 1), 1).clamp(0.5, 2.0).nan_to_num(1.0)

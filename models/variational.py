@@ -30,17 +30,14 @@ from torch import Tensor, nn
 from .cpu_loops import numba_installed
 from .flow_cleanup import central_differences, frames_of
 from .flow_loss import warp
+from .luma import luma
 from .variational_energy import ALPHA, DELTA, DIAGONAL_FLOOR, ENERGY, EPSILON, GAMMA, OMEGA, ZETA
 from .window_products import LIBRARY
 
-#: ITU-R BT.601 luma: the grey level the energy is written on.
-LUMA = (0.299, 0.587, 0.114)
-
 
 def _grey(rgb: Tensor) -> Tensor:
-    """(B, 1, H, W) luma in 0-255 of an RGB image in [0, 1]."""
-    r, g, b = rgb.split(1, 1)
-    return (LUMA[0] * r + LUMA[1] * g + LUMA[2] * b) * 255.0
+    """(B, 1, H, W) luma in 0-255 of an RGB image in [0, 1]: the grey level the energy is written on."""
+    return luma(rgb) * 255.0
 
 
 def _derivatives(t: Tensor) -> tuple[Tensor, Tensor]:
