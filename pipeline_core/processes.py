@@ -16,6 +16,7 @@ raises a ``PipelineError`` naming the stage; the pipeline cannot be used afterwa
 from __future__ import annotations
 
 import contextlib
+import gc
 import pickle
 import queue
 import signal
@@ -23,6 +24,7 @@ import threading
 import time
 import weakref
 from collections import deque
+from collections.abc import Iterator
 from multiprocessing.connection import Connection, wait
 from typing import Any, NoReturn
 
@@ -115,6 +117,24 @@ def _stop(procs: list[mp.Process], outboxes: list[_Outbox], graceful: bool) -> N
         outbox.close()
 
 
+@contextlib.contextmanager
+def _frozen_for(method: str) -> Iterator[None]:
+    """A forked worker must never collect the controller's objects: its garbage collector would finalize cycles the
+    controller had not collected yet, in a process without the controller's threads (a worker forked from the test
+    process died of a segmentation fault collecting before it settled). Frozen (``gc.freeze``) while a worker forks,
+    they are in its permanent generation, as Python's documentation advises for ``fork``."""
+    if method != "fork":
+        yield
+        return
+    frozen_before = gc.get_freeze_count()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        if not frozen_before:
+            gc.unfreeze()
+
+
 class ProcessRuntime:
     """Controller side of the process runtime: a ``Runtime`` (``contracts.py``) like ``LocalRuntime``."""
 
@@ -156,7 +176,8 @@ class ProcessRuntime:
             spec = WorkerSpec(h, self.depth, payload, metas[h], metas[h + 1], self._store.port, threads, slots, timeout)
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=stage_process_main, args=(spec, child), name=f"pipeline-stage-{h}", daemon=True)
-            proc.start()
+            with _frozen_for(method):
+                proc.start()
             child.close()
             self._procs.append(proc)
             self._conns.append(parent)

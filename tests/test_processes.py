@@ -8,6 +8,7 @@ seconds per pipeline (each worker imports torch), so each test reuses its pipeli
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import signal
 import threading
@@ -126,6 +127,56 @@ def make_state(opt: str) -> dict:
     with Pipeline(make_model(), xs[0], balance=BALANCE, loss_fn=loss_fn, optimizer=OPTIMIZERS[opt]) as other:
         run(other, xs, ys)
         return other.state_dict()
+
+
+class _Cycle:
+    """Garbage of the controller's, a reference cycle; its finalizer writes down the process that ran it."""
+
+    def __init__(self, marks) -> None:
+        self.marks, self.me = marks, self
+
+    def __del__(self) -> None:
+        with open(self.marks, "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+_CONTROLLER = os.getpid()
+
+
+class _Collects(nn.Module):
+    """Unpickled in a worker, before it settles (``settle_process``), runs the garbage collector, as a worker's own
+    allocations may then."""
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        if os.getpid() != _CONTROLLER:
+            gc.collect()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+def test_a_forked_worker_never_collects_the_controller_s_garbage(tmp_path):
+    """The service forks its stage workers from the learner (``STAGE_START_METHOD``): a worker collecting a cycle the
+    controller had not collected yet runs its finalizer where its threads and sockets are not (a worker forked from
+    the test process died of a segmentation fault while collecting). Only the controller finalizes its garbage."""
+    marks = tmp_path / "finalized"
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Sequential(nn.Conv2d(3, 2, 3, padding=1), _Collects()), nn.Sequential(_Collects()))
+    gc.disable()  # the cycle stays uncollected in the controller while the workers run
+    try:
+        _Cycle(marks)
+        with Pipeline(model, torch.zeros(1, 3, 8, 8), balance=[1, 1], loss_fn=loss_fn, runtime="processes",
+                      start_method="fork", timeout=60.0) as pipe:  # fmt: skip
+            for x in stream(3)[0]:
+                pipe.step(x)
+            pipe.flush()
+        finalized = marks.read_text().split() if marks.exists() else []
+    finally:
+        gc.enable()
+    assert finalized == [], f"finalized in {finalized}, the controller is {os.getpid()}"
+    gc.collect()
+    assert marks.read_text().split() == [str(os.getpid())]
 
 
 def test_a_killed_worker_is_an_error_naming_its_stage_not_a_hang():
