@@ -42,7 +42,7 @@ from bench.cluster_report import GAP_LIMIT_S, RECOVERY_LIMIT_S, markdown
 from testing import netns
 from testing.media import make_video
 from testing.poll import until
-from testing.processes import fork_server_folder
+from testing.processes import fork_server_folder, outlived
 from testing.report import RESULTS, Run
 from testing.server import ServerProcess
 
@@ -239,7 +239,7 @@ def delete_stream(srv: ServerProcess, sid: str) -> dict:
     actor = fork_server.parent()
     tree = [actor, *actor.children(recursive=True)]
     answer = srv.client.delete(f"/api/streams/{sid}").status_code
-    _, alive = psutil.wait_procs(tree, timeout=30)
+    alive = outlived(tree, 30)
 
     def actor_gone() -> bool:
         try:

@@ -1,15 +1,36 @@
-"""What a process tree holds outside itself and must not leave behind: multiprocessing's temporary folder (removed
-by a process that exits normally) and the shared memory it maps in /dev/shm (frame rings, semaphores)."""
+"""When a process tree has ended, and what it holds outside itself and must not leave behind: multiprocessing's
+temporary folder (removed by a process that exits normally) and the shared memory it maps in /dev/shm (frame rings,
+semaphores)."""
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
 import psutil
 
 SHM = Path("/dev/shm")
+
+
+def running(processes: Iterable[psutil.Process]) -> list[psutil.Process]:
+    """Those of ``processes`` still running. A zombie has ended: an orphan's zombie waits for init to reap it, which
+    here took up to 2 s after it exited (``psutil.wait_procs`` waits for that too)."""
+    alive = []
+    for proc in processes:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc)
+    return alive
+
+
+def outlived(processes: Iterable[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Those of ``processes`` still ``running`` ``timeout_s`` from now, returned as soon as none is."""
+    processes, deadline = list(processes), time.monotonic() + timeout_s
+    while (alive := running(processes)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return alive
 
 
 def fork_server_folder(processes: Iterable[psutil.Process]) -> Path:

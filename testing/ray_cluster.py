@@ -31,7 +31,7 @@ import ray
 
 from testing.net import HOST, free_port
 from testing.poll import until
-from testing.processes import shared_memory
+from testing.processes import outlived, shared_memory
 
 RAY = str(Path(sys.executable).with_name("ray"))
 NAMESPACE = "overtime-test"
@@ -232,5 +232,4 @@ def _kill(processes: list[psutil.Process], sig: signal.Signals, timeout_s: float
     for p in processes:
         with contextlib.suppress(psutil.Error):
             p.send_signal(sig)
-    _, alive = psutil.wait_procs(processes, timeout=timeout_s)
-    return [p.pid for p in alive]
+    return [p.pid for p in outlived(processes, timeout_s)]

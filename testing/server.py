@@ -22,6 +22,7 @@ from testing.api import Api
 from testing.metrics import Scrape
 from testing.net import HOST, free_port, http_client
 from testing.poll import until
+from testing.processes import outlived
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "reliability-token"  # the token of ``small_server``
@@ -99,8 +100,7 @@ class ServerProcess:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(10)
-        _, alive = psutil.wait_procs(tree, timeout=10)
-        for p in alive:
+        for p in outlived(tree, 10):
             with contextlib.suppress(psutil.Error):
                 p.kill()
         return self.proc.returncode

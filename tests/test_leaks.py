@@ -19,7 +19,7 @@ import pytest
 from testing.api import Api
 from testing.media import make_video
 from testing.poll import until
-from testing.processes import SHM, fork_server_folder, shared_memory
+from testing.processes import SHM, fork_server_folder, running, shared_memory
 from testing.server import ServerProcess, small_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -47,10 +47,6 @@ def released(names: set[str], what: str) -> None:
         until(lambda: not left(names), 30, f"{what} released")
     except TimeoutError:
         raise AssertionError(f"{what} left {left(names)} in /dev/shm") from None
-
-
-def running(procs: list[psutil.Process]) -> list[psutil.Process]:
-    return [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
 def test_start_restart_delete_stop_leaves_nothing_behind(tmp_path):
