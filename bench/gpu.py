@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.sizes, args.learners, args.service_streams = [(64, 48)], 2, 2
         args.step_count, args.rounds, args.stream_seconds = 3, 1, 1.0
-        args.seconds, args.many_seconds, args.warmup, args.starts = 3.0, 3.0, 2.0, 1
+        args.seconds, args.many_seconds, args.warmup, args.starts = 1.5, 1.5, 0.5, 1
     report, start = Run(directory=args.out_dir), time.perf_counter()
     result: dict = {name: {"skipped": "not asked for (--parts)"} for name in PARTS if name not in args.parts}
     title = f"The service on a GPU ({args.device}{', smoke run' if args.quick else ''})"
