@@ -4,9 +4,9 @@ Why fresh each time: a process killed while holding a ``multiprocessing.Queue`` 
 queue next, so a failed generation is dropped whole and the next one starts clean (``supervisor.py`` supervises).
 
 Both processes are forked from multiprocessing's fork server, started once and preloaded with the decoder and the
-learner process modules (torch among them): a clean process without threads, so forking it is safe, and a process
-starts in a fraction of a second instead of re-importing torch for seconds (spawn). Where there is no fork server:
-spawn.
+learner process modules (torch among them) and what every learner loads at its start (``learner.preload``): a clean
+process without threads, so forking it is safe, and a process starts in a fraction of a second instead of
+re-importing torch for seconds (spawn). Where there is no fork server: spawn.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from .source.decoder import DecoderConfig, run_decoder
 
 RING_SLOTS = 4
 LEARNER_STOP_S = 20.0  # room for the final checkpoint
-PRELOAD = ["server.stream.source.decoder", "server.stream.learner.process"]
+PRELOAD = ["server.stream.source.decoder", "server.stream.learner.process", "server.stream.learner.preload"]
 if "forkserver" in mp.get_all_start_methods():
     CONTEXT = mp.get_context("forkserver")
     CONTEXT.set_forkserver_preload(PRELOAD)
