@@ -1,6 +1,7 @@
 """What the fork server loads besides the modules of its processes (``generation.PRELOAD``), so that every learner
-forked from it starts with it loaded instead of loading it again: a warm stream's first picture came 3.3-3.7 s after
-its request at 64x64 on 2 cores, 2.3 s of them spent here in each learner (bench/results/stream-start.md).
+forked from it starts with it loaded instead of loading it again: loaded in each learner, these took 2.3 s of a warm
+stream's first picture on 2 cores (3.7-3.9 s after its request on box.mp4, ``bench.service_clip --quick``); preloaded,
+it comes after 0.9-1.6 s (bench/results/service-clip-cpu.md).
 
 - ``torch._dynamo``: ``torch.optim.Optimizer.add_param_group`` imports it at the first optimizer a process makes
   (1.5 s).
