@@ -22,7 +22,7 @@ from models.streams import generate
 from models.window_products import window_product_op, window_spread_op
 
 SIZE = (64, 48)
-STEPS = 20
+STEPS = 8  # a guard that learning breaks (a count of steps, a state's first use) breaks within the first few
 #: SGD, not the learner's Adam: Adam takes a whole step on the sign of a gradient that should be zero (a constant
 #: added to both frames' features cancels) and is only rounding, so any reordering of a sum moves such a weight by the
 #: rate; the optimizer is the same eager code either way. At this rate a step moves the weights by more than 1e-3
@@ -42,7 +42,7 @@ def weights(pipe) -> list[torch.Tensor]:
 
 @pytest.fixture(scope="module")
 def learned() -> dict:
-    """The service's learner from the shipped weights (known motion), eager and compiled, over 20 inputs made from
+    """The service's learner from the shipped weights (known motion), eager and compiled, over STEPS inputs made from
     the eager learner's flow. Before every step the compiled learner takes the eager one's weights: each step is
     compared from the same state (learning from slightly different weights, two learners drift apart by the dynamics
     of learning, not of the step). ``steps``, per step: its weights before, each way's result and weights after;
@@ -108,7 +108,7 @@ def test_a_stage_of_the_services_net_is_one_graph(learned):
     (and, on a GPU, where a CUDA graph of the compiled step would have to be cut). The whole net is the widest stage:
     the fixture's learner is one stage, which Dynamo traced twice, each time into one graph: the forward it learns
     from, and the forward without a graph of the samples only shown. A break would add a frame (the code after it)
-    and a graph, and say why; a recompile over the 20 steps would add both too."""
+    and a graph, and say why; a recompile over the STEPS steps would add both too."""
     traced = learned["traced"]
     assert traced["breaks"] == {}
     assert traced["frames"] == traced["graphs"] == 2, traced
