@@ -71,7 +71,7 @@ def test_watch_exit_codes(server, tmp_path):
     assert watch.main(["ftp://example.com/a.mp4", "--url", server]) == watch.REJECTED
     assert watch.main(["demo", "--url", "http://127.0.0.1:9", "--frames", "1"]) == watch.UNREACHABLE
     # A live source that cannot be reached: the stream errors or keeps reconnecting; either way no frames come.
-    code = watch.main(["http://127.0.0.1:9/nothing.mp4", "--url", server, "--frames", "5", "--idle-timeout", "5"])
+    code = watch.main(["http://127.0.0.1:9/nothing.mp4", "--url", server, "--frames", "5", "--idle-timeout", "2"])
     assert code in (watch.STREAM_FAILED, watch.NO_FRAMES)
     with pytest.raises(SystemExit) as usage:
         watch.main(["demo", "--frames", "0"])
