@@ -33,13 +33,20 @@ def outlived(processes: Iterable[psutil.Process], timeout_s: float) -> list[psut
     return alive
 
 
+def is_fork_server(proc: psutil.Process) -> bool:
+    """Whether ``proc`` is a multiprocessing fork server."""
+    with contextlib.suppress(psutil.Error):
+        return "multiprocessing.forkserver" in " ".join(proc.cmdline())
+    return False
+
+
 def fork_server_folder(processes: Iterable[psutil.Process]) -> Path:
     """The folder of the fork server's socket among ``processes``: multiprocessing's temporary folder of the process
     that started the fork server (the API process, or a stream's Ray actor), removed when that process exits
     normally and left behind when it is killed."""
     for proc in processes:
         with contextlib.suppress(psutil.Error):
-            if "multiprocessing.forkserver" in " ".join(proc.cmdline()):
+            if is_fork_server(proc):
                 sockets = [c.laddr for c in proc.net_connections(kind="unix") if c.laddr]
                 return Path(sockets[0]).parent
     raise AssertionError("no fork server among these processes")
