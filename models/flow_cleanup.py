@@ -119,7 +119,7 @@ def confidence(flow: Tensor, prev: Tensor, cur: Tensor, texture: Tensor, residua
     decision, it reads the flow without differentiating it (a steep weight's gradient would swamp the loss's own)."""
     flow = flow.detach()
     error = warp_residual(prev, cur, flow)
-    noise = pair_noise((prev - cur).abs().mean(1, keepdim=True), error, flow)
+    noise = pair_noise((prev - cur).abs().mean(1, keepdim=True), error, flow, noise_correlation(prev, cur))
     g2 = (gradient_magnitude(prev) - noise).clamp_min(0) ** 2
     return g2 / (g2 + texture**2) * torch.exp(-error / residual)
 
@@ -174,46 +174,77 @@ def scene_scale(height: int, width: int) -> float:
     return max(height, width, MADE_FOR_SIDE) / MADE_FOR_SIDE
 
 
-#: The share of a pair's pixels at or below which ``noise_floor`` reads their residual.
-NOISE_QUANTILE = 0.25
+#: The share of a pair's pixels at or below which ``noise_floor`` reads their residual: the lowest tenth. A codec's
+#: residual is peaked at zero, and read at its quartile it counted as noise a part of what its frames' detail leaves,
+#: which the still gate then put back into every moving hypothesis (hand-held clips 1-11 % worse over all pixels;
+#: docs/notebook/2026-11-30-the-still-gate-at-night.md, and its entry of 2026-12-01).
+NOISE_QUANTILE = 0.1
 
-#: A residual's mean over its lower quartile's value, for the mean absolute difference of two frames of Gaussian
-#: noise over three channels (1.47; 1.35-1.51 at 2-8 levels of 8 bits, rounded to them).
-NOISE_MEAN_PER_QUARTILE = 1.5
+#: A residual's mean over its value at ``NOISE_QUANTILE``, for the mean absolute difference of two frames of Gaussian
+#: noise over three channels (2.08-2.26 at 2-8 levels of 8 bits, rounded to them).
+NOISE_MEAN_PER_QUANTILE = 2.2
+
+#: Where ``noise_correlation`` reads a pair's noise: the share of the picture whose windows of this many pixels differ
+#: least.
+QUIET_SHARE, QUIET_WINDOW = 0.25, 15
 
 
 def noise_floor(residual: Tensor) -> Tensor:
-    """(B, 1, H, W) -> (B, 1, 1, 1): the mean residual a pair's noise alone leaves, read off the lower quartile of
-    ``residual`` (its best explanation per pixel): exact where all of the picture is explained (stands still or is
-    matched), a tenth over where a fifth is not (occlusions, failed matches: the noise's 31st percentile is read for
-    its 25th), two fifths over where half is not. No host sync (the GPU's captured step)."""
+    """(B, 1, H, W) -> (B, 1, 1, 1): the mean residual a pair's noise alone leaves, read off the lowest tenth of
+    ``residual`` (its best explanation per pixel, ``NOISE_QUANTILE``): exact where all of the picture is explained
+    (stands still or is matched), a sixth over where a fifth is not (occlusions, failed matches: the noise's 12th
+    percentile is read for its 10th). No host sync (the GPU's captured step)."""
     flat = residual.detach().flatten(1)
     k = max(1, round(NOISE_QUANTILE * flat.shape[1]))
-    return NOISE_MEAN_PER_QUARTILE * flat.kthvalue(k, dim=1).values.view(-1, 1, 1, 1)
+    return NOISE_MEAN_PER_QUANTILE * flat.kthvalue(k, dim=1).values.view(-1, 1, 1, 1)
 
 
-def noise_kept(flow: Tensor) -> Tensor:
+def noise_correlation(prev: Tensor, cur: Tensor) -> Tensor:
+    """(B, 3, H, W) x 2 -> (B, 1, 1, 1) in [0, 1]: how alike a pair's noise is in neighbouring pixels (rho, the
+    correlation of one pixel's with its neighbour's along a row or a column), read off the pair's difference where it
+    is quietest (the quarter of the picture whose 15 px windows differ least: no motion or edge there, noise alone).
+    Products of neighbours, not a ratio of quantiles: 8-bit steps make a low quantile jump by a third from one pair to
+    the next. Independent noise reads 0 (a pixel's sign is its own, whatever the window's size); a codec's, or a
+    scaled frame's, is alike in neighbours (still cameras' real pairs: 0.85-1.00 of their residual left by a
+    half-pixel warp, where independent noise leaves 0.71; docs/notebook/2026-11-30-the-still-gate-at-night.md)."""
+    difference = (prev - cur).mean(1, keepdim=True)
+    busy = box_mean(difference.abs(), QUIET_WINDOW)
+    flat = busy.flatten(1)
+    level = flat.kthvalue(max(1, round(QUIET_SHARE * flat.shape[1])), dim=1).values.view(-1, 1, 1, 1)
+    quiet = (busy <= level).to(difference.dtype)
+    products, squares = difference.new_zeros(difference.shape[0]), difference.new_zeros(difference.shape[0])
+    for a, b, both in (
+        (difference[..., 1:], difference[..., :-1], quiet[..., 1:] * quiet[..., :-1]),  # along the rows
+        (difference[..., 1:, :], difference[..., :-1, :], quiet[..., 1:, :] * quiet[..., :-1, :]),  # the columns
+    ):
+        products = products + (both * a * b).sum((1, 2, 3))
+        squares = squares + (both * (a**2 + b**2)).sum((1, 2, 3)) / 2
+    return (products / squares.clamp_min(1e-12)).clamp(0, 1).view(-1, 1, 1, 1)
+
+
+def noise_kept(flow: Tensor, correlation: Tensor) -> Tensor:
     """(B, 2, H, W) -> (B, 1, H, W): the share of two frames' noise residual left when the second is warped by
-    ``flow``: at a fractional shift (a, b) bilinear interpolation keeps ((1-a)^2 + a^2)((1-b)^2 + b^2) of its
-    noise's variance, so a half-pixel warp leaves sqrt(5/8) of the residual, a whole-pixel one all of it (checked on
-    frames of Gaussian noise: tests/test_flow_cleanup.py)."""
+    ``flow``: at a fractional shift a along a row, bilinear interpolation keeps (1-a)^2 + a^2 + 2a(1-a)rho of its
+    noise's variance (rho: ``correlation``, ``noise_correlation``), and as much again along a column, so a half-pixel
+    warp of independent noise leaves sqrt(5/8) of the residual, a whole-pixel one all of it, and noise alike in
+    neighbours keeps more (checked on frames of Gaussian noise: tests/test_flow_cleanup.py)."""
     frac = flow - flow.floor()
-    variance = ((1 - frac) ** 2 + frac**2).prod(1, keepdim=True)
+    variance = (1 - 2 * frac * (1 - frac) * (1 - correlation)).prod(1, keepdim=True)
     return ((1 + variance) / 2).sqrt()
 
 
-def pair_noise(unwarped: Tensor, warped: Tensor, flow: Tensor) -> Tensor:
+def pair_noise(unwarped: Tensor, warped: Tensor, flow: Tensor, correlation: Tensor) -> Tensor:
     """(B, 1, 1, 1): a pair's ``noise_floor``, read where it stands still (``unwarped``, its residual as it came) or
-    where ``flow`` matches it (``warped``, with the noise the warp averaged away counted back), whichever reads less:
-    motion inflates the one, failed matches the other. Its noise's own gradient (|ix| + |iy| of the frame) averages
-    the same, so this much gradient is no texture."""
-    return torch.minimum(noise_floor(unwarped), noise_floor(warped / noise_kept(flow)))
+    where ``flow`` matches it (``warped``, with the noise the warp averaged away counted back, ``noise_kept``),
+    whichever reads less: motion inflates the one, failed matches the other. Its noise's own gradient (|ix| + |iy| of
+    the frame) averages the same, so this much gradient is no texture."""
+    return torch.minimum(noise_floor(unwarped), noise_floor(warped / noise_kept(flow, correlation)))
 
 
-def with_noise_restored(residual: Tensor, flow: Tensor, noise: Tensor) -> Tensor:
+def with_noise_restored(residual: Tensor, flow: Tensor, noise: Tensor, correlation: Tensor) -> Tensor:
     """(B, 1, H, W): the residual a warp by ``flow`` left, with the part of the ``noise`` residual its interpolation
     averaged away put back (``noise_kept``)."""
-    return residual + noise * (1 - noise_kept(flow))
+    return residual + noise * (1 - noise_kept(flow, correlation))
 
 
 #: The mean confidence over a reach at which it fills a pixel half and the farther reaches the other half

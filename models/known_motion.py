@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .flow_cleanup import pair_noise, warp_residual
+from .flow_cleanup import noise_correlation, pair_noise, warp_residual
 from .flow_loss import flow_lengths, pixel_grid, sample_at, warp
 from .luma import luma
 
@@ -88,7 +88,8 @@ def sensor_noise(shown: Tensor, flow: Tensor) -> Tensor:
     residual under ``flow`` (``pair_noise``, as the still gate reads it)."""
     prev, cur = shown[:, :3], shown[:, 3:6]
     unwarped = (prev - cur).abs().mean(1, keepdim=True)
-    return pair_noise(unwarped, warp_residual(prev, cur, flow), flow) / NOISE_RESIDUAL_PER_SIGMA
+    warped = warp_residual(prev, cur, flow)
+    return pair_noise(unwarped, warped, flow, noise_correlation(prev, cur)) / NOISE_RESIDUAL_PER_SIGMA
 
 
 def light_change(shown: Tensor, flow: Tensor) -> Tensor:

@@ -17,7 +17,8 @@ where a pan crosses a flat surface the camera's motion is read near the whole pi
 most common value there can be the flat surface's zero. Both explanations are judged at the same noise: a warp's
 bilinear interpolation averages the current frame's noise, so on a noisy camera's still background the net's
 sub-pixel fit of the noise explained the pair better than standing still; the gate puts the averaged noise back
-(``with_noise_restored``, the pair's noise read off its best-explained quarter: ``pair_noise``) and, as the fill
+(``with_noise_restored``, the pair's noise read off its best-explained tenth, ``pair_noise``, and as alike in
+neighbouring pixels as the pair's difference shows it, ``noise_correlation``) and, as the fill
 does, counts as texture only what rises above the noise. Where the camera's motion leaves the picture (a pan's
 leaving edge), its warp reads only padding, so there it counts as explaining the pair as well as it does on average
 where it lands: a pixel leaving the picture moves with the camera unless a flow of its own, matched inside the
@@ -36,6 +37,7 @@ from .flow_cleanup import (
     close_gaps,
     frames_of,
     gradient_magnitude,
+    noise_correlation,
     pair_noise,
     scene_scale,
     warp_residual,
@@ -162,11 +164,12 @@ class StillGate(nn.Module):
         # sub-pixel flow explained the pair better than standing still did (box with noise of 4 levels: its still
         # background painted; docs/models.md#the-still-gate-judges-at-the-same-noise). Every hypothesis is judged
         # with its full noise, and only the gradient above the noise's own is texture.
-        noise = pair_noise(unwarped, warped, flow_read)
-        moved = with_noise_restored(warped, flow_read, noise)
+        correlation = noise_correlation(prev, cur)
+        noise = pair_noise(unwarped, warped, flow_read, correlation)
+        moved = with_noise_restored(warped, flow_read, noise, correlation)
         texture = (box_mean(gradient_magnitude(prev), self.window) - noise).clamp_min(0) ** 2
         sure = texture / (texture + STILL_TEXTURE**2)
-        camera, still = self._background(flow_read, prev, cur, unwarped, noise, sure)
+        camera, still = self._background(flow_read, prev, cur, unwarped, noise, correlation, sure)
         margin, softness = self.margin / 100, self.log_softness.exp()
         near, far = (torch.sigmoid((box_mean(still, w) - box_mean(moved, w) - margin) / softness) for w in self.windows)
         quiet = torch.sigmoid((self.quiet / 100 - box_mean(still, self.changed)) / softness)
@@ -175,7 +178,14 @@ class StillGate(nn.Module):
         return torch.cat([gated, x[:, 2:], *([keep.detach()] if self.hands_on_keep else [])], 1)
 
     def _background(
-        self, flow: Tensor, prev: Tensor, cur: Tensor, unwarped: Tensor, noise: Tensor, sure: Tensor
+        self,
+        flow: Tensor,
+        prev: Tensor,
+        cur: Tensor,
+        unwarped: Tensor,
+        noise: Tensor,
+        correlation: Tensor,
+        sure: Tensor,
     ) -> tuple[Tensor | None, Tensor]:
         """What standing still means, and how much the frames differ under it per pixel: zero (``unwarped``), or
         (``follows_camera``) the camera's motion where the frames confirm it, warped back by it differing less over
@@ -189,7 +199,7 @@ class StillGate(nn.Module):
         if not self.follows_camera:
             return None, unwarped
         scale = scene_scale(*flow.shape[-2:])
-        camera, along = self._camera(flow, prev, cur, noise, REACH_PX * scale, CAMERA_SHAKE_PX * scale)
+        camera, along = self._camera(flow, prev, cur, noise, correlation, REACH_PX * scale, CAMERA_SHAKE_PX * scale)
         confirmed = _explains_better(along, unwarped, noise)
         shake = camera[..., :1, :1].norm(dim=1, keepdim=True) <= CAMERA_SHAKE_PX * scale
         # The texture where the camera's warp lands in the frame (beyond, its residual is the padding's).
@@ -198,7 +208,7 @@ class StillGate(nn.Module):
         # A hand-held pan turns and zooms a little too: a similarity, where it explains the picture better.
         radii = tuple(r * scale for r in FIT_RADII_PX)
         turned = similarity_motion(flow, camera[..., :1, :1], counted, radii)
-        turned_along = with_noise_restored(warp_residual(prev, cur, turned), turned, noise)
+        turned_along = with_noise_restored(warp_residual(prev, cur, turned), turned, noise, correlation)
         turns = pan & _explains_better(turned_along, along, noise)
         camera, along = torch.where(turns, turned, camera), torch.where(turns, turned_along, along)
         along = _beyond_the_frame_as_within(along, in_frame_mask(camera))
@@ -208,7 +218,7 @@ class StillGate(nn.Module):
 
     @staticmethod
     def _camera(
-        flow: Tensor, prev: Tensor, cur: Tensor, noise: Tensor, reach: float, shake: float
+        flow: Tensor, prev: Tensor, cur: Tensor, noise: Tensor, correlation: Tensor, reach: float, shake: float
     ) -> tuple[Tensor, Tensor]:
         """(B, 2, H, W) and how badly it explains each pixel (``warp_residual``, its ``noise`` restored): the flow's
         most common value, or, where the picture's translation (``picture_translation``) is larger than a ``shake``
@@ -220,7 +230,9 @@ class StillGate(nn.Module):
         pixel averages the frame's noise away."""
         common = camera_motion(flow, reach).expand_as(flow)
         seen = camera_motion(flow, reach, near=picture_translation(prev, cur)).expand_as(flow)
-        common_along, seen_along = (with_noise_restored(warp_residual(prev, cur, m), m, noise) for m in (common, seen))
+        common_along, seen_along = (
+            with_noise_restored(warp_residual(prev, cur, m), m, noise, correlation) for m in (common, seen)
+        )
         common_mean = _mean_where(common_along, in_frame_mask(common))
         better = _mean_where(seen_along, in_frame_mask(seen)) < (1 - TRANSLATION_EVIDENCE) * common_mean
         takes = (seen[:, :, :1, :1].norm(dim=1, keepdim=True) > shake) & better

@@ -13,6 +13,7 @@ from models.flow_cleanup import (
     close_gaps,
     confidence,
     neighbour_sum,
+    noise_correlation,
     noise_floor,
     with_noise_restored,
 )
@@ -164,14 +165,33 @@ def test_a_warp_s_residual_with_its_noise_restored_matches_standing_still_on_fra
     grey = torch.full((1, 3, 96, 96), 0.5)
     prev, cur = noisy(grey, 4, 0), noisy(grey, 4, 1)
     unwarped = (prev - cur).abs().mean(1, keepdim=True)
-    noise = noise_floor(unwarped)
+    noise, correlation = noise_floor(unwarped), noise_correlation(prev, cur)
     assert abs(float(noise.flatten()[0]) / float(unwarped.mean()) - 1) < 0.05
+    assert float(correlation) < 0.1  # independent noise
     for shift in [(0.5, 0.5), (0.5, 0.0), (0.25, 0.0), (1.3, -2.7)]:
         flow = torch.tensor(shift).view(1, 2, 1, 1).expand(1, 2, 96, 96)
         warped = (prev - warp(cur, flow)).abs().mean(1, keepdim=True)[..., 4:-4, 4:-4]
-        restored = with_noise_restored(warped, flow[..., 4:-4, 4:-4], noise)
+        restored = with_noise_restored(warped, flow[..., 4:-4, 4:-4], noise, correlation)
         assert abs(float(restored.mean()) / float(unwarped.mean()) - 1) < 0.03, shift
     assert float(warped.mean()) < 0.85 * float(unwarped.mean())  # the shift (1.3, -2.7) alone gains a sixth
+
+
+def test_noise_alike_in_neighbouring_pixels_is_read_so_and_restored_as_much_as_a_warp_averaged_away():
+    """Noise averaged over 3x3 pixels (as a codec's or a scaled frame's is alike in neighbours: its neighbour's
+    correlation 2/3) loses less to a warp's interpolation than independent noise does: restored as if independent, a
+    half-pixel warp's residual would be put back above what standing still leaves; read with its correlation, not."""
+    grey = torch.full((1, 3, 100, 100), 0.5)
+    blurred = [F.avg_pool2d(noisy(grey, 12, seed) - 0.5, 3, 1) + 0.5 for seed in (0, 1)]
+    prev, cur = (((b * 255).round() / 255) for b in blurred)
+    unwarped = (prev - cur).abs().mean(1, keepdim=True)
+    noise, correlation = noise_floor(unwarped), noise_correlation(prev, cur)
+    assert 0.55 < float(correlation) < 0.75
+    flow = torch.tensor([0.5, 0.5]).view(1, 2, 1, 1).expand(1, 2, 98, 98)
+    warped = (prev - warp(cur, flow)).abs().mean(1, keepdim=True)[..., 4:-4, 4:-4]
+    restored = with_noise_restored(warped, flow[..., 4:-4, 4:-4], noise, correlation)
+    assert abs(float(restored.mean()) / float(unwarped.mean()) - 1) < 0.04
+    as_if_independent = with_noise_restored(warped, flow[..., 4:-4, 4:-4], noise, torch.zeros(()))
+    assert float(as_if_independent.mean()) > 1.1 * float(unwarped.mean())
 
 
 def test_the_noise_floor_is_read_where_the_pair_is_explained_with_part_of_the_picture_not():
