@@ -175,9 +175,9 @@ def scene_scale(height: int, width: int) -> float:
 
 
 #: The share of a pair's pixels at or below which ``noise_floor`` reads their residual: the lowest tenth. A codec's
-#: residual is peaked at zero, and read at its quartile it counted as noise a part of what its frames' detail leaves,
-#: which the still gate then put back into every moving hypothesis (hand-held clips 1-11 % worse over all pixels;
-#: docs/notebook/2026-11-30-the-still-gate-at-night.md, and its entry of 2026-12-01).
+#: residual is peaked at zero: read at its quartile, its noise came out higher than a Gaussian's with the same lowest
+#: tenth, and the still gate put that much more back into every moving hypothesis (hand-held clips' error over all
+#: pixels 1-12 % higher than at the tenth; docs/notebook/2026-11-30-the-still-gate-reads-a-codecs-noise.md).
 NOISE_QUANTILE = 0.1
 
 #: A residual's mean over its value at ``NOISE_QUANTILE``, for the mean absolute difference of two frames of Gaussian
@@ -192,8 +192,8 @@ QUIET_SHARE, QUIET_WINDOW = 0.25, 15
 def noise_floor(residual: Tensor) -> Tensor:
     """(B, 1, H, W) -> (B, 1, 1, 1): the mean residual a pair's noise alone leaves, read off the lowest tenth of
     ``residual`` (its best explanation per pixel, ``NOISE_QUANTILE``): exact where all of the picture is explained
-    (stands still or is matched), a sixth over where a fifth is not (occlusions, failed matches: the noise's 12th
-    percentile is read for its 10th). No host sync (the GPU's captured step)."""
+    (stands still or is matched), about a seventh over where a fifth is not (occlusions, failed matches: the
+    noise's 12.5th percentile is read for its 10th). No host sync (the GPU's captured step)."""
     flat = residual.detach().flatten(1)
     k = max(1, round(NOISE_QUANTILE * flat.shape[1]))
     return NOISE_MEAN_PER_QUANTILE * flat.kthvalue(k, dim=1).values.view(-1, 1, 1, 1)

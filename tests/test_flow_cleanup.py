@@ -196,7 +196,8 @@ def test_noise_alike_in_neighbouring_pixels_is_read_so_and_restored_as_much_as_a
 
 def test_the_noise_floor_is_read_where_the_pair_is_explained_with_part_of_the_picture_not():
     """Two noisy frames of one picture, a fifth of whose pixels changed altogether (what no flow explains): the
-    floor reads the mean noise residual of the rest, a tenth over (the noise's 31st percentile for its 25th)."""
+    floor reads the mean noise residual of the rest, about a seventh over (the noise's 12.5th percentile for its
+    10th)."""
     image = textured(80, 80)
     prev, cur = noisy(image, 4, 0), noisy(image, 4, 1)
     cur[..., :16, :] = torch.rand(1, 3, 16, 80, generator=torch.Generator().manual_seed(3))
