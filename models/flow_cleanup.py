@@ -203,7 +203,7 @@ def noise_correlation(prev: Tensor, cur: Tensor) -> Tensor:
     """(B, 3, H, W) x 2 -> (B, 1, 1, 1) in [0, 1]: how alike a pair's noise is in neighbouring pixels (rho, the
     correlation of one pixel's with its neighbour's along a row or a column), read off the pair's difference where it
     is quietest (the quarter of the picture whose 15 px windows differ least: no motion or edge there, noise alone).
-    Products of neighbours, not a ratio of quantiles: 8-bit steps make a low quantile jump by a third from one pair to
+    Products of neighbours, not a ratio of quantiles: 8-bit steps make a low quantile jump by half from one pair to
     the next. Independent noise reads 0 (a pixel's sign is its own, whatever the window's size); a codec's, or a
     scaled frame's, is alike in neighbours (still cameras' real pairs: 0.85-1.00 of their residual left by a
     half-pixel warp, where independent noise leaves 0.71; docs/notebook/2026-11-30-the-still-gate-at-night.md)."""
@@ -213,12 +213,12 @@ def noise_correlation(prev: Tensor, cur: Tensor) -> Tensor:
     level = flat.kthvalue(max(1, round(QUIET_SHARE * flat.shape[1])), dim=1).values.view(-1, 1, 1, 1)
     quiet = (busy <= level).to(difference.dtype)
     products, squares = difference.new_zeros(difference.shape[0]), difference.new_zeros(difference.shape[0])
-    for a, b, both in (
+    for pixel, neighbour, both_quiet in (
         (difference[..., 1:], difference[..., :-1], quiet[..., 1:] * quiet[..., :-1]),  # along the rows
         (difference[..., 1:, :], difference[..., :-1, :], quiet[..., 1:, :] * quiet[..., :-1, :]),  # the columns
     ):
-        products = products + (both * a * b).sum((1, 2, 3))
-        squares = squares + (both * (a**2 + b**2)).sum((1, 2, 3)) / 2
+        products = products + (both_quiet * pixel * neighbour).sum((1, 2, 3))
+        squares = squares + (both_quiet * (pixel**2 + neighbour**2)).sum((1, 2, 3)) / 2
     return (products / squares.clamp_min(1e-12)).clamp(0, 1).view(-1, 1, 1, 1)
 
 
