@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from models.flow_nets import build_flow_net
-from models.online import CONVS_LEARN_TO_FACTOR, KNOWN_MOTION, frame_pair, online_pipeline, predict_then_learn
+from models.online import CONV_RATES, KNOWN_MOTION, frame_pair, online_pipeline, predict_then_learn
 from models.stale_gradient import motion_aligned
 from models.streams import generate
 from pipeline_core.partition import only_shown
@@ -62,8 +62,8 @@ def test_the_learner_moves_stale_gradients_with_the_flow_unless_told_not_to():
 
 @pytest.mark.parametrize("stages", [1, 2])
 def test_the_known_motion_learner_leaves_the_coarse_levels_convolutions_as_shipped(stages, one_intra_op_thread):
-    """Their scalar priors and every finer level's weights learn; no stage's optimizer holds a coarse convolution, nor
-    a weight of a layer only the shown pair passes."""
+    """Their scalar priors and every finer level's weights learn, each level's at its share of the rate; no stage's
+    optimizer holds a coarse convolution, nor a weight of a layer only the shown pair passes."""
     shipped = build_flow_net("fast", init="pretrained")
     factor = {name: getattr(layer, "factor", 1) for name, layer in shipped.named_children()}
     stream = generate(size=32, frames=8, seed=3)
@@ -74,13 +74,18 @@ def test_the_known_motion_learner_leaves_the_coarse_levels_convolutions_as_shipp
         list(predict_then_learn(pipe, iter(pairs), KNOWN_MOTION.feed()))
         optimized = {id(p) for s in pipe.stages for g in s.optimizer.param_groups for p in g["params"]}
         held = {n for s in pipe.stages for n, p in s.module.named_parameters() if id(p) in optimized}
+        groups = [g for s in pipe.stages for g in s.optimizer.param_groups]
+        scale = {id(p): g.get("lr_scale", 1.0) for g in groups for p in g["params"]}
+        shares = {n: scale[id(p)] for s in pipe.stages for n, p in s.module.named_parameters() if id(p) in scale}
         learned = dict(pipe.module().named_parameters())
     moved = {n for n, p in shipped.named_parameters() if not torch.equal(p, learned[n])}
-    coarse = {n for n, p in shipped.named_parameters() if factor[n.split(".")[0]] > CONVS_LEARN_TO_FACTOR}
+    coarse = {n for n, p in shipped.named_parameters() if factor[n.split(".")[0]] not in CONV_RATES}
     coarse_convs = {n for n in coarse if shipped.get_parameter(n).dim() > 0}
     assert coarse_convs and not coarse_convs & (moved | held)
     assert coarse - coarse_convs <= moved  # the coarse levels' priors learned
     assert {n for n, p in shipped.named_parameters() if p.dim() > 0 and n not in coarse} & moved  # so did finer convs
+    finer = {n: CONV_RATES[factor[n.split(".")[0]]] for n in held if shipped.get_parameter(n).dim() > 0}
+    assert set(finer.values()) == set(CONV_RATES.values()) and all(shares[n] == share for n, share in finer.items())
     # The layers only the shown pair passes (the still gate) learn nothing, and sit in no optimizer.
     only = {n for n, _ in shipped.named_parameters() if only_shown(shipped.get_submodule(n.split(".")[0]))}
     assert only and not only & (moved | held)

@@ -155,28 +155,29 @@ def test_zero_flow_loss_is_the_learners_loss_of_zero_flow(cfg, init):
 
 def test_new_learner_starts_from_its_init_at_its_rates(cfg):
     from models.flow_nets import build_flow_net
-    from models.online import KNOWN_MOTION, PRIOR_SCALE
+    from models.online import CONV_RATES, KNOWN_MOTION, PRIOR_SCALE
 
     learner = Learner(replace(cfg, init="pretrained", lr=None), SIZE)
     shipped = build_flow_net("fast", init="pretrained").state_dict()
     assert all(torch.equal(shipped[k], v) for k, v in learner.pipe.module().state_dict().items())
     assert learner.lr == KNOWN_MOTION.lr and learner.learning is KNOWN_MOTION
     rates = {g["lr"] for s in learner.pipe.stages for g in s.optimizer.param_groups}
-    assert sorted(rates) == [pytest.approx(KNOWN_MOTION.lr), pytest.approx(KNOWN_MOTION.lr * PRIOR_SCALE)]
+    expected = sorted([*(KNOWN_MOTION.lr * share for share in CONV_RATES.values()), KNOWN_MOTION.lr * PRIOR_SCALE])
+    assert sorted(rates) == pytest.approx(expected)
     learner.save()
     assert checkpoints.load(cfg.checkpoint_path)["init"] == "pretrained"
     assert checkpoints.load(cfg.checkpoint_path)["learning"] == "known-motion"
     learner.pipe.close()
     halved = Learner(replace(cfg, init="pretrained", lr=KNOWN_MOTION.lr / 2), SIZE)  # a restart after a crash
     rates = {g["lr"] for s in halved.pipe.stages for g in s.optimizer.param_groups}
-    assert sorted(rates) == [pytest.approx(KNOWN_MOTION.lr / 2), pytest.approx(KNOWN_MOTION.lr / 2 * PRIOR_SCALE)]
+    assert sorted(rates) == pytest.approx([rate / 2 for rate in expected])
     halved.pipe.close()
 
 
 def test_a_checkpoint_whose_optimizer_grouped_the_parameters_otherwise_resumes_its_weights(cfg):
-    """As a checkpoint of a release whose optimizer grouped the priors otherwise (the still gate's, anchored to their
-    start, in a group of their own): the weights come back, the moments of that stage start afresh, and it learns
-    on."""
+    """As a checkpoint of a release whose optimizer grouped the parameters otherwise (every learned convolution in one
+    group, before the 1/2 level's learned at a share of the rate): the weights come back, the moments of that stage
+    start afresh, and it learns on."""
     cfg = replace(cfg, init="pretrained", lr=None)
     learner = Learner(cfg, SIZE)
     for x in pairs(3):
@@ -186,10 +187,8 @@ def test_a_checkpoint_whose_optimizer_grouped_the_parameters_otherwise_resumes_i
     learner.pipe.close()
     state = torch.load(cfg.checkpoint_path, weights_only=False)
     optimizer = state["pipeline"]["stages"][0]["optimizer"]
-    weights_group, priors = optimizer["param_groups"]
-    anchored = priors | {"params": priors["params"][-3:]}
-    priors["params"] = priors["params"][:-3]
-    optimizer["param_groups"] = [weights_group, priors, anchored]
+    full, half, *priors = optimizer["param_groups"]
+    optimizer["param_groups"] = [full | {"params": full["params"] + half["params"]}, *priors]
     torch.save(state, cfg.checkpoint_path)
     again = Learner(cfg, SIZE)
     assert again.resumed_from == 3 and all(torch.equal(a, b) for a, b in zip(saved, weights(again), strict=True))
