@@ -10,14 +10,17 @@ DIS-medium's refined flow on the full-size frames, over all pixels and the consi
 
     python -m bench.handheld --video ../shared/clips/box.mp4 [--video ...] [--frames 150] [--seed 0]
 
-The made clips go to ``.clips-handheld/`` (git-ignored); results to ``bench/results/handheld/``, one file per clip.
-Skipped, with a message, without clips.
+The made clips go to ``.clips-handheld/`` (git-ignored), each beside a record of what made it, and a later run reuses a
+clip its record matches: libx264 does not encode the same filmed frames to the same pixels in every process (carphone's
+and tree's frozen start moved 2-5 % between two runs), so runs compare on the same pixels only by sharing the clip.
+Results go to ``bench/results/handheld/``, one file per clip. Skipped, with a message, without clips.
 """
 
 from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import sys
 from pathlib import Path
 
@@ -73,6 +76,23 @@ def make_clip(source: Path, target: Path, frames: int, seed: int) -> Path:
     return target
 
 
+def camera_record(source: Path, frames: int, seed: int) -> dict:
+    """What a made clip is made of: its source (name and size), the frames taken, the camera's path and settings."""
+    settings = [SIZE, WINDOW_SHARE, PAN_MEMORY, PAN_NOISE_PX, JITTER_PX, ROLL_MEMORY, ROLL_NOISE_DEG, PAN_LIMIT, CRF]
+    return {"source": source.name, "source_bytes": source.stat().st_size, "frames": frames, "seed": seed,
+            "camera": json.loads(json.dumps(settings))}  # fmt: skip
+
+
+def made_clip(source: Path, target: Path, frames: int, seed: int) -> Path:
+    """``target`` as made before from the same record (module docstring), else made now (``make_clip``)."""
+    record, saved = camera_record(source, frames, seed), target.with_suffix(".json")
+    if target.is_file() and saved.is_file() and json.loads(saved.read_text()) == record:
+        return target
+    make_clip(source, target, frames, seed)
+    saved.write_text(json.dumps(record, indent=1))
+    return target
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -90,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--frames must be at least 2")
     command = command_line("bench.handheld", argv)
     for n, video in enumerate(videos):
-        clip = make_clip(video, args.clips / f"handheld-{video.stem}.mp4", args.frames, args.seed + n)
+        clip = made_clip(video, args.clips / f"handheld-{video.stem}.mp4", args.frames, args.seed + n)
         stem, result = run_clip(clip, args.out, command)
         first = result["versus_classical"]["first30"]["adapting"]
         print(f"{stem}: adapting / better classical, first 30 pairs: all {first['epe_all']:.3f}, "

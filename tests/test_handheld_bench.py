@@ -42,3 +42,21 @@ def test_writes_the_clip_s_scores(tmp_path):
 def test_skips_without_clips(tmp_path, capsys):
     assert handheld.main(["--video", str(tmp_path / "none.mp4"), "--out", str(tmp_path / "out")]) == 0
     assert "skipped" in capsys.readouterr().out and not (tmp_path / "out").exists()
+
+
+def test_a_clip_made_from_the_same_record_is_reused_and_made_again_when_it_changes(tmp_path, monkeypatch):
+    source = tmp_path / "source.mp4"
+    source.write_bytes(b"a source")
+    made = []
+    monkeypatch.setattr(handheld, "make_clip", lambda s, t, f, seed: made.append((f, seed)) or t.write_bytes(b"clip"))
+    target = tmp_path / "made" / "handheld-source.mp4"
+    target.parent.mkdir()
+    for frames, seed in [(6, 0), (6, 0), (7, 0), (7, 1), (7, 1)]:
+        assert handheld.made_clip(source, target, frames, seed) == target
+    assert made == [(6, 0), (7, 0), (7, 1)]
+    source.write_bytes(b"another source")  # another file under the same name
+    handheld.made_clip(source, target, 7, 1)
+    assert made[-1] == (7, 1) and len(made) == 4
+    target.unlink()  # the clip gone, its record left
+    handheld.made_clip(source, target, 7, 1)
+    assert len(made) == 5
