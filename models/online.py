@@ -99,13 +99,17 @@ def flow_optimizer(
         on_cuda = any(p.device.type == "cuda" for p in params)
         groups: list[dict] = [{"params": params}]
         if prior_scale is not None:
-            fast = {"lr_scale": prior_scale, "warmup": prior_warmup, "anchor": prior_anchor}
-            shares = sorted({getattr(p, LR_SHARE, 1.0) for p in params if not is_prior(p)}, reverse=True)
+            by_share: dict[float, list[nn.Parameter]] = {}
+            for p in params:
+                if not is_prior(p):
+                    by_share.setdefault(getattr(p, LR_SHARE, 1.0), []).append(p)
             groups = [
-                *({"params": [p for p in params if not is_prior(p) and getattr(p, LR_SHARE, 1.0) == share]}
-                  | ({"lr_scale": share} if share != 1.0 else {}) for share in shares),
-                {k: v for k, v in fast.items() if v is not None} | {"params": [p for p in params if is_prior(p)]},
-            ]  # fmt: skip
+                {"params": weights} | ({"lr_scale": share} if share != 1.0 else {})
+                for share, weights in sorted(by_share.items(), reverse=True)
+            ]
+            fast = {"lr_scale": prior_scale, "warmup": prior_warmup, "anchor": prior_anchor}
+            priors = [p for p in params if is_prior(p)]
+            groups.append({k: v for k, v in fast.items() if v is not None} | {"params": priors})
             groups = [g for g in groups if g["params"]]
             for g in groups:
                 g["lr"] = lr * g.get("lr_scale", 1.0)

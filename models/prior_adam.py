@@ -76,7 +76,7 @@ class PriorAdam(torch.optim.Adam):
         for group in self.param_groups:
             if group.get("anchor") is None:
                 continue
-            held = [p for p in group["params"] if "start" in self.state[p]]
+            held = [p for p in group["params"] if "start" in self.state.get(p, {})]
             if held:
                 share = min(1.0, group["lr"] * group["anchor"])
                 torch._foreach_lerp_(held, [self.state[p]["start"] for p in held], share)
