@@ -15,7 +15,7 @@ CLIPS ?= ../shared/clips
 
 .PHONY: run test lint docs clean screenshots up up-gpu down \
 	bench bench-engine bench-flow bench-flow-heldout flow-streams bench-realflow bench-realflow-heldout bench-scene-flow \
-	bench-camera-flow bench-handheld bench-adaptation bench-schedules bench-memory bench-processes \
+	bench-camera-flow bench-handheld bench-adaptation bench-adaptation-heldout bench-schedules bench-memory bench-processes \
 	bench-service bench-load bench-soak bench-outage bench-cluster bench-gpu warm-gpu gpu-wheels docker-check pretrain
 
 $(VENV)/.installed: pyproject.toml
@@ -102,6 +102,11 @@ bench-handheld: $(VENV)/.installed
 ## bench/results/adaptation/ (about 2 hours on 2 cores).
 bench-adaptation: $(VENV)/.installed
 	$(PY) -m bench.adaptation --clips $(CLIPS)
+
+## The same on four photographs' streams no setting of the learner was chosen on, clean and shifted:
+## bench/results/adaptation-heldout/ (about 25 minutes on 2 cores).
+bench-adaptation-heldout: $(VENV)/.installed
+	$(PY) -m bench.adaptation --heldout
 
 # Trains the shipped weights (models/weights/fast.pt + fast.json: data, time, result); about 70 min on one core of a
 # shared machine (fast.json: data_seconds, train_seconds).

@@ -51,3 +51,20 @@ def test_the_summary_reads_the_targets_off_the_streams():
     assert data["targets"]["shifted_last100"] == {"photo-1-night": pytest.approx(pairs[-100:].mean())}
     assert data["targets"]["never_worse_max"] == pytest.approx(pairs[:100].mean())
     assert data["targets"]["d2_over_d1_max"] == pytest.approx(1.0) and "| photo-1-night |" in text
+
+
+def test_the_held_out_set_shares_no_photograph_or_seed_with_the_set_the_learner_was_chosen_on():
+    chosen_on = adaptation.stream_set()
+    held_out = adaptation.stream_set(heldout=True)
+    assert {j.photo for j in held_out}.isdisjoint({j.photo for j in chosen_on})
+    assert {j.seed for j in held_out}.isdisjoint({j.seed for j in chosen_on})
+    # Each photograph clean and as every camera shift, so the summary reads both targets off it.
+    assert sorted(j.name for j in held_out if j.photo == "camera") == sorted(
+        ["camera-13", *(f"camera-13-{s}" for s in adaptation.SHIFTS)]
+    )
+
+
+def test_the_held_out_set_is_not_a_stream_option(capsys):
+    with pytest.raises(SystemExit):
+        adaptation.main(["--heldout", "--stream", "x.npz"])
+    assert "--heldout" in capsys.readouterr().err
