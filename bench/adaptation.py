@@ -357,8 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scratch", action="store_true", help="--stream: also the learner from scratch")
     parser.add_argument("--clips", type=Path, default=Path("../shared/clips"), help="real clips for the set")
     parser.add_argument("--no-clips", action="store_true", help="the set without real clips")
-    parser.add_argument("--heldout", action="store_true",
-                        help="the set of HELDOUT_STREAMS instead (no clips) into bench/results/adaptation-heldout")
+    parser.add_argument("--heldout", action="store_true", help="HELDOUT_STREAMS' set into adaptation-heldout/")
     parser.add_argument("--only", action="append", help="the set's streams and clips whose name holds this")
     parser.add_argument("--jobs", type=int, default=2, help="the set: streams scored at once, one torch thread each")
     parser.add_argument("--threads", type=int, default=0, help="--stream: torch threads (0: torch's default)")
