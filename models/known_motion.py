@@ -17,7 +17,9 @@ The motion: a camera's (a shift, a turn and a zoom about the centre, from a view
 mover on top (a square cut from elsewhere in the frame, moving on its own). Its sizes are the stream's own
 (``StreamMotion``): the camera moves as much as the stream's typical pixel does (a static camera's made pairs stand
 still but for the mover: their still background teaches the still gate to stay still), the mover as fast as the
-stream's fast pixels. Every op is a tensor op on the frame's device, with no value read back to the host.
+stream's fast pixels. A made pair is served again, as it was made, for a few pairs (``KnownMotion``): under PARTIME
+the stage whose gradient is late then pushes it through the very pair it belongs to. Every op is a tensor op on the
+frame's device, with no value read back to the host.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def sensor_noise(shown: Tensor, flow: Tensor) -> Tensor:
 def light_change(shown: Tensor, flow: Tensor) -> Tensor:
     """(B, 1, H, 1): how much brighter each row of the real pair's second frame is than its first, the second warped
     back by ``flow`` (so motion does not count), over ``LIGHT_ROWS`` rows; a gain, clamped to [0.5, 2]. A broken
-    frame's rows (not finite) count as no change: a motion holds its light for the pairs after it (``KnownMotion``)."""
+    first frame's rows (not finite) count as no change: the made pair is of the second frame alone."""
     prev = luma(shown[:, :3]).mean(-1, keepdim=True)
     back = luma(warp(shown[:, 3:6], flow)).mean(-1, keepdim=True)
     gain = back / prev.clamp_min(1e-3)
@@ -148,20 +150,20 @@ class _Draw:
 
 @dataclass
 class _Slot:
-    """A motion and the change of light borrowed with it, and how many pairs it made so far."""
+    """A made pair kept to be served again, and how many pairs it served so far."""
 
-    draw: _Draw
-    light: Tensor  # (1, 1, H, 1)
-    made: int = 0
+    pair: KnownPair
+    served: int = 1
 
 
 class KnownMotion:
     """Makes, from each real pair, a pair of its second frame moved by a known motion (module docstring); random but
-    reproducible from ``seed``. A motion, with the change of light borrowed when it was drawn, serves ``hold`` pairs,
-    every ``every``-th one: the first stage of a PARTIME pipeline of two pushes through its pair the gradient of the
-    pair two steps before, which then shows the same motion and light (only the picture under them moved on, as the
-    stream's own frames do); drawn afresh for every pair, a gradient of another motion taught that stage little
-    (docs/models.md#learning-while-watching)."""
+    reproducible from ``seed``. A made pair serves ``hold`` pairs, every ``every``-th one, as it was made: the first
+    stage of a PARTIME pipeline of two pushes through its pair the gradient of the pair two steps before, which is then
+    the very pair it is pushed through. Made afresh from the newer frame with the same motion and light, the picture
+    under them had moved on and that stage's scalar priors barely learned (a flickering stream's Lucas-Kanade dampings
+    stood still at D = 2 while they rose at D = 1); drawn afresh for every pair, a gradient of another motion taught it
+    little (docs/models.md#learning-while-watching)."""
 
     def __init__(self, seed: int = 0, hold: int = 1, every: int = 1) -> None:
         self.generator = torch.Generator().manual_seed(seed)
@@ -174,25 +176,26 @@ class KnownMotion:
     def _uniform(self, low: float = 0.0, high: float = 1.0) -> float:
         return low + (high - low) * float(torch.rand((), generator=self.generator))
 
-    def _slot(self, shown: Tensor, flow: Tensor) -> _Slot:
-        """This pair's motion and light: its slot's, or drawn afresh where that served ``hold`` pairs (or another
-        size)."""
-        slot = self.slots.get(self.made % self.every)
-        if slot is None or slot.made >= self.hold or slot.light.shape[-2] != shown.shape[-2]:
-            n, u = self._normal, self._uniform
-            mover_motion = (n(), n())
-            draw = _Draw((n() * VIEW_SHIFT, n() * VIEW_SHIFT), n() * VIEW_TURN, (n(), n()), n() * TURN, n() * ZOOM,
-                         u(*MOVER_SIDE) / 2, (u(), u()), (u(), u()), mover_motion)  # fmt: skip
-            slot = self.slots[self.made % self.every] = _Slot(draw, light_change(shown, flow))
-        slot.made += 1
-        self.made += 1
-        return slot
-
     def __call__(self, shown: Tensor, flow: Tensor, motion: StreamMotion) -> KnownPair:
         """A made pair from ``shown`` (1, 6, H, W: the real pair, RGB in [0, 1]) and its flow as the net sees it
-        (1, 2, H, W), moving as much as ``motion`` says the stream does."""
-        slot = self._slot(shown, flow)
-        draw = slot.draw
+        (1, 2, H, W), moving as much as ``motion`` says the stream does; or this slot's pair again, while it has served
+        fewer than ``hold`` pairs (and the size is the same)."""
+        key = self.made % self.every
+        self.made += 1
+        slot = self.slots.get(key)
+        if slot is not None and slot.served < self.hold and slot.pair.pair.shape[-2:] == shown.shape[-2:]:
+            slot.served += 1
+            return slot.pair
+        made = self._make(shown, flow, motion)
+        self.slots[key] = _Slot(_servable(made))
+        return made
+
+    def _make(self, shown: Tensor, flow: Tensor, motion: StreamMotion) -> KnownPair:
+        """A pair made afresh: a motion drawn, the stream's noise and light borrowed from ``shown`` now."""
+        n, u = self._normal, self._uniform
+        mover_motion = (n(), n())
+        draw = _Draw((n() * VIEW_SHIFT, n() * VIEW_SHIFT), n() * VIEW_TURN, (n(), n()), n() * TURN, n() * ZOOM,
+                     u(*MOVER_SIDE) / 2, (u(), u()), (u(), u()), mover_motion)  # fmt: skip
         picture = shown[:, 3:6]
         _, _, h, w = picture.shape
         device, dtype = picture.device, picture.dtype
@@ -215,9 +218,17 @@ class KnownMotion:
         noise = sensor_noise(shown, flow)
         a = a + noise * torch.randn(a.shape, generator=self.generator).to(device, dtype)
         b = b + noise * torch.randn(b.shape, generator=self.generator).to(device, dtype)
-        b = b * slot.light
+        b = b * light_change(shown, flow)
         pair = torch.cat([a, b], 1).clamp(0.0, 1.0)
         return KnownPair(pair, known_flow[None], valid[None, None].to(dtype))
+
+
+def _servable(made: KnownPair) -> KnownPair:
+    """``made`` as it is kept to be served again: a broken frame's pixels (not finite) count as known nowhere and read
+    0, so the pairs it serves after its own teach nothing there and spoil no step (its own step's loss is NaN: the
+    learner restores its last good weights once). Tensor ops only: no value is read back to the host."""
+    finite = torch.isfinite(made.pair).all(1, keepdim=True)
+    return KnownPair(made.pair.nan_to_num(0.0), made.flow, made.valid * finite.to(made.valid.dtype))
 
 
 def _mover(draw: _Draw, picture: Tensor, grid: Tensor, a: Tensor, b: Tensor, flow: Tensor, valid: Tensor,

@@ -62,11 +62,14 @@ def test_the_made_pair_moves_by_its_known_flow():
     assert 0.5 < made.valid.mean() <= 1.0
 
 
-def test_a_motion_serves_every_second_pair_for_its_hold_then_another_is_drawn():
+def test_a_made_pair_serves_every_second_pair_for_its_hold_as_it_was_made_then_another_is_made():
+    """As it was made, not made again from the newer frame: the first stage of two learns, at each step, from the
+    gradient of the pair two steps before, pushed through this step's pair."""
     pair, flow = real_pair()
-    motion = KnownMotion(seed=0, hold=2, every=2)
-    flows = [motion(pair, flow, moving(2.0, 4.0)).flow for _ in range(6)]
-    same = [[torch.equal(a, b) for b in flows] for a in flows]
+    motion, stream = KnownMotion(seed=0, hold=2, every=2), moving(2.0, 4.0)
+    newer = [real_pair(noise=1.0 + i)[0] for i in range(6)]  # each step's real pair is another
+    made = [motion(newer[i], flow, stream) for i in range(6)]
+    same = [[torch.equal(a.pair, b.pair) and torch.equal(a.flow, b.flow) for b in made] for a in made]
     assert same[0][2] and same[1][3] and not same[0][1] and not same[2][4] and not same[3][5]
 
 
@@ -102,13 +105,15 @@ def test_a_broken_frames_flow_spoils_no_pair_made_after_it():
         assert torch.isfinite(step_input).all() and torch.isfinite(target).all()
 
 
-def test_a_broken_frame_where_a_motion_is_drawn_spoils_none_of_the_pairs_it_serves():
-    """A motion holds the light it read when drawn (``hold`` pairs): read off a NaN frame (the ``nan_loss`` fault), it
-    counted as no change; held NaN, it made every pair it served NaN, and the service recovered from each of them."""
+def test_a_pair_made_of_a_broken_frame_spoils_none_of_the_pairs_it_serves_after_its_own():
+    """A made pair is served ``hold`` times: made of a NaN frame (the ``nan_loss`` fault) and served as it was, every
+    step it served would be NaN, and the service would restore its weights at each."""
     pair, flow = real_pair()
     broken = torch.full_like(pair, float("nan"))
     motion, stream = KnownMotion(seed=3, hold=4, every=1), moving(2.0, 4.0)
     assert torch.isfinite(light_change(broken, flow)).all()
-    motion(broken, flow, stream)  # draws the motion on the broken pair
-    for _ in range(3):  # the pairs it serves after it
-        assert torch.isfinite(motion(pair, flow, stream).pair).all()
+    assert not torch.isfinite(motion(broken, flow, stream).pair).all()  # its own step's loss is NaN (restored once)
+    for _ in range(3):  # the pairs it serves after it: finite, and known nowhere (they teach nothing)
+        served = motion(pair, flow, stream)
+        assert torch.isfinite(served.pair).all() and float(served.valid.sum()) == 0.0
+    assert float(motion(pair, flow, stream).valid.mean()) > 0.5  # then a pair made afresh
