@@ -181,8 +181,8 @@ class KnownMotionFeed(Feed):
         self.stream.observe(self.flow)
 
 
-#: How many pairs one known motion serves, every how many pairs (``models.known_motion.KnownMotion``): every second
-#: one, as the first stage of a two-stage PARTIME pipeline learns from the pair two steps before.
+#: How many pairs one made pair serves, as it was made, every how many pairs (``models.known_motion.KnownMotion``):
+#: every second one, as the first stage of a two-stage PARTIME pipeline learns from the pair two steps before.
 KNOWN_HOLD, KNOWN_EVERY = 4, 2
 
 
