@@ -8,8 +8,8 @@ Every pair is scored before it is learned from, for
 
 ``python -m bench.adaptation`` runs the set below into ``bench/results/adaptation/``: a file per stream (``.json``,
 ``.md``, and ``.png``: adapting / frozen over the stream) and ``summary.{md,json,png}``:
-- exact-flow streams no setting was chosen on: photographs under a smooth camera with patches moving over them
-  (``models.streams``, seeds and photos none of the nets' settings were chosen on), at 128x128, 300 frames; each also
+- exact-flow streams: photographs under a smooth camera with patches moving over them (``models.streams``, seeds and
+  photos none of the nets' settings were chosen on; the adapting learner's since were), 128x128, 300 frames; each also
   as the five camera shifts pretraining did not show (``models.camera_shifts``: night, heavy motion blur, a starved
   H.264 encoder, infrared in false colours, flicker); the pretraining generator's clips (``models.scenes``, seeds it
   never drew) at 160x120, 300 frames; two long streams (1,500 frames) to show drift. Windows: the first and last 100
@@ -53,12 +53,12 @@ WINDOW = 100
 NET = "fast"
 OUT = RESULTS / "adaptation"
 CACHE = Path(__file__).resolve().parent.parent / ".cache" / "adaptation"
-#: The photographs' streams: (photo, seed) pairs of ``models.streams`` that no setting was chosen on, the size and
-#: length; the generator's clips: ``models.scenes`` seeds it never drew (pretraining drew 0 and 1), their size.
+#: The photographs' streams: (photo, seed) pairs of ``models.streams`` no setting of the nets was chosen on, the size
+#: and length; the generator's clips: ``models.scenes`` seeds it never drew (pretraining drew 0 and 1), their size.
 PHOTO_STREAMS = (("immunohistochemistry", 6), ("colorwheel", 7), ("astronaut", 8), ("coffee", 9))
 #: ``--heldout``: photographs' streams that no setting of the adapting learner was chosen on, nor is to be: the set
-#: above and the long stream chose its rates, priors and anchor (docs/notebook/2026-12-01-*), so its margins say
-#: little of unseen streams; these four were fixed before they were first run (2026-12-01).
+#: above and the long stream chose its rates, priors and anchor, so its margins say little of unseen streams; these
+#: four were fixed before they were first run (docs/notebook/2026-12-01-held-out-streams-for-the-learner.md).
 HELDOUT_STREAMS = (("rocket", 11), ("hubble_deep_field", 12), ("camera", 13), ("moon", 14))
 STREAM_SIZE, STREAM_FRAMES = 128, 300
 SCENE_SEEDS, SCENE_SIZE = (101, 102), (160, 120)
