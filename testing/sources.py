@@ -38,12 +38,15 @@ class LiveSource:
         return self
 
     def _listening(self) -> bool:
-        """Asked of the kernel, not by connecting: ffmpeg's ``-listen 1`` serves its first client only."""
+        """Asked of the kernel, not by connecting: ffmpeg's ``-listen 1`` serves its first client only. It closes its
+        listening socket once that client is in, and a stream reconnecting to a source that comes back can be in
+        between two polls: a socket of ffmpeg's on the port, listening or connected, says it is up."""
         if self.proc.poll() is not None:
             raise RuntimeError(f"ffmpeg exited with {self.proc.returncode} before listening on {self.url}")
         with contextlib.suppress(psutil.NoSuchProcess):
             sockets = psutil.Process(self.proc.pid).net_connections("tcp")
-            return any(s.status == psutil.CONN_LISTEN and s.laddr.port == self.port for s in sockets)
+            up = (psutil.CONN_LISTEN, psutil.CONN_ESTABLISHED)
+            return any(s.status in up and s.laddr and s.laddr.port == self.port for s in sockets)
         return False
 
     def stop(self) -> None:

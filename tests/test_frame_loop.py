@@ -16,7 +16,7 @@ import torch
 from models.flow_nets import FLOW_NETS
 from models.streams import load_photo
 from pipeline_core import StepResult
-from server.stream.learner import budget
+from server.stream.learner import budget, versus_start
 from server.stream.learner.learner import Learner, LearnerConfig
 from server.stream.learner.process import FrameLoop, LearnerProcessConfig
 from server.stream.learner.profile_cache import JsonCache, key
@@ -227,9 +227,12 @@ def test_a_frame_that_begins_a_new_shot_is_paired_with_itself(loop):
 
 
 @pytest.mark.parametrize("lag", [0, 1], ids=["lag0", "lag1"])
-def test_the_frozen_start_scores_now_and_then_and_a_learner_behind_it_goes_back_to_its_best(tmp_path, lag):
+def test_the_frozen_start_scores_now_and_then_and_a_learner_behind_it_goes_back_to_its_best(tmp_path, lag, monkeypatch):
     """The frozen start scores every few frames what the step learned from; where a window of them reads the learner
     behind its start, it goes back to its best weights, says so, and learns on, the frames numbered on."""
+    # Every second pair whatever a scoring took: on a busy machine one took over 2 % of a frame, and spaced them out
+    # (``VersusStart.scored``, tested on its own in test_versus_start.py).
+    monkeypatch.setattr(versus_start, "BUDGET_SHARE", 1.0)
     loop = make_loop(tmp_path, lag, auto=False, init="pretrained")
     loop.versus_start = VersusStart(every=2, window=2, margin=0.02)
     start = weights(loop.learner)
