@@ -325,11 +325,11 @@ def summary(streams: dict[str, dict], clips: dict[str, dict]) -> tuple[str, dict
 def run_set(args: argparse.Namespace, command: str) -> int:
     out = Path(args.out)
     jobs = [j for j in stream_set(args.heldout) if not args.only or any(p in j.name for p in args.only)]
-    folders = [] if args.no_clips or args.heldout else [d for d in (args.clips, Path(".clips-heldout")) if d.is_dir()]
+    folders = [] if args.no_clips else [d for d in (args.clips, Path(".clips-heldout")) if d.is_dir()]
     videos = sorted(p for d in folders for p in d.iterdir() if p.suffix in (".mp4", ".avi", ".mkv", ".mov"))
     if args.only:
         videos = [v for v in videos if any(p in v.stem for p in args.only)]
-    if not (args.clips.is_dir() or args.no_clips or args.heldout):
+    if not (args.clips.is_dir() or args.no_clips):
         print(f"bench.adaptation: no clips folder {args.clips}: real clips skipped", file=sys.stderr)
     run = Run(command=command, directory=out)
     streams, clips = {}, {}
@@ -367,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.shift or args.scratch:
             parser.error("--shift and --scratch go with --stream")
         args.out = args.out or str(OUT.with_name(f"{OUT.name}-heldout") if args.heldout else OUT)
+        args.no_clips = args.no_clips or args.heldout  # the held-out set is photographs' streams alone
         return run_set(args, command)
     if args.heldout:
         parser.error("--heldout is a set of its own: not with --stream")
