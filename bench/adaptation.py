@@ -20,7 +20,8 @@ Every pair is scored before it is learned from, for
   whole clip, beside Farneback and DIS-fast.
 
 ``python -m bench.adaptation --heldout`` runs the photographs' streams no setting of the adapting learner was chosen
-on (``HELDOUT_STREAMS``, clean and shifted) into ``bench/results/adaptation-heldout/``.
+on (``HELDOUT_STREAMS``, clean and shifted) into ``bench/results/adaptation-heldout/``; ``--size 256`` makes them at
+256x256 (the size issue 60 measured at) into ``adaptation-heldout-256/``.
 
 ``python -m bench.adaptation --stream FILE.npz [--shift NAME] --out STEM`` scores one exact-flow stream (the
 ``.npz`` of ``models.streams``) and writes ``STEM.json``: for ``frozen``, ``adapting`` and ``adapting_d2`` the
@@ -121,13 +122,14 @@ class StreamJob:
     photo: str | None = None
     shift: str | None = None
     learners: tuple[str, ...] = LEARNERS
+    size: int = STREAM_SIZE
 
     def make(self) -> Stream:
         """The stream, kept in ``.cache/adaptation/`` once made (the same arguments, the same pixels)."""
         if self.photo is None:
             key, size = f"scene_{self.seed}_{SCENE_SIZE[0]}x{SCENE_SIZE[1]}", SCENE_SIZE
         else:
-            key, size = f"s{STREAM_SIZE}_{self.seed}_{self.photo}", (STREAM_SIZE, STREAM_SIZE)
+            key, size = f"s{self.size}_{self.seed}_{self.photo}", (self.size, self.size)
         path = CACHE / f"{key}_{self.frames}.npz"
         if path.is_file():
             stream = load_npz(path)
@@ -137,17 +139,17 @@ class StreamJob:
 
                 stream = camera_clip(np.random.default_rng(self.seed), *size, self.frames)
             else:
-                stream = generate(STREAM_SIZE, self.frames, self.seed, self.photo)
+                stream = generate(self.size, self.frames, self.seed, self.photo)
             CACHE.mkdir(parents=True, exist_ok=True)
             save_npz(stream, path)
         return shift(stream, self.shift) if self.shift else stream
 
 
-def stream_set(heldout: bool = False) -> list[StreamJob]:
+def stream_set(heldout: bool = False, size: int = STREAM_SIZE) -> list[StreamJob]:
     """The exact-flow streams of the set (module docstring), longest first (they set the run's length); ``heldout``:
-    ``HELDOUT_STREAMS``, each clean and as every camera shift."""
+    ``HELDOUT_STREAMS``, each clean and as every camera shift, ``size`` px square."""
     if heldout:
-        return [StreamJob(f"{photo}-{seed}" + (f"-{s}" if s else ""), seed, STREAM_FRAMES, photo, s)
+        return [StreamJob(f"{photo}-{seed}" + (f"-{s}" if s else ""), seed, STREAM_FRAMES, photo, s, size=size)
                 for photo, seed in HELDOUT_STREAMS for s in (None, *SHIFTS)]  # fmt: skip
     photo, seed = LONG_STREAM
     jobs = [StreamJob(f"long-{photo}-{seed}", seed, LONG_FRAMES, photo),
@@ -324,7 +326,7 @@ def summary(streams: dict[str, dict], clips: dict[str, dict]) -> tuple[str, dict
 
 def run_set(args: argparse.Namespace, command: str) -> int:
     out = Path(args.out)
-    jobs = [j for j in stream_set(args.heldout) if not args.only or any(p in j.name for p in args.only)]
+    jobs = [j for j in stream_set(args.heldout, args.size) if not args.only or any(p in j.name for p in args.only)]
     folders = [] if args.no_clips else [d for d in (args.clips, Path(".clips-heldout")) if d.is_dir()]
     videos = sorted(p for d in folders for p in d.iterdir() if p.suffix in (".mp4", ".avi", ".mkv", ".mov"))
     if args.only:
@@ -358,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clips", type=Path, default=Path("../shared/clips"), help="real clips for the set")
     parser.add_argument("--no-clips", action="store_true", help="the set without real clips")
     parser.add_argument("--heldout", action="store_true", help="HELDOUT_STREAMS' set into adaptation-heldout/")
+    parser.add_argument("--size", type=int, default=STREAM_SIZE, help="--heldout: the streams' side, px")
     parser.add_argument("--only", action="append", help="the set's streams and clips whose name holds this")
     parser.add_argument("--jobs", type=int, default=2, help="the set: streams scored at once, one torch thread each")
     parser.add_argument("--threads", type=int, default=0, help="--stream: torch threads (0: torch's default)")
@@ -366,7 +369,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.stream is None:
         if args.shift or args.scratch:
             parser.error("--shift and --scratch go with --stream")
-        args.out = args.out or str(OUT.with_name(f"{OUT.name}-heldout") if args.heldout else OUT)
+        if args.size != STREAM_SIZE and not args.heldout:
+            parser.error("--size goes with --heldout")
+        held = f"{OUT.name}-heldout" + (f"-{args.size}" if args.size != STREAM_SIZE else "")
+        args.out = args.out or str(OUT.with_name(held) if args.heldout else OUT)
         args.no_clips = args.no_clips or args.heldout  # the held-out set is photographs' streams alone
         return run_set(args, command)
     if args.heldout:

@@ -68,3 +68,14 @@ def test_the_held_out_set_is_not_a_stream_option(capsys):
     with pytest.raises(SystemExit):
         adaptation.main(["--heldout", "--stream", "x.npz"])
     assert "--heldout" in capsys.readouterr().err
+
+
+def test_the_held_out_set_at_another_size_makes_its_streams_that_size(tmp_path, monkeypatch, capsys):
+    jobs = adaptation.stream_set(heldout=True, size=64)
+    assert {j.size for j in jobs} == {64} and [j.name for j in jobs] == [j.name for j in adaptation.stream_set(True)]
+    monkeypatch.setattr(adaptation, "CACHE", tmp_path)
+    small = adaptation.StreamJob("rocket-11", 11, 4, "rocket", size=64)
+    assert small.make().frames.shape == (4, 64, 64, 3) and (tmp_path / "s64_11_rocket_4.npz").is_file()
+    with pytest.raises(SystemExit):
+        adaptation.main(["--size", "256"])
+    assert "--size goes with --heldout" in capsys.readouterr().err
