@@ -127,9 +127,9 @@ class StreamJob:
     def make(self) -> Stream:
         """The stream, kept in ``.cache/adaptation/`` once made (the same arguments, the same pixels)."""
         if self.photo is None:
-            key, size = f"scene_{self.seed}_{SCENE_SIZE[0]}x{SCENE_SIZE[1]}", SCENE_SIZE
+            key = f"scene_{self.seed}_{SCENE_SIZE[0]}x{SCENE_SIZE[1]}"
         else:
-            key, size = f"s{self.size}_{self.seed}_{self.photo}", (self.size, self.size)
+            key = f"s{self.size}_{self.seed}_{self.photo}"
         path = CACHE / f"{key}_{self.frames}.npz"
         if path.is_file():
             stream = load_npz(path)
@@ -137,7 +137,7 @@ class StreamJob:
             if self.photo is None:
                 from models.scenes import camera_clip
 
-                stream = camera_clip(np.random.default_rng(self.seed), *size, self.frames)
+                stream = camera_clip(np.random.default_rng(self.seed), *SCENE_SIZE, self.frames)
             else:
                 stream = generate(self.size, self.frames, self.seed, self.photo)
             CACHE.mkdir(parents=True, exist_ok=True)
@@ -366,11 +366,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="--stream: torch threads (0: torch's default)")
     args = parser.parse_args(argv)
     command = command_line("bench.adaptation", argv)
+    multiple = size_multiple(build_flow_net(NET, init="scratch"))
     if args.stream is None:
         if args.shift or args.scratch:
             parser.error("--shift and --scratch go with --stream")
         if args.size != STREAM_SIZE and not args.heldout:
             parser.error("--size goes with --heldout")
+        if args.size % multiple:
+            parser.error(f"--size must divide by {multiple}, got {args.size}")
         held = f"{OUT.name}-heldout" + (f"-{args.size}" if args.size != STREAM_SIZE else "")
         args.out = args.out or str(OUT.with_name(held) if args.heldout else OUT)
         args.no_clips = args.no_clips or args.heldout  # the held-out set is photographs' streams alone
@@ -381,7 +384,6 @@ def main(argv: list[str] | None = None) -> int:
         stream = load_npz(args.stream)
     except (OSError, ValueError) as exc:
         parser.error(f"cannot read the stream: {exc}")
-    multiple = size_multiple(build_flow_net(NET, init="scratch"))
     if len(stream.flow) < 2 or any(side % multiple for side in stream.frames.shape[1:3]):
         parser.error(f"the stream needs >= 3 frames and sides that divide by {multiple}, got {stream.frames.shape}")
     if args.shift:

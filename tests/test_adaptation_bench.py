@@ -79,3 +79,6 @@ def test_the_held_out_set_at_another_size_makes_its_streams_that_size(tmp_path, 
     with pytest.raises(SystemExit):
         adaptation.main(["--size", "256"])
     assert "--size goes with --heldout" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        adaptation.main(["--heldout", "--size", "100"])
+    assert "--size must divide by" in capsys.readouterr().err
