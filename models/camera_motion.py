@@ -27,6 +27,12 @@ BIN_PX = 0.1
 REACH_PX = 32.0
 #: A camera whose motion is below this stood still (zero, exactly): the histogram's own precision.
 STILL_PX = 0.1
+#: How many times the coarse peak moves to the mean of the flows within its neighbourhood (a mean shift) before the
+#: fine histogram looks around it. A coarse peak of whole-pixel bins can lie between a textured mover's tight cluster
+#: and the background's wider one; the fine histogram around it then took the mover's for the camera's, and the gate
+#: flipped between the two from one pair to the next (a night stream at 256: 9 of its first 100 pairs;
+#: docs/notebook/2026-12-01-the-night-windows-are-the-gates-flips.md). The mean moves towards the larger mass.
+CENTRING_ROUNDS = 3
 
 
 def _peak(vectors: Tensor, inside: Tensor, centre: Tensor, reach: float, bin_px: float) -> Tensor:
@@ -46,13 +52,25 @@ def _peak(vectors: Tensor, inside: Tensor, centre: Tensor, reach: float, bin_px:
     return centre + torch.stack([peak % bins, peak // bins], -1).to(vectors.dtype) * bin_px - reach
 
 
+def _centred(vectors: Tensor, inside: Tensor, start: Tensor) -> Tensor:
+    """(B, 2): ``start`` moved ``CENTRING_ROUNDS`` times to the mean of the ``inside`` ``vectors`` within a coarse bin and a
+    half of it (kept where none are)."""
+    centre = start
+    for _ in range(CENTRING_ROUNDS):
+        within = (((vectors - centre[:, None]).abs() <= 1.5 * COARSE_BIN_PX).all(-1) & inside).to(vectors.dtype)
+        count = within.sum(1, keepdim=True)
+        centre = torch.where(count > 0, (vectors * within[..., None]).sum(1) / count.clamp_min(1.0), centre)
+    return centre
+
+
 def camera_motion(flow: Tensor, reach_px: float = REACH_PX, near: Tensor | None = None) -> Tensor:
     """(B, 2, H, W) flow -> (B, 2, 1, 1): per pair, the mean of the flows in the most common flow's neighbourhood,
     zero below ``STILL_PX`` or with no flow within ``reach_px``; with ``near`` (B, 2, 1, 1), the most common flow within
     a coarse bin and a half of it (``near`` itself where no flow is). Two histograms find it: one over the whole reach
-    in ``COARSE_BIN_PX`` bins (or ``near``), then one of ``BIN_PX`` bins around its peak, and the mean of the flows in
-    that peak's 3 x 3 bins (one fine histogram over a reach of 32 px would have 410,000 bins a pair: 4.7 ms of a 49 ms
-    step at 128x96). No gradient, no host sync (the GPU's captured step)."""
+    in ``COARSE_BIN_PX`` bins (or ``near``), centred on its neighbourhood's mass (``CENTRING_ROUNDS``), then one of
+    ``BIN_PX`` bins around that, and the mean of the flows in its peak's 3 x 3 bins (one fine histogram over a reach of
+    32 px would have 410,000 bins a pair: 4.7 ms of a 49 ms step at 128x96). No gradient, no host sync (the GPU's
+    captured step)."""
     vectors = flow.detach().flatten(2).transpose(1, 2)  # (B, N, 2)
     inside = (vectors.abs() <= reach_px).all(-1)
     if near is None:
@@ -60,7 +78,7 @@ def camera_motion(flow: Tensor, reach_px: float = REACH_PX, near: Tensor | None 
         coarse = _peak(vectors, inside, origin, reach_px, COARSE_BIN_PX)
     else:
         coarse = near.flatten(1).to(flow.dtype)
-    fine = _peak(vectors, inside, coarse, 1.5 * COARSE_BIN_PX, BIN_PX)
+    fine = _peak(vectors, inside, _centred(vectors, inside, coarse), 1.5 * COARSE_BIN_PX, BIN_PX)
     close = (((vectors - fine[:, None]).abs() <= 1.5 * BIN_PX).all(-1) & inside).to(flow.dtype)  # (B, N)
     count = close.sum(1, keepdim=True)
     motion = (vectors * close[..., None]).sum(1) / count.clamp_min(1.0)
