@@ -78,6 +78,13 @@ PAN_EVIDENCE = 1.0
 #: noise, which with its noise restored explains the picture about as well as standing still (box with noise of 8
 #: levels: within 0.7 % of the noise residual, the camera taken in a quarter of the pairs without this evidence).
 CAMERA_EVIDENCE = 0.02
+#: How wide, in noise floors, the gate's certainty that the camera moved rises around ``CAMERA_EVIDENCE`` (a sigmoid's
+#: scale): a step there flipped between the camera's motion for one flow and zero for a nearly equal one, on a night
+#: camera whose evidence spreads across it, and learning counted those flips against itself (a night stream's worst
+#: 100 pairs 1.041x its frozen start, 0.997x with this width, the frozen net's own error 4 % lower). The price: with no
+#: evidence either way the gate follows about 40 % of a static camera's noise-fitted common flow (box with noise of 8
+#: levels: 0.072 -> 0.076 px over all pixels); narrower widths removed few flips
+#: (docs/notebook/2026-12-01-a-soft-camera-decision.md).
 CAMERA_SOFTNESS = 0.05
 
 
@@ -98,7 +105,7 @@ def _explains_better(residual: Tensor, than: Tensor, noise: Tensor) -> Tensor:
 def _camera_moved(along: Tensor, unwarped: Tensor, noise: Tensor) -> Tensor:
     """(B, 1, 1, 1) in (0, 1): how sure the gate is that the camera's warp, which left ``along``, explains the whole
     picture better than standing still (``unwarped``): a sigmoid of by how much, centred ``CAMERA_EVIDENCE`` and
-    ``CAMERA_SOFTNESS`` wide in floors of the ``noise`` residual (and a hundredth of an 8-bit level: a noiseless
+    ``CAMERA_SOFTNESS`` wide in floors of the ``noise`` residual (and a fortieth of an 8-bit level: a noiseless
     picture's floor is 0)."""
     evidence = unwarped.mean((2, 3), keepdim=True) - along.mean((2, 3), keepdim=True) - CAMERA_EVIDENCE * noise
     return torch.sigmoid(evidence / (CAMERA_SOFTNESS * noise + 1e-4))
