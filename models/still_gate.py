@@ -78,14 +78,6 @@ PAN_EVIDENCE = 1.0
 #: noise, which with its noise restored explains the picture about as well as standing still (box with noise of 8
 #: levels: within 0.7 % of the noise residual, the camera taken in a quarter of the pairs without this evidence).
 CAMERA_EVIDENCE = 0.02
-#: How wide, in noise floors, the gate's certainty that the camera moved rises around ``CAMERA_EVIDENCE`` (a sigmoid's
-#: scale): a step there flipped between the camera's motion for one flow and zero for a nearly equal one, on a night
-#: camera whose evidence spreads across it, and learning counted those flips against itself (a night stream's worst
-#: 100 pairs 1.041x its frozen start, 0.997x with this width, the frozen net's own error 4 % lower). The price: with no
-#: evidence either way the gate follows about 40 % of a static camera's noise-fitted common flow (box with noise of 8
-#: levels: 0.072 -> 0.076 px over all pixels); narrower widths removed few flips
-#: (docs/notebook/2026-12-01-a-soft-camera-decision.md).
-CAMERA_SOFTNESS = 0.05
 
 
 #: By how much less (a share of it) the motion near the picture's translation must leave of the most common flow's mean
@@ -100,15 +92,6 @@ def _explains_better(residual: Tensor, than: Tensor, noise: Tensor) -> Tensor:
     """(B, 1, 1, 1): whether the warp that left ``residual`` explains the whole picture better than the one that left
     ``than``, by more than ``CAMERA_EVIDENCE`` of the ``noise`` residual."""
     return than.mean((2, 3), keepdim=True) - residual.mean((2, 3), keepdim=True) > CAMERA_EVIDENCE * noise
-
-
-def _camera_moved(along: Tensor, unwarped: Tensor, noise: Tensor) -> Tensor:
-    """(B, 1, 1, 1) in (0, 1): how sure the gate is that the camera's warp, which left ``along``, explains the whole
-    picture better than standing still (``unwarped``): a sigmoid of by how much, centred ``CAMERA_EVIDENCE`` and
-    ``CAMERA_SOFTNESS`` wide in floors of the ``noise`` residual (and a fortieth of an 8-bit level: a noiseless
-    picture's floor is 0)."""
-    evidence = unwarped.mean((2, 3), keepdim=True) - along.mean((2, 3), keepdim=True) - CAMERA_EVIDENCE * noise
-    return torch.sigmoid(evidence / (CAMERA_SOFTNESS * noise + 1e-4))
 
 
 def _mean_where(t: Tensor, mask: Tensor) -> Tensor:
@@ -205,9 +188,8 @@ class StillGate(nn.Module):
         sure: Tensor,
     ) -> tuple[Tensor | None, Tensor]:
         """What standing still means, and how much the frames differ under it per pixel: zero (``unwarped``), or
-        (``follows_camera``) the camera's motion as far as the frames confirm it, warped back by it differing less
-        over the whole picture than as they came, at the same noise and by more than ``CAMERA_EVIDENCE`` (a blend of
-        the two, by how sure that is: ``CAMERA_SOFTNESS``); and, larger
+        (``follows_camera``) the camera's motion where the frames confirm it, warped back by it differing less over
+        the whole picture than as they came, at the same noise and by more than ``CAMERA_EVIDENCE``; and, larger
         than a shake (a pan), only where little of the texture ``sure`` stands still (``STANDING_SHARE``), as a
         similarity where that explains the picture better than the translation, and with its residual counted
         ``PAN_EVIDENCE`` noise floors under what it is (a pixel's own flow must beat it by that much). A flow's most
@@ -218,7 +200,7 @@ class StillGate(nn.Module):
             return None, unwarped
         scale = scene_scale(*flow.shape[-2:])
         camera, along = self._camera(flow, prev, cur, noise, correlation, REACH_PX * scale, CAMERA_SHAKE_PX * scale)
-        camera_moved = _camera_moved(along, unwarped, noise)
+        confirmed = _explains_better(along, unwarped, noise)
         shake = camera[..., :1, :1].norm(dim=1, keepdim=True) <= CAMERA_SHAKE_PX * scale
         # The texture where the camera's warp lands in the frame (beyond, its residual is the padding's).
         counted = sure * in_frame_mask(camera)
@@ -230,9 +212,9 @@ class StillGate(nn.Module):
         turns = pan & _explains_better(turned_along, along, noise)
         camera, along = torch.where(turns, turned, camera), torch.where(turns, turned_along, along)
         along = _beyond_the_frame_as_within(along, in_frame_mask(camera))
-        follows = camera_moved * (shake | pan).to(flow.dtype)
-        background = along - PAN_EVIDENCE * noise * pan.to(flow.dtype)
-        return camera * follows, follows * background + (1 - follows) * unwarped
+        follows = confirmed & (shake | pan)
+        background = along - PAN_EVIDENCE * noise * (confirmed & pan)
+        return camera * follows, torch.where(follows, background, unwarped)
 
     @staticmethod
     def _camera(

@@ -224,15 +224,13 @@ def test_the_still_gate_zeroes_a_noisy_still_picture_s_sub_pixel_flow():
     """Before a static camera with noisy frames the net fits the noise with sub-pixel flow, and any sub-pixel warp
     explains such a pair better than standing still (its interpolation averages the noise away): the static
     background was painted (box with noise of 4 levels; docs/models.md). Judged at the same noise, it stays still;
-    the true motion of a noisy texture is kept, before a static camera and before one that follows. With no evidence
-    that the camera moved, the gate that follows it moves the wall by under half of the fit (``CAMERA_SOFTNESS``; all
-    of it without ``CAMERA_EVIDENCE``)."""
+    the true motion of a noisy texture is kept, before a static camera and before one that follows."""
     smooth = F.avg_pool2d(torch.rand(1, 3, 64, 64, generator=torch.Generator().manual_seed(5)), 9, 1, 4)
     faint = 0.5 + 0.1 * (smooth - 0.5)  # a wall's faint texture, under the noise's
     fitted = torch.full((1, 2, 64, 64), 0.5)  # a half-pixel fit: the warp that averages the noise most
     image = textured(64, 64)
-    for gate, share in ((StillGate(), 0.2), (StillGate(follows_camera=True), 0.5)):
-        assert gate(with_flow(fitted, noisy(faint, 4, 0), noisy(faint, 4, 1)))[:, :2].abs().mean() < share * 0.5
+    for gate in (StillGate(), StillGate(follows_camera=True)):
+        assert gate(with_flow(fitted, noisy(faint, 4, 0), noisy(faint, 4, 1)))[:, :2].abs().mean() < 0.1
 
         prev, moved = noisy(image, 4, 0), noisy(torch.roll(image, shifts=1, dims=-1), 4, 1)  # moves 1 px right
         truth = torch.zeros(1, 2, 64, 64)
@@ -244,19 +242,13 @@ def test_the_still_gate_zeroes_a_noisy_still_picture_s_sub_pixel_flow():
 def test_a_noisy_static_camera_s_common_fitted_flow_is_not_taken_for_its_motion():
     """On a static camera's noisy frames the net's noise-fitted flow has a most common value of a few tenths of a pixel,
     which, its noise restored, explains the picture about as well as standing still: by chance a little better in a
-    quarter of these pairs, and the gate then moved the still picture with it. A camera needs evidence above that: the
-    gate follows it as far as the evidence makes it sure (``CAMERA_SOFTNESS``): with none, by about half of the fit,
-    not all of it."""
+    quarter of these pairs, and the gate then moved the still picture with it. A camera needs evidence above that."""
     flat = torch.full((1, 3, 96, 96), 0.5)
     fitted = torch.full((1, 2, 96, 96), 0.2)
     gate = StillGate(follows_camera=True)
-    moved = torch.stack(
-        [
-            gate(with_flow(fitted, noisy(flat, 8, 2 * s), noisy(flat, 8, 2 * s + 1)))[:, :2].abs().mean()
-            for s in range(12)
-        ]
-    ).detach()
-    assert moved.max() < 0.6 * 0.2, moved
+    for seed in range(12):
+        prev, cur = noisy(flat, 8, 2 * seed), noisy(flat, 8, 2 * seed + 1)
+        assert gate(with_flow(fitted, prev, cur))[:, :2].abs().mean() < 0.05, seed
 
 
 def test_a_textured_patch_over_a_smooth_noisy_picture_is_not_taken_for_the_camera():
@@ -276,24 +268,3 @@ def test_a_textured_patch_over_a_smooth_noisy_picture_is_not_taken_for_the_camer
     background, square = out[:, :, :24, :].mean((2, 3)).flatten(), out[:, :, 36:56, 36:56].mean((2, 3)).flatten()
     assert background[0] > -0.5 and background[1].abs() < 0.5, background  # not the square's (-3, 2)
     assert torch.allclose(square, torch.tensor([-3.0, 2.0]), atol=0.05), square
-
-
-def test_the_gate_s_camera_decision_fades_with_the_noise_and_does_not_flip():
-    """A faint wall moved 0.6 px by the camera, its flow right, under more and more noise: the evidence that the
-    camera moved falls with it, and so does how much the gate follows it, without a step between nearly equal pairs
-    (a hard test jumped from following to 0.09 px and back between neighbouring levels, 0.52 px; learning counted such
-    flips against itself on night streams)."""
-    smooth = F.avg_pool2d(torch.rand(1, 3, 64, 64, generator=torch.Generator().manual_seed(5)), 9, 1, 4)
-    wall = 0.5 + 0.3 * (smooth - 0.5)
-    camera = torch.zeros(1, 2, 64, 64)
-    camera[:, 0] = 0.6
-    moved = warp(wall, -camera)
-    gate = StillGate(follows_camera=True)
-    followed = torch.stack(
-        [
-            gate(with_flow(camera, noisy(wall, level / 4, 0), noisy(moved, level / 4, 1)))[0, 0, 8:-8, 8:-8].mean()
-            for level in range(41)
-        ]
-    ).detach()
-    assert followed[0] > 0.599 and followed[-1] < 0.5 * 0.6, followed
-    assert (followed[1:] - followed[:-1]).abs().max() < 0.2, followed
