@@ -109,9 +109,9 @@ def test_the_picture_s_translation_is_read_to_a_third_of_a_pixel():
 
 
 def test_a_tight_mover_beside_the_background_s_wider_spread_is_not_taken_for_the_camera():
-    """A textured mover matched to a hundredth of a pixel 2.4 px from a background whose noisy flow spreads 0.2 px (a
-    night picture): the coarse histogram's peak falls between the two, and a fine histogram around it took the
-    mover's tight cluster for the camera; centred first on the mass near it, it reads the background."""
+    """A textured mover matched to 0.02 px, 2.4 px from a background whose noisy flow spreads 0.2 px (a night picture),
+    on three tenths of the picture: the coarse histogram's peak falls between the two, and a fine histogram around it
+    took the mover's tight cluster for the camera; centred first on the mass near it, it reads the background."""
     generator = torch.Generator().manual_seed(0)
     flow = torch.tensor([0.7, -0.3]).view(1, 2, 1, 1) + 0.2 * torch.randn(1, 2, 60, 80, generator=generator)
     flow[..., :24] = torch.tensor([3.1, -0.3]).view(1, 2, 1, 1) + 0.02 * torch.randn(1, 2, 60, 24, generator=generator)
