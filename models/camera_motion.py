@@ -53,14 +53,21 @@ def _peak(vectors: Tensor, inside: Tensor, centre: Tensor, reach: float, bin_px:
     return centre + torch.stack([peak % bins, peak // bins], -1).to(vectors.dtype) * bin_px - reach
 
 
+def _mean_near(vectors: Tensor, inside: Tensor, centre: Tensor, reach: float) -> tuple[Tensor, Tensor]:
+    """(B, 2) and (B, 1): the mean of the ``inside`` ``vectors`` (B, N, 2) within ``reach`` of ``centre`` (B, 2) in
+    each component (zero where none are), and how many there are."""
+    near = (((vectors - centre[:, None]).abs() <= reach).all(-1) & inside).to(vectors.dtype)  # (B, N)
+    count = near.sum(1, keepdim=True)
+    return (vectors * near[..., None]).sum(1) / count.clamp_min(1.0), count
+
+
 def _centred(vectors: Tensor, inside: Tensor, start: Tensor) -> Tensor:
     """(B, 2): ``start`` moved ``CENTRING_ROUNDS`` times to the mean of the ``inside`` ``vectors`` within a coarse bin
     and a half of it (kept where none are)."""
     centre = start
     for _ in range(CENTRING_ROUNDS):
-        within = (((vectors - centre[:, None]).abs() <= 1.5 * COARSE_BIN_PX).all(-1) & inside).to(vectors.dtype)
-        count = within.sum(1, keepdim=True)
-        centre = torch.where(count > 0, (vectors * within[..., None]).sum(1) / count.clamp_min(1.0), centre)
+        mean, count = _mean_near(vectors, inside, centre, 1.5 * COARSE_BIN_PX)
+        centre = torch.where(count > 0, mean, centre)
     return centre
 
 
@@ -80,9 +87,7 @@ def camera_motion(flow: Tensor, reach_px: float = REACH_PX, near: Tensor | None 
     else:
         coarse = near.flatten(1).to(flow.dtype)
     fine = _peak(vectors, inside, _centred(vectors, inside, coarse), 1.5 * COARSE_BIN_PX, BIN_PX)
-    close = (((vectors - fine[:, None]).abs() <= 1.5 * BIN_PX).all(-1) & inside).to(flow.dtype)  # (B, N)
-    count = close.sum(1, keepdim=True)
-    motion = (vectors * close[..., None]).sum(1) / count.clamp_min(1.0)
+    motion, count = _mean_near(vectors, inside, fine, 1.5 * BIN_PX)
     if near is not None:
         motion = torch.where(count > 0, motion, coarse)
     motion = motion * (motion.norm(dim=1, keepdim=True) >= STILL_PX).to(flow.dtype)  # zero if none in reach
