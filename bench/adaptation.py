@@ -24,8 +24,9 @@ on (``HELDOUT_STREAMS``, clean and shifted) into ``bench/results/adaptation-held
 256x256 (the size issue 60 measured at) into ``adaptation-heldout-256/``.
 
 ``python -m bench.adaptation --stream FILE.npz [--shift NAME] --out STEM`` scores one exact-flow stream (the
-``.npz`` of ``models.streams``) and writes ``STEM.json``: for ``frozen``, ``adapting`` and ``adapting_d2`` the
-end-point error over ``first100``, ``last100`` and ``whole`` (and ``per100``, and each pair's).
+``.npz`` of ``models.streams``, sides from ``MIN_SIDE`` up: its frames padded to the net's sides, its own pixels
+scored) and writes ``STEM.json``: for ``frozen``, ``adapting`` and ``adapting_d2`` the end-point error over
+``first100``, ``last100`` and ``whole`` (and ``per100``, and each pair's).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from models.camera_shifts import SHIFTS, shift
 from models.flow_metrics import epe
 from models.flow_nets import build_flow_net, size_multiple
 from models.online import frame_pair, learning_for, online_pipeline, predict_then_learn, shown, stream_pairs
-from models.streams import Stream, generate, load_npz, save_npz
+from models.streams import MIN_SIDE, Stream, generate, load_npz, padded, save_npz
 from testing.report import RESULTS, Run, command_line
 
 #: The windows every learner is scored over, in pairs.
@@ -77,14 +78,18 @@ def windows(errors: np.ndarray) -> dict[str, object]:
     }
 
 
+def scored(output: torch.Tensor, truth: np.ndarray) -> float:
+    """The end-point error of the flow a step showed over ``truth``'s pixels (H, W, 2): a stream padded to the net's
+    sides (``models.streams.padded``, its flow cut back) is scored on its own pixels."""
+    h, w = truth.shape[:2]
+    return epe(shown(output)[0, :, :h, :w].permute(1, 2, 0).numpy(), truth)
+
+
 def frozen_errors(stream: Stream) -> np.ndarray:
     """Each pair's end-point error of the shipped net, never learning."""
     net = build_flow_net(NET, init="pretrained").eval()
-    errors = []
     with torch.no_grad():
-        for t, x in enumerate(stream_pairs(stream.frames)):
-            errors.append(epe(net(x)[0].permute(1, 2, 0).numpy(), stream.flow[t]))
-    return np.array(errors)
+        return np.array([scored(net(x), stream.flow[t]) for t, x in enumerate(stream_pairs(stream.frames))])
 
 
 def learner_errors(stream: Stream, stages: int, init: str, seed: int = 0) -> np.ndarray:
@@ -99,7 +104,7 @@ def learner_errors(stream: Stream, stages: int, init: str, seed: int = 0) -> np.
     with pipe:
         for r in predict_then_learn(pipe, stream_pairs(stream.frames), learning.feed(seed)):
             if r.frame is not None and r.output is not None:
-                errors[r.frame] = epe(shown(r.output)[0].permute(1, 2, 0).numpy(), stream.flow[r.frame])
+                errors[r.frame] = scored(r.output, stream.flow[r.frame])
     return errors
 
 
@@ -211,7 +216,7 @@ def write_stream(stream: Stream, name: str, learners: tuple[str, ...], out: Path
     run = Run(command=command, directory=out)
     print(f"{name}: {len(stream.flow)} pairs", file=sys.stderr, flush=True)
     results = score_stream(stream, learners)
-    size = "x".join(map(str, stream.frames.shape[2:0:-1]))
+    size = "x".join(map(str, stream.flow.shape[2:0:-1]))
     title = f"{name}: {len(stream.frames)} frames {size}, net {NET}, end-point error (px), each pair before learning"
     run.png(f"{name}.png", plot(results, title))
     run.write(name, title, f"{markdown(results)}\n![adapting / frozen]({name}.png)", results)
@@ -269,11 +274,9 @@ def clip_markdown(result: dict) -> str:
     for name in ("frozen", *LEARNERS):
         for window in result["versus_frozen"]:
             m = result["methods"][name][window]
-            cells = []
-            for s in CLIP_SCORES:
-                vf = result["versus_frozen"][window][name][s] if name != "frozen" else 1.0
-                vc = result["versus_classical"][window].get(name, {}).get(s, float("nan"))
-                cells.append(f"{m[s]:.3f}, {vf:.3f}, {vc:.3f}")
+            vf = result["versus_frozen"][window].get(name, dict.fromkeys(CLIP_SCORES, 1.0))
+            vc = result["versus_classical"][window].get(name, {})
+            cells = (f"{m[s]:.3f}, {vf[s]:.3f}, {vc.get(s, float('nan')):.3f}" for s in CLIP_SCORES)
             lines.append(f"| {name} | {window} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -328,22 +331,15 @@ def run_set(args: argparse.Namespace, command: str) -> int:
     out = Path(args.out)
     jobs = [j for j in stream_set(args.heldout, args.size) if not args.only or any(p in j.name for p in args.only)]
     folders = [] if args.no_clips else [d for d in (args.clips, Path(".clips-heldout")) if d.is_dir()]
-    videos = sorted(p for d in folders for p in d.iterdir() if p.suffix in (".mp4", ".avi", ".mkv", ".mov"))
-    if args.only:
-        videos = [v for v in videos if any(p in v.stem for p in args.only)]
+    videos = sorted(p for d in folders for p in d.iterdir() if p.suffix in (".mp4", ".avi", ".mkv", ".mov")
+                    and (not args.only or any(o in p.stem for o in args.only)))  # fmt: skip
     if not (args.clips.is_dir() or args.no_clips):
         print(f"bench.adaptation: no clips folder {args.clips}: real clips skipped", file=sys.stderr)
     run = Run(command=command, directory=out)
-    streams, clips = {}, {}
     with ProcessPoolExecutor(args.jobs) as pool:
         stream_futures = [pool.submit(run_stream_job, j, out, command) for j in jobs]
         clip_futures = [pool.submit(run_clip, v, out, command) for v in videos]
-        for f in stream_futures:
-            name, results = f.result()
-            streams[name] = results
-        for f in clip_futures:
-            stem, result = f.result()
-            clips[stem] = result
+        streams, clips = (dict(f.result() for f in futures) for futures in (stream_futures, clip_futures))
     text, data = summary(streams, clips)
     run.write("summary", "Learning while watching: adapting against its frozen start", text, data)
     return 0
@@ -384,10 +380,13 @@ def main(argv: list[str] | None = None) -> int:
         stream = load_npz(args.stream)
     except (OSError, ValueError) as exc:
         parser.error(f"cannot read the stream: {exc}")
-    if len(stream.flow) < 2 or any(side % multiple for side in stream.frames.shape[1:3]):
-        parser.error(f"the stream needs >= 3 frames and sides that divide by {multiple}, got {stream.frames.shape}")
+    h, w = stream.frames.shape[1:3]
+    if len(stream.flow) < 2 or min(h, w) < MIN_SIDE:
+        parser.error(f"the stream needs >= 3 frames and sides of {MIN_SIDE} px or more, got {stream.frames.shape}")
+    stream = padded(stream, multiple)
     if args.shift:
-        stream = shift(stream, args.shift)
+        stream = shift(stream, args.shift)  # on the padded frames: motion blur reads the flow at every pixel
+    stream = Stream(stream.frames, stream.flow[:, :h, :w])
     if args.threads:
         torch.set_num_threads(args.threads)
     name = Path(args.stream).stem + (f"-{args.shift}" if args.shift else "")

@@ -1,6 +1,7 @@
 """Online unsupervised flow on a ground-truth stream: sequential vs PARTIME vs OpenCV.
 
-``python -m bench.flow --stream FILE.npz --stages 1,2,4 [--out STEM]``
+``python -m bench.flow --stream FILE.npz --stages 1,2,4 [--out STEM]`` (sides from ``models.streams.MIN_SIDE`` up: the
+frames padded to the net's sides, the stream's own pixels scored)
 
 Every learner starts from the same random weights and sees each frame pair once, in order
 (predict-then-update: the flow scored for pair t was produced before learning from it). With
@@ -27,7 +28,7 @@ from models.flow_metrics import epe, moving_mask, photometric_error, reconstruct
 from models.flow_nets import FLOW_NETS, INITS, build_flow_net, size_multiple
 from models.online import BASE_LR, frame_pair, online_pipeline, predict_then_learn, stream_pairs
 from models.stale_gradient import motion_aligned
-from models.streams import Stream, load_npz
+from models.streams import MIN_SIDE, Stream, load_npz, padded
 from testing.report import RESULTS, Run
 
 LAST = 100  # the "after learning" window
@@ -47,7 +48,10 @@ class Scores:
         self.seconds: list[float] = []
 
     def add(self, stream: Stream, t: int, flow: np.ndarray, loss: float | None = None) -> None:
-        a, b, gt = stream.frames[t], stream.frames[t + 1], stream.flow[t]
+        """Scored on the stream's own pixels: frames padded to the net's sides reach past its flow."""
+        gt = stream.flow[t]
+        h, w = gt.shape[:2]
+        a, b, flow = stream.frames[t][:h, :w], stream.frames[t + 1][:h, :w], flow[:h, :w]
         self.epe[t] = epe(flow, gt)
         self.photo[t] = photometric_error(a, b, flow)
         self.recon[t] = reconstruction_accuracy(a, b, flow, moving_mask(a, b, gt))[0.05]
@@ -226,9 +230,9 @@ def main(argv: list[str] | None = None) -> int:
         stream = load_npz(args.stream)
     except (OSError, ValueError) as exc:
         parser.error(f"cannot read stream: {exc}")
-    multiple = size_multiple(FLOW_NETS[args.net]())
-    if len(stream.flow) < 2 or any(side % multiple for side in stream.frames.shape[1:3]):
-        parser.error(f"stream needs >= 3 frames and sides divisible by {multiple}, got {stream.frames.shape}")
+    if len(stream.flow) < 2 or min(stream.frames.shape[1:3]) < MIN_SIDE:
+        parser.error(f"stream needs >= 3 frames and sides of {MIN_SIDE} px or more, got {stream.frames.shape}")
+    stream = Stream(padded(stream, size_multiple(FLOW_NETS[args.net]())).frames, stream.flow)  # scored unpadded
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out) if args.out else RESULTS / f"flow-{Path(args.stream).stem}"

@@ -197,6 +197,20 @@ def load_npz(path: str | Path) -> Stream:
     return Stream(frames, flow.astype(np.float32))
 
 
+#: The smallest side of a stream the benchmarks score (``bench.adaptation``, ``bench.flow``): the nets' coarsest level
+#: (1/8) then has 4 cells a side.
+MIN_SIDE = 32
+
+
+def padded(stream: Stream, multiple: int) -> Stream:
+    """``stream`` with its frames and flow repeated past the bottom and right edges to sides that divide by
+    ``multiple``: the nets take only such sides, and a stream padded so keeps every pixel where it was, so its own
+    pixels can still be scored (the flow cut back to them)."""
+    h, w = stream.frames.shape[1:3]
+    pad = ((0, 0), (0, -h % multiple), (0, -w % multiple), (0, 0))
+    return Stream(np.pad(stream.frames, pad, mode="edge"), np.pad(stream.flow, pad, mode="edge"))
+
+
 def write_mp4(frames: np.ndarray, path: str | Path, fps: int = 25, crf: int = 18) -> None:
     """H.264 (libx264, yuv420p) video of uint8 RGB frames [T, H, W, 3] through PyAV."""
     import av

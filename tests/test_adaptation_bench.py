@@ -5,9 +5,10 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from bench import adaptation
-from models.streams import generate, save_npz
+from models.streams import Stream, generate, padded, save_npz
 
 
 @pytest.fixture
@@ -30,6 +31,28 @@ def test_one_stream_writes_each_learners_windows(stream, tmp_path):
     assert result["adapting"]["pairs"][0] == pytest.approx(result["frozen"]["pairs"][0], rel=1e-5)
     assert result["adapting_d2"]["pairs"][0] == pytest.approx(result["frozen"]["pairs"][0], rel=1e-5)
     assert "--shift night" in out.with_suffix(".md").read_text() and out.with_suffix(".png").is_file()
+
+
+def test_a_stream_of_any_size_is_scored_on_its_own_pixels(tmp_path):
+    whole = generate(size=64, frames=5, seed=4)
+    odd = tmp_path / "odd.npz"  # 60x44: neither side divides by the net's 8
+    save_npz(Stream(whole.frames[:, :44, :60].copy(), whole.flow[:, :44, :60].copy()), odd)
+    out = tmp_path / "odd"
+    assert adaptation.main(["--stream", str(odd), "--out", str(out)]) == 0
+    result = json.loads(out.with_suffix(".json").read_text())
+    assert all(len(result[k]["pairs"]) == 4 and np.isfinite(result[k]["pairs"]).all() for k in adaptation.RUNS
+               if k != "scratch")  # fmt: skip
+    assert "5 frames 60x44" in out.with_suffix(".md").read_text()
+
+
+def test_padding_keeps_every_pixel_in_place_and_the_score_leaves_the_padding_out():
+    stream = padded(Stream(np.arange(2 * 5 * 6 * 3, dtype=np.uint8).reshape(2, 5, 6, 3), np.ones((1, 5, 6, 2))), 8)
+    assert stream.frames.shape == (2, 8, 8, 3) and stream.flow.shape == (1, 8, 8, 2)
+    assert (stream.frames[:, :5, :6] == np.arange(180).reshape(2, 5, 6, 3)).all()
+    assert (stream.frames[:, 5:, :6] == stream.frames[:, 4:5, :6]).all()  # the last row repeated
+    shown = torch.zeros(1, 2, 8, 8)
+    shown[..., 5:, :] = shown[..., :, 6:] = 100.0  # a flow far off, only where the frames were padded
+    assert adaptation.scored(shown, np.zeros((5, 6, 2), np.float32)) == 0.0
 
 
 def test_a_stream_that_is_no_stream_is_refused_in_words(tmp_path, capsys):
