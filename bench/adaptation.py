@@ -47,7 +47,7 @@ from models.camera_shifts import SHIFTS, shift
 from models.flow_metrics import epe
 from models.flow_nets import build_flow_net, size_multiple
 from models.online import frame_pair, learning_for, online_pipeline, predict_then_learn, shown, stream_pairs
-from models.streams import MIN_SIDE, Stream, generate, load_npz, padded, save_npz
+from models.streams import MIN_SIDE, Stream, for_net, generate, load_npz, save_npz
 from testing.report import RESULTS, Run, command_line
 
 #: The windows every learner is scored over, in pairs.
@@ -80,7 +80,7 @@ def windows(errors: np.ndarray) -> dict[str, object]:
 
 def scored(output: torch.Tensor, truth: np.ndarray) -> float:
     """The end-point error of the flow a step showed over ``truth``'s pixels (H, W, 2): a stream padded to the net's
-    sides (``models.streams.padded``, its flow cut back) is scored on its own pixels."""
+    sides (``models.streams.for_net``, its flow cut back) is scored on its own pixels."""
     h, w = truth.shape[:2]
     return epe(shown(output)[0, :, :h, :w].permute(1, 2, 0).numpy(), truth)
 
@@ -380,13 +380,9 @@ def main(argv: list[str] | None = None) -> int:
         stream = load_npz(args.stream)
     except (OSError, ValueError) as exc:
         parser.error(f"cannot read the stream: {exc}")
-    h, w = stream.frames.shape[1:3]
-    if len(stream.flow) < 2 or min(h, w) < MIN_SIDE:
+    if len(stream.flow) < 2 or min(stream.frames.shape[1:3]) < MIN_SIDE:
         parser.error(f"the stream needs >= 3 frames and sides of {MIN_SIDE} px or more, got {stream.frames.shape}")
-    stream = padded(stream, multiple)
-    if args.shift:
-        stream = shift(stream, args.shift)  # on the padded frames: motion blur reads the flow at every pixel
-    stream = Stream(stream.frames, stream.flow[:, :h, :w])
+    stream = for_net(stream, multiple, (lambda s: shift(s, args.shift)) if args.shift else None)
     if args.threads:
         torch.set_num_threads(args.threads)
     name = Path(args.stream).stem + (f"-{args.shift}" if args.shift else "")

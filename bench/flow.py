@@ -28,7 +28,7 @@ from models.flow_metrics import epe, moving_mask, photometric_error, reconstruct
 from models.flow_nets import FLOW_NETS, INITS, build_flow_net, size_multiple
 from models.online import BASE_LR, frame_pair, online_pipeline, predict_then_learn, stream_pairs
 from models.stale_gradient import motion_aligned
-from models.streams import MIN_SIDE, Stream, load_npz, padded
+from models.streams import MIN_SIDE, Stream, for_net, load_npz
 from testing.report import RESULTS, Run
 
 LAST = 100  # the "after learning" window
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"cannot read stream: {exc}")
     if len(stream.flow) < 2 or min(stream.frames.shape[1:3]) < MIN_SIDE:
         parser.error(f"stream needs >= 3 frames and sides of {MIN_SIDE} px or more, got {stream.frames.shape}")
-    stream = Stream(padded(stream, size_multiple(FLOW_NETS[args.net]())).frames, stream.flow)  # scored unpadded
+    stream = for_net(stream, size_multiple(FLOW_NETS[args.net]()))
     if args.threads:
         torch.set_num_threads(args.threads)
     out = Path(args.out) if args.out else RESULTS / f"flow-{Path(args.stream).stem}"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -204,11 +205,19 @@ MIN_SIDE = 32
 
 def padded(stream: Stream, multiple: int) -> Stream:
     """``stream`` with its frames and flow repeated past the bottom and right edges to sides that divide by
-    ``multiple``: the nets take only such sides, and a stream padded so keeps every pixel where it was, so its own
-    pixels can still be scored (the flow cut back to them)."""
+    ``multiple``: the nets take only such sides, and a stream padded so keeps every pixel where it was."""
     h, w = stream.frames.shape[1:3]
     pad = ((0, 0), (0, -h % multiple), (0, -w % multiple), (0, 0))
     return Stream(np.pad(stream.frames, pad, mode="edge"), np.pad(stream.flow, pad, mode="edge"))
+
+
+def for_net(stream: Stream, multiple: int, shown_as: Callable[[Stream], Stream] | None = None) -> Stream:
+    """``stream`` as a net takes it: its frames ``padded`` (and then, if given, as ``shown_as`` shows them, which may
+    read the flow at every pixel: motion blur does), its flow cut back to its own pixels, which alone are scored. The
+    benchmarks read a stream whose frames reach past its flow so (``bench.adaptation``, ``bench.flow``)."""
+    h, w = stream.frames.shape[1:3]
+    frames = (shown_as or (lambda s: s))(padded(stream, multiple)).frames
+    return Stream(frames, stream.flow[:, :h, :w])
 
 
 def write_mp4(frames: np.ndarray, path: str | Path, fps: int = 25, crf: int = 18) -> None:

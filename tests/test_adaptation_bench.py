@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from bench import adaptation
-from models.streams import Stream, generate, padded, save_npz
+from models.streams import Stream, for_net, generate, padded, save_npz
 
 
 @pytest.fixture
@@ -46,8 +46,11 @@ def test_a_stream_of_any_size_is_scored_on_its_own_pixels(tmp_path):
 
 
 def test_padding_keeps_every_pixel_in_place_and_the_score_leaves_the_padding_out():
-    stream = padded(Stream(np.arange(2 * 5 * 6 * 3, dtype=np.uint8).reshape(2, 5, 6, 3), np.ones((1, 5, 6, 2))), 8)
+    small = Stream(np.arange(2 * 5 * 6 * 3, dtype=np.uint8).reshape(2, 5, 6, 3), np.ones((1, 5, 6, 2)))
+    stream = padded(small, 8)
     assert stream.frames.shape == (2, 8, 8, 3) and stream.flow.shape == (1, 8, 8, 2)
+    taken = for_net(small, 8)  # what the benchmarks score: the padded frames, the stream's own flow
+    assert (taken.frames == stream.frames).all() and (taken.flow == small.flow).all()
     assert (stream.frames[:, :5, :6] == np.arange(180).reshape(2, 5, 6, 3)).all()
     assert (stream.frames[:, 5:, :6] == stream.frames[:, 4:5, :6]).all()  # the last row repeated
     shown = torch.zeros(1, 2, 8, 8)
