@@ -14,6 +14,7 @@ import os
 import posixpath
 import re
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import fsspec
@@ -65,6 +66,20 @@ def save_atomic(state: dict, location: Location) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A learner's state taken at one step, to be written: what it holds, where it goes, and the frames it had
+    learned. Taking it and writing it are apart so that the write can run beside the frames that follow
+    (``server.stream.learner.checkpoint_writer``)."""
+
+    state: dict
+    location: Location
+    frames: int
+
+    def write(self) -> None:
+        save_atomic(self.state, self.location)
 
 
 def read_bytes(location: Location) -> bytes | None:

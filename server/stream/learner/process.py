@@ -9,8 +9,8 @@ step and per stage, the whole frame's work, and the frame's capture time. On a G
 so that the host's part of a frame runs while the device learns the next (``FrameLoop``). The budget controller
 (``budget.py``) sees every frame's work and may move the learning size, under the cap that keeps the motion within the
 net's reach (``reach.py``, which sees every frame's flow); the learner then rebuilds its pipeline at the new size with
-the same weights. It checkpoints atomically every N seconds, on request and on stop; a non-finite loss restores the
-last checkpoint and halves the learning rate.
+the same weights. It checkpoints atomically every N seconds, on request and on stop, each written beside the frames
+that follow (``checkpoint_writer.py``); a non-finite loss restores the last checkpoint and halves the learning rate.
 
 Threads: one intra-op thread here (each pipeline stage one of its own): on the shared 2-core machine under load two
 per op made the layer profiling at start 37 s, not 1.9 s (OpenMP spins); ``bench.learning_step`` compares steady steps.
@@ -47,7 +47,6 @@ from ..pictures import JPEG_KINDS, FlowScale, Painter, mask_kinds
 from ..protocol import (
     BudgetChanged,
     CheckpointRequest,
-    CheckpointWritten,
     FrameLearned,
     FramesDropped,
     InjectFault,
@@ -60,6 +59,7 @@ from ..protocol import (
 from ..ring import FrameRing, RingSpec
 from ..sizing import Size, made_for_side
 from .budget import BudgetController
+from .checkpoint_writer import CheckpointWriter
 from .device_io import FrameUpload, HostCopy, PendingCopy
 from .learner import CheckpointMismatch, Learner, LearnerConfig
 from .profile_cache import JsonCache, key
@@ -128,10 +128,12 @@ def run_learner_process(cfg: LearnerProcessConfig, ring_spec: RingSpec, slots: A
     ready = LearnerReady(learner.resumed_from, learner.lr, learner.pipe.balance, learner.size, controller.note(cfg.fps))
     out.put(ready)
     ring.set_ready()
+    writer = CheckpointWriter(learner, out)
     try:
-        _learn(cfg, loop, ring, slots, out, control, parent)
+        _learn(cfg, loop, writer, ring, slots, control, parent)
     finally:
-        _checkpoint(learner, out)
+        writer.checkpoint()
+        writer.close()
         learner.close()
         ring.close()
 
@@ -351,24 +353,24 @@ class FrameLoop:
         rebuild()
 
 
-def _learn(cfg: LearnerProcessConfig, loop: FrameLoop, ring: FrameRing, slots: Any, out: Any, control: Any,
-           parent: int) -> None:  # fmt: skip
+def _learn(cfg: LearnerProcessConfig, loop: FrameLoop, writer: CheckpointWriter, ring: FrameRing, slots: Any,
+           control: Any, parent: int) -> None:  # fmt: skip
     last_save = time.monotonic()
     while not ring.stopping and os.getppid() == parent:
-        _serve_control(loop.learner, control, out)
+        _serve_control(loop.learner, control, writer)
         if time.monotonic() - last_save >= cfg.checkpoint_interval_s:
-            _checkpoint(loop.learner, out)
+            writer.checkpoint()
             last_save = time.monotonic()
         got = ring.read(slots, POLL_S)
         if got is None:
             continue
         if got is False:
-            out.put(FramesDropped("worker_behind", 1))
+            loop.out.put(FramesDropped("worker_behind", 1))
             continue
         loop.on_frame(*got)
 
 
-def _serve_control(learner: Learner, control: Any, out: Any) -> None:
+def _serve_control(learner: Learner, control: Any, writer: CheckpointWriter) -> None:
     while True:
         try:
             request = control.get_nowait()
@@ -376,25 +378,6 @@ def _serve_control(learner: Learner, control: Any, out: Any) -> None:
             return
         match request:
             case CheckpointRequest(id=rid):
-                _checkpoint(learner, out, rid)
+                writer.checkpoint(rid)
             case InjectFault(fault="nan_loss"):
                 learner.poison_next = True
-
-
-def _checkpoint(learner: Learner, out: Any, request: int | None = None) -> None:
-    """Save and report. A failed write (disk full, read-only dir) is reported with its reason and never fatal: the
-    weights live on in memory, the old checkpoint is intact (atomic save), and the next checkpoint tries again."""
-    try:
-        frames, error = learner.save(), None
-    except (OSError, RuntimeError) as exc:  # torch.save reports a short write (disk full) as a RuntimeError
-        log.warning("cannot write the checkpoint: %s", exc)
-        frames, error = -1, f"cannot write the checkpoint: {_write_failure(exc)}"
-    out.put(CheckpointWritten(frames, request, error))
-
-
-def _write_failure(exc: BaseException) -> str:
-    """torch.save wraps a failed write in a RuntimeError whose text is all it keeps of the cause."""
-    if isinstance(exc, OSError):
-        return in_words(exc)
-    text = str(exc).lower()
-    return "no space left on the disk" if "no space" in text or "write failed" in text else in_words(exc)
