@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import tempfile
 import time
@@ -54,7 +55,7 @@ async def measure(srv: ServerProcess, sid: str, warmup_s: float, seconds: float)
                 continue
             if dropped0 is None:
                 dropped0 = srv.stream(sid)["counters"]["dropped"]
-            records.append(m)
+            records.append({**m, "window_s": now - t_start})
             if now >= t_end:
                 break
     info = srv.stream(sid)
@@ -70,7 +71,15 @@ async def measure(srv: ServerProcess, sid: str, warmup_s: float, seconds: float)
         "dp_p95_s": float(np.percentile(dp, 95)),
         "loss_first": float(np.mean(losses[:30])),
         "loss_last": float(np.mean(losses[-30:])),
+        "drops_at_s": drop_times(records),
     }
+
+
+def drop_times(records: list[dict]) -> list[list]:
+    """When the stream's drop count rose (each frame message carries it), as [seconds into the window, frames]: what a
+    drop came with (a checkpoint every 30 s, the frozen start's scoring, a slow spell of the machine) shows in when."""
+    return [[round(b["window_s"], 1), b["dropped"] - a["dropped"]]
+            for a, b in itertools.pairwise(records) if b["dropped"] > a["dropped"]]  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -126,6 +135,12 @@ def markdown(result: dict) -> str:
             f" | {ms['latency_p50_s']} | {ms['latency_p95_s']} | {ms['latency_target_s']}"
             f" | {r['loss_first']:.4f}→{r['loss_last']:.4f} |"
         )
+    lines += [
+        f"\nDropped at {r['fps']:g} fps (s into the window: frames): "
+        + ", ".join(f"{t:g}: {n}" for t, n in r["drops_at_s"])
+        for r in result["rows"]
+        if r.get("drops_at_s")
+    ]
     return "\n".join(lines) + "\n"
 
 
