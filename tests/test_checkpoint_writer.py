@@ -86,17 +86,19 @@ def test_non_finite_weights_and_failures_are_answered_and_the_writer_goes_on(tmp
         None,  # weights already non-finite: never saved
         RuntimeError("a stage is gone"),
         Checkpoint(state(4), blocked / "s.pt", 4),  # its folder is a file: the write fails
+        Checkpoint({"pipeline": {"frames": 6, "a lambda": lambda: 0}}, good, 6),  # torch.save cannot pickle it
         Checkpoint(state(5), good, 5),
     ])  # fmt: skip
     writer = CheckpointWriter(learner, out)
-    for request in (1, 2, 3, 4):
+    for request in (1, 2, 3, 5, 4):
         writer.checkpoint(request)
     writer.close()
-    got = {a.request: a for a in answers(out, 4)}
+    got = {a.request: a for a in answers(out, 5)}
     assert got[1] == CheckpointWritten(-1, 1, None)
     assert got[2].frames == -1 and got[2].error.startswith("cannot take the checkpoint")
     assert got[3].frames == -1 and got[3].error.startswith("cannot write the checkpoint")
     assert str(tmp_path) not in got[3].error  # in words, no server path
+    assert got[5].frames == -1 and got[5].error.startswith("cannot write the checkpoint")  # and the writer goes on
     assert got[4] == CheckpointWritten(5, 4, None)
     assert checkpoints.load(good)["pipeline"]["frames"] == 5
 

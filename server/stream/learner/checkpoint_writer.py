@@ -71,6 +71,9 @@ def _write(checkpoint: Checkpoint, request: int | None) -> CheckpointWritten:
     except (OSError, RuntimeError) as exc:  # torch.save reports a short write (disk full) as a RuntimeError
         log.warning("cannot write the checkpoint: %s", exc)
         return CheckpointWritten(-1, request, f"cannot write the checkpoint: {_write_failure(exc)}")
+    except Exception as exc:  # anything else too: a writer thread that died would leave every later one unanswered
+        log.exception("cannot write the checkpoint")
+        return CheckpointWritten(-1, request, f"cannot write the checkpoint: {in_words(exc)}")
     return CheckpointWritten(checkpoint.frames, request, None)
 
 
