@@ -103,20 +103,26 @@ def test_non_finite_weights_and_failures_are_answered_and_the_writer_goes_on(tmp
     assert checkpoints.load(good)["pipeline"]["frames"] == 5
 
 
-@pytest.mark.parametrize("frames", [0, 12])
-def test_the_learners_snapshot_is_what_save_writes(tmp_path, frames):
-    """``Learner.save`` is the snapshot written at once: the same frames, the same weights on disk."""
+ON_GPU = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+@pytest.mark.parametrize(("frames", "device"), [(0, "cpu"), (12, "cpu"), pytest.param(12, "cuda:0", marks=ON_GPU)])
+def test_the_learners_snapshot_is_what_save_writes(tmp_path, frames, device):
+    """``Learner.save`` is the snapshot written at once: the same frames, the same weights on disk; a GPU learner's
+    snapshot lies on the CPU (the writer's thread never touches the GPU)."""
     from server.stream.learner.learner import Learner, LearnerConfig
 
-    cfg = LearnerConfig(name="unit", model="fast", init="scratch", stages=1, lr=1e-3, schedule="partime", devices=None,
-                        checkpoint_path=tmp_path / "s.pt")  # fmt: skip
+    cfg = LearnerConfig(name="unit", model="fast", init="scratch", stages=1, lr=1e-3, schedule="partime",
+                        devices=(device,), checkpoint_path=tmp_path / "s.pt")  # fmt: skip
     learner = Learner(cfg, (64, 48))
     try:
-        x = torch.rand(1, 6, 48, 64)
+        x = torch.rand(1, 6, 48, 64, device=device)
         for _ in range(frames):
             learner.step(x)
         taken = learner.snapshot()
         assert taken is not None and taken.frames == learner.save()
+        tensors = [t for stage in taken.state["pipeline"]["stages"] for t in stage["module"].values()]
+        assert tensors and all(t.device.type == "cpu" for t in tensors)
         saved = checkpoints.load(cfg.checkpoint_path)["pipeline"]
         for a, b in zip(taken.state["pipeline"]["stages"], saved["stages"], strict=True):
             for name, t in a["module"].items():

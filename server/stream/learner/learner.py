@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.utils._pytree import tree_map_only
 
 from models.flow_nets import build_flow_net
 from models.online import Learning, learning_for, online_pipeline
@@ -231,13 +232,16 @@ class Learner:
         self.pipe.close()
 
     def snapshot(self) -> checkpoints.Checkpoint | None:
-        """What a checkpoint holds now (one round trip to the stages); None where the weights are already non-finite,
-        which are never saved. Its weights are checked as it holds them: gathering the stages' modules once more to
-        check cost a CPU service 15 ms of a frame (exploratory, 128x96, two stage processes)."""
+        """What a checkpoint holds now (one round trip to the stages), on the CPU; None where the weights are already
+        non-finite, which are never saved. Its weights are checked as it holds them: gathering the stages' modules
+        once more to check cost a CPU service 15 ms of a frame (exploratory, 128x96, two stage processes). On the CPU
+        because a checkpoint is read there anyway (``checkpoints.load``), and its writer's thread
+        (``checkpoint_writer``) then never touches a GPU."""
         state = self.pipe.state_dict()
         weights = (t for stage in state["stages"] for t in stage["module"].values() if t.is_floating_point())
         if not all(torch.isfinite(t).all() for t in weights):
             return None
+        state = tree_map_only(torch.Tensor, torch.Tensor.cpu, state)
         cfg = self.cfg
         return checkpoints.Checkpoint(
             {"pipeline": state, "model": cfg.model, "init": cfg.init, "learning": self.learning.name,
