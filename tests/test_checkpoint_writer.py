@@ -33,11 +33,11 @@ class HeldCheckpoint(Checkpoint):
 
 @dataclass
 class FakeLearner:
-    """Hands out the checkpoints queued here, one per ``snapshot``, as ``Learner.snapshot`` would take them."""
+    """Hands out the checkpoints queued here, one per call, as ``Learner.take_checkpoint`` would take them."""
 
     taken: list = field(default_factory=list)
 
-    def snapshot(self) -> Checkpoint | None:
+    def take_checkpoint(self) -> Checkpoint | None:
         got = self.taken.pop(0)
         if isinstance(got, Exception):
             raise got
@@ -107,9 +107,9 @@ ON_GPU = [pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), re
 
 
 @pytest.mark.parametrize(("frames", "device"), [(0, "cpu"), (12, "cpu"), pytest.param(12, "cuda:0", marks=ON_GPU)])
-def test_the_learners_snapshot_is_what_save_writes(tmp_path, frames, device):
-    """``Learner.save`` is the snapshot written at once: the same frames, the same weights on disk; a GPU learner's
-    snapshot lies on the CPU (the writer's thread never touches the GPU)."""
+def test_the_checkpoint_the_learner_takes_is_what_save_writes(tmp_path, frames, device):
+    """``Learner.save`` is the checkpoint taken and written at once: the same frames, the same weights on disk; a GPU
+    learner's checkpoint lies on the CPU (the writer's thread never touches the GPU)."""
     from server.stream.learner.learner import Learner, LearnerConfig
 
     cfg = LearnerConfig(name="unit", model="fast", init="scratch", stages=1, lr=1e-3, schedule="partime",
@@ -119,7 +119,7 @@ def test_the_learners_snapshot_is_what_save_writes(tmp_path, frames, device):
         x = torch.rand(1, 6, 48, 64, device=device)
         for _ in range(frames):
             learner.step(x)
-        taken = learner.snapshot()
+        taken = learner.take_checkpoint()
         assert taken is not None and taken.frames == learner.save()
         tensors = [t for stage in taken.state["pipeline"]["stages"] for t in stage["module"].values()]
         assert tensors and all(t.device.type == "cpu" for t in tensors)

@@ -1,13 +1,13 @@
 """Checkpoints written beside the frame loop, so that a write never holds up a frame.
 
-A checkpoint is taken in the frame loop (``Learner.snapshot``: one round trip to the stages, between two steps, so it
-is one step's state) and written by one thread of its own, in the order taken: ``torch.save``, then ``fsync`` of the
-file and of its folder (``checkpoints.save_atomic``), or a PUT to an object store. Each is answered
-(``CheckpointWritten``, with the request's id where the API asked for it) once it is stored or has failed, so an
-answer still means the file is there. Why: written in the loop, a checkpoint held a CPU stream's frame (128x96, two
-stage processes) for 24-37 ms, now 6-11 (its state gathered and checked); the write alone took 8-9 ms on a local disk,
-and an fsync on a busy one or a PUT to an object store takes far longer. Every 30 s that lump fell on one frame of a
-stream near its budget; in a recorded run the one frame the ring dropped came with it
+A checkpoint is taken in the frame loop (``Learner.take_checkpoint``: one round trip to the stages, between two steps,
+so it is one step's state) and written by one thread of its own, in the order taken: ``torch.save``, then ``fsync`` of
+the file and of its folder (``checkpoints.save_atomic``), or a PUT to an object store. Each is answered
+(``CheckpointWritten``, with the request's id where the API asked for it) once it is stored or has failed, so an answer
+still means the file is there. Why: written in the loop, a checkpoint held a CPU stream's frame (128x96, two stage
+processes) for 24-37 ms, now 6-11 (its state gathered and checked); the write alone took 8-9 ms on a local disk, and an
+fsync on a busy one or a PUT to an object store takes far longer. Every 30 s that lump fell on one frame of a stream
+near its budget; in a recorded run the one frame the ring dropped came with it
 (docs/notebook/2026-12-01-a-checkpoint-beside-the-frames.md).
 
 A non-finite loss's recovery reads the last checkpoint stored: one being written is either not yet there (the one
@@ -42,7 +42,7 @@ class CheckpointWriter:
         """Take a checkpoint now and queue its write; weights already non-finite are answered at once (-1, no error),
         as is a stage that could not be read."""
         try:
-            taken = self.learner.snapshot()
+            taken = self.learner.take_checkpoint()
         except (OSError, RuntimeError) as exc:
             log.warning("cannot take the checkpoint: %s", exc)
             self.out.put(CheckpointWritten(-1, request, f"cannot take the checkpoint: {in_words(exc)}"))
@@ -68,17 +68,16 @@ def _write(checkpoint: Checkpoint, request: int | None) -> CheckpointWritten:
     the weights live on in memory, the old checkpoint is intact (atomic save), and the next checkpoint tries again."""
     try:
         checkpoint.write()
-    except (OSError, RuntimeError) as exc:  # torch.save reports a short write (disk full) as a RuntimeError
-        log.warning("cannot write the checkpoint: %s", exc)
+    except Exception as exc:  # any failure: a writer thread that died would leave every later checkpoint unanswered
+        expected = isinstance(exc, (OSError, RuntimeError))  # torch.save reports a short write as a RuntimeError
+        log.warning("cannot write the checkpoint: %s", exc, exc_info=not expected)
         return CheckpointWritten(-1, request, f"cannot write the checkpoint: {_write_failure(exc)}")
-    except Exception as exc:  # anything else too: a writer thread that died would leave every later one unanswered
-        log.exception("cannot write the checkpoint")
-        return CheckpointWritten(-1, request, f"cannot write the checkpoint: {in_words(exc)}")
     return CheckpointWritten(checkpoint.frames, request, None)
 
 
 def _write_failure(exc: BaseException) -> str:
-    """torch.save wraps a failed write in a RuntimeError whose text is all it keeps of the cause."""
+    """Why a write failed, in words. torch.save wraps a failed write in a RuntimeError whose text is all it keeps of
+    the cause."""
     if isinstance(exc, OSError):
         return in_words(exc)
     text = str(exc).lower()

@@ -231,7 +231,7 @@ class Learner:
             self._twin.close()
         self.pipe.close()
 
-    def snapshot(self) -> checkpoints.Checkpoint | None:
+    def take_checkpoint(self) -> checkpoints.Checkpoint | None:
         """What a checkpoint holds now (one round trip to the stages), on the CPU; None where the weights are already
         non-finite, which are never saved. Its weights are checked as it holds them: gathering the stages' modules
         once more to check cost a CPU service 15 ms of a frame (exploratory, 128x96, two stage processes). On the CPU
@@ -253,7 +253,7 @@ class Learner:
 
     def save(self) -> int:
         """Checkpoint now (unless the weights are already non-finite); return the frame count saved, -1 if none."""
-        checkpoint = self.snapshot()
+        checkpoint = self.take_checkpoint()
         if checkpoint is None:
             return -1
         checkpoint.write()
