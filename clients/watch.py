@@ -101,8 +101,8 @@ class Progress:
     def _versus_start(self, m: dict) -> str:
         """The loss over the frozen start's on the last ten frames the start scored (the server's window): what
         learning bought, under 1 where it pays."""
-        if m.get("loss_start") is not None and m.get("loss") is not None:
-            self.versus = [*self.versus[-9:], (m["loss"], m["loss_start"])]
+        if (scored := m.get("start_scored")) is not None:
+            self.versus = [*self.versus[-9:], (scored["loss"], scored["loss_start"])]
         start = sum(s for _, s in self.versus)
         return f"  vs start {sum(v for v, _ in self.versus) / start:.2f}x" if start > 0 else ""
 

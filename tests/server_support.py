@@ -55,7 +55,7 @@ def versus_start(frames: list[tuple[dict, bytes]]) -> float:
     and then holds, so comparing a later loop's pairs with the first loop's was a coin toss on most of them (0.60-0.87
     of them lower in five loops, one CI run in a few under the 2/3 asked); against the frozen start the learned weights
     read 0.35-0.80 on every scored pair."""
-    scored = [(m["loss"], m["loss_start"]) for m, _ in frames if m.get("loss_start") is not None]
+    scored = [(s["loss"], s["loss_start"]) for m, _ in frames if (s := m.get("start_scored")) is not None]
     assert len(scored) >= 2, f"the frozen start scored {len(scored)} of {len(frames)} frames"
     return sum(learned for learned, _ in scored) / sum(start for _, start in scored)
 

@@ -12,6 +12,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from models.flow_nets import FLOW_NETS
 from models.streams import load_photo
@@ -20,6 +21,7 @@ from server.stream.learner import budget, versus_start
 from server.stream.learner.learner import Learner, LearnerConfig
 from server.stream.learner.process import FrameLoop, LearnerProcessConfig
 from server.stream.learner.profile_cache import JsonCache, key
+from server.stream.learner.start_score import StartScore
 from server.stream.learner.versus_start import VersusStart
 from server.stream.protocol import BudgetChanged, FrameLearned, FramesDropped, NonFiniteLoss, WentBackToBest
 from server.stream.sizing import learning_ladder
@@ -234,18 +236,19 @@ def test_the_frozen_start_scores_now_and_then_and_a_learner_behind_it_goes_back_
     # (``VersusStart.scored``, tested on its own in test_versus_start.py).
     monkeypatch.setattr(versus_start, "BUDGET_SHARE", 1.0)
     loop = make_loop(tmp_path, lag, auto=False, init="pretrained")
-    loop.versus_start = VersusStart(every=2, window=2, margin=0.02)
+    loop.start_scorer.versus = VersusStart(every=2, window=2, margin=0.02)
     start = weights(loop.learner)
     went_back_to: list[list[torch.Tensor]] = []
     go_back = loop.learner.go_back_to_best
     loop.learner.go_back_to_best = lambda: (go_back(), went_back_to.append(weights(loop.learner)))
-    loop.learner.start_loss = lambda: torch.tensor(1e-6)  # a start that explains everything: the learner is behind
+    # A start that explains everything, at once (no layers): the learner is behind.
+    loop.learner.start_score = lambda: StartScore(nn.Sequential(), torch.zeros(1), torch.zeros(1), explains_all)
     rng = np.random.default_rng(3)
     for i, picture in enumerate(rng.integers(0, 255, (12, DISPLAY[1], DISPLAY[0], 3), np.uint8)):
         loop.on_frame(picture, float(i))
     frames = [m for m in loop.out if isinstance(m, FrameLearned)]
-    scored = [m.frame for m in frames if m.loss_start is not None]
-    assert scored and all(f % 2 == 1 for f in scored)  # the second pair fed, the fourth, ...: frames 1, 3, ...
+    scored = [(m.frame, m.start_scored.frame) for m in frames if m.start_scored is not None]
+    assert scored and all(f % 2 == 1 and f == g for f, g in scored)  # the second pair fed, the fourth, ...: 1, 3, ...
     went = [m for m in loop.out if isinstance(m, WentBackToBest)]
     assert went and went[0].ratio > 1e3 and went[0].scored == 2
     assert frames[-1].frame > went[0].frame and np.isfinite(frames[-1].loss)  # it learns on
@@ -253,6 +256,36 @@ def test_the_frozen_start_scores_now_and_then_and_a_learner_behind_it_goes_back_
     # No window was ever ahead of the start: the best weights it had were its start's.
     assert went_back_to and all(torch.equal(a, b) for a, b in zip(start, went_back_to[0], strict=True))
     loop.learner.pipe.close()
+
+
+def explains_all(flow: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return torch.tensor(1e-6)
+
+
+def test_the_frozen_starts_layers_run_over_the_frames_after_the_one_it_scores(tmp_path):
+    """Before any scoring was timed, one layer a frame: the scoring of a frame's learned pair comes with the results
+    of the frame its last layer ran on, with the learner's loss on that pair, and the start's loss is its whole
+    forward on the pair as it was when the scoring began."""
+    loop = make_loop(tmp_path, 0, auto=False, init="pretrained")
+    loop.start_scorer.versus = VersusStart(every=3, window=10)
+    learner, begun = loop.learner, []
+    make = learner.start_score
+    learner.start_score = lambda: begun.append((s := make(), s.h.clone(), s.target.clone())) or s
+    rng = np.random.default_rng(4)
+    layers = len(learner.start)
+    for i, picture in enumerate(rng.integers(0, 255, (layers + 5, DISPLAY[1], DISPLAY[0], 3), np.uint8)):
+        loop.on_frame(picture, float(i))
+    frames = [m for m in loop.out if isinstance(m, FrameLearned)]
+    carried = [m for m in frames if m.start_scored is not None]
+    assert carried, "the start's scoring never came out"
+    scored = carried[0].start_scored
+    assert scored.frame == 2 and carried[0].frame == scored.frame + layers - 1  # the third pair fed, a layer a frame
+    assert scored.loss == next(m.loss for m in frames if m.frame == scored.frame)
+    _, pair, target = begun[0]
+    with torch.no_grad():
+        whole = float(learner.learning.loss_fn(learner.start(pair), target))
+    assert scored.loss_start == pytest.approx(whole, rel=1e-6)
+    learner.pipe.close()
 
 
 def weights(learner: Learner) -> list[torch.Tensor]:

@@ -37,7 +37,7 @@ def test_file_stream_learns_and_recovers(server):
     sid = info["id"]
     frames = watch(server, sid, LEARNING_LOOPS * LOOP)
     ratio = versus_start(frames[LOOP:])  # after the first loop, the same pairs under the learned and the start weights
-    assert ratio < 0.9, f"learned / frozen start {ratio:.3f}: {[(m['loss'], m['loss_start']) for m, _ in frames]}"
+    assert ratio < 0.9, f"learned / frozen start {ratio:.3f}: {[m['start_scored'] for m, _ in frames]}"
     meta, jpeg = frames[-1]
     assert set(meta) >= {"frame", "loss", "loss_zero", "dp_s", "work_s", "ds_s", "stage_dp_s", "latency_s", "dropped"}
     assert meta["ds_s"] == pytest.approx(1 / 15) and len(meta["stage_dp_s"]) == 2

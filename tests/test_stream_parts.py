@@ -31,10 +31,13 @@ SID = "unit"
 
 
 def frame_learned(
-    frame: int = 0, learning_size: tuple[int, int] = (32, 24), cut: bool = False, loss_start: float | None = None
+    frame: int = 0,
+    learning_size: tuple[int, int] = (32, 24),
+    cut: bool = False,
+    start_scored: protocol.StartScored | None = None,
 ) -> protocol.FrameLearned:
     w, h = learning_size
-    return protocol.FrameLearned(frame=frame, loss=0.5, loss_zero=0.7, loss_start=loss_start, dp_s=0.02,
+    return protocol.FrameLearned(frame=frame, loss=0.5, loss_zero=0.7, start_scored=start_scored, dp_s=0.02,
                                  stage_dp_s=[0.01, None], work_s=0.03, capture_time=1.0, learning_size=learning_size,
                                  flow_scale=2.0, flow=np.zeros((h, w, 2), np.float32), images={"overlay": b"jpeg"},
                                  scene_cut=cut)  # fmt: skip
@@ -48,6 +51,7 @@ EXAMPLES = [
     protocol.Phase("building the learner"),
     protocol.LearnerReady(10, 1e-4, [3, 2], (64, 48), "holds"),
     frame_learned(),
+    protocol.StartScored(0, 0.5, 1.0),  # a part of ``FrameLearned``
     protocol.BudgetChanged((32, 24), "smaller"),
     protocol.FramesDropped("worker_behind", 1),
     protocol.CheckpointWritten(12, 3, None),
@@ -213,14 +217,18 @@ def test_what_learning_bought_is_shown_and_going_back_to_the_best_weights_is_sai
     metrics); a learner fallen behind its start says in the stream's notes that it went back to its best weights."""
     d, status = parts.dispatcher, parts.status
     d.handle(EXAMPLES[0])
-    d.handle(frame_learned(0, loss_start=1.0))  # the learner's loss 0.5 where the start's was 1.0
-    d.handle(frame_learned(1))
-    d.handle(frame_learned(2, loss_start=0.25))
+    d.handle(frame_learned(0))
+    d.handle(frame_learned(1, start_scored=protocol.StartScored(0, 0.5, 1.0)))  # frame 0's, its layers run on after it
+    d.handle(frame_learned(2, start_scored=protocol.StartScored(2, 0.5, 0.25)))
     standing = status.versus_start.standing()
     assert standing is not None and standing.ratio == pytest.approx(1.0 / 1.25) and standing.scored == 2
     assert parts.metric("overtime_learning_versus_start") == pytest.approx(0.8)
     assert parts.metric("overtime_loss_start_weights") == 0.25
-    assert [message["loss_start"] for message, _ in parts.shown[-3:]] == [1.0, None, 0.25]
+    assert [message["start_scored"] for message, _ in parts.shown[-3:]] == [
+        None,
+        {"frame": 0, "loss": 0.5, "loss_start": 1.0},
+        {"frame": 2, "loss": 0.5, "loss_start": 0.25},
+    ]
     d.handle(protocol.WentBackToBest(120, 1.07, 10))
     assert parts.counts.counters.went_back_to_best == 1 and parts.metric("overtime_went_back_to_best_total") == 1
     assert "went back to its best weights" in status.notes[-1] and "1.07" in status.notes[-1]

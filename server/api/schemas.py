@@ -99,13 +99,21 @@ class StreamInfo(BaseModel):
     ingest: str | None
 
 
+class StartScored(BaseModel):
+    """A pair the stream's frozen start scored: the learner's loss there (before learning from it), and the start's."""
+
+    frame: int = Field(description="the frame scored (the start's layers run over the frames after it)")
+    loss: float
+    loss_start: float
+
+
 class HistoryPoint(BaseModel):
     """One processed frame of a stream's charts."""
 
     frame: int
     loss: float | None
     loss_zero: float | None
-    loss_start: float | None = Field(description="the frozen start's loss on the same pair, on the frames it scored")
+    start_scored: StartScored | None = Field(description="a frame the frozen start finished scoring with this one")
     dp_s: float
     work_s: float
     ds_s: float

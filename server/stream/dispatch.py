@@ -100,8 +100,8 @@ class MessageDispatcher:
         if m.scene_cut:
             self.counts.scene_cut()
         status.loss, status.learning_size = m.loss, tuple(m.learning_size)
-        if m.loss is not None and m.loss_start is not None:
-            status.versus_start.record(m.loss, m.loss_start)
+        if (scored := m.start_scored) is not None:
+            status.versus_start.record(scored.loss, scored.loss_start)
             if (standing := status.versus_start.standing()) is not None:
                 self.counts.metrics.versus_start.set(standing.ratio)
         if status.state != "running":

@@ -7,13 +7,14 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from dataclasses import asdict
 
 from .metrics import StreamMetrics
 from .pictures import FramePictures
 from .protocol import FrameLearned
 
 HISTORY_POINTS = 600  # frames of chart history kept per stream
-HISTORY_KEYS = ("frame", "loss", "loss_zero", "loss_start", "dp_s", "work_s", "ds_s", "stage_dp_s")
+HISTORY_KEYS = ("frame", "loss", "loss_zero", "start_scored", "dp_s", "work_s", "ds_s", "stage_dp_s")
 
 
 class FrameRecord:
@@ -32,12 +33,14 @@ class FrameRecord:
         for stage, seconds in enumerate(m.stage_dp_s):
             if seconds is not None:
                 metrics.stage_step(stage).observe(seconds)
-        losses = ((metrics.loss, m.loss), (metrics.loss_zero, m.loss_zero), (metrics.loss_start, m.loss_start))
+        scored = asdict(m.start_scored) if m.start_scored is not None else None
+        start = scored["loss_start"] if scored is not None else None
+        losses = ((metrics.loss, m.loss), (metrics.loss_zero, m.loss_zero), (metrics.loss_start, start))
         for gauge, value in losses:
             if value is not None and math.isfinite(value):
                 gauge.set(value)
         message = {
-            "type": "frame", "frame": m.frame, "loss": m.loss, "loss_zero": m.loss_zero, "loss_start": m.loss_start,
+            "type": "frame", "frame": m.frame, "loss": m.loss, "loss_zero": m.loss_zero, "start_scored": scored,
             "dp_s": m.dp_s,
             "work_s": m.work_s, "ds_s": ds, "stage_dp_s": m.stage_dp_s, "dropped": dropped,
             "capture_time": m.capture_time, "learning_size": list(m.learning_size), "flow_scale": m.flow_scale,

@@ -62,7 +62,7 @@ class StreamMetrics:
         ).labels(sid)
         self.loss_start = Gauge(
             "overtime_loss_start_weights",
-            "the same loss for the stream's frozen start (the weights it began with), latest frame it scored",
+            "the same loss for the stream's frozen start (the weights it began with), latest pair it scored",
             ["stream"],
             registry=r,
         ).labels(sid)

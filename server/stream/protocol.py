@@ -66,13 +66,24 @@ class LearnerReady:
 
 
 @dataclass(frozen=True)
+class StartScored:
+    """The learner's loss on what a frame's step learned from, and the stream's frozen start's on the same pair: what
+    learning bought there. The start's layers run over the frames after the one it scores
+    (``learner.start_score``), so it comes with a later frame's results."""
+
+    frame: int  # the frame scored
+    loss: float
+    loss_start: float
+
+
+@dataclass(frozen=True)
 class FrameLearned:
     """Learner -> work: what left the pipeline for one frame: its flow, pictures and timings."""
 
     frame: int
     loss: float | None  # the learner's loss on what its step learned from, before learning from it
     loss_zero: float | None  # the same loss for zero flow there
-    loss_start: float | None  # the same loss for the stream's frozen start there, on the frames it scored, else None
+    start_scored: StartScored | None  # a frame the frozen start finished scoring with this one (now and then)
     dp_s: float  # the whole pipeline step
     stage_dp_s: list[float | None]
     work_s: float  # the frame's whole work (the frame budget)

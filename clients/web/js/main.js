@@ -316,7 +316,7 @@ function chartPoint(m) {
   }
   state.budgetMs = m.ds_s * 1000;
   if (Number.isFinite(m.loss)) state.smoothLoss = state.smoothLoss == null ? m.loss : 0.9 * state.smoothLoss + 0.1 * m.loss;
-  if (Number.isFinite(m.loss_start)) state.versus.add(m.loss, m.loss_start);
+  if (m.start_scored) state.versus.add(m.start_scored.loss, m.start_scored.loss_start);
   charts.loss.push(m.frame, [m.loss, state.smoothLoss, m.loss_zero, state.versus.start()]);
   charts.budget.push(m.frame, [m.work_s * 1000, m.dp_s * 1000, ...stages.map((s) => (s == null ? null : s * 1000)), state.budgetMs]);
   charts.dropped.push(m.frame, [m.dropped]);

@@ -31,6 +31,7 @@ from .. import checkpoints
 from ..sizing import Size
 from .compiled_twin import CompiledTwin
 from .profile_cache import JsonCache, key
+from .start_score import StartScore
 
 #: Checkpoints made before ``init`` was recorded were all learned from scratch.
 LEGACY_INIT = "scratch"
@@ -121,7 +122,7 @@ class Learner:
         # count), or measures one.
         net = build_flow_net(cfg.model, init=cfg.init)
         # The stream's frozen start, the weights it began with (a resumed stream's too: they depend on the name and
-        # the init only): it scores a frame's learned pair now and then (``start_loss``), through the layers that
+        # the init only): it scores a frame's learned pair now and then (``start_score``), through the layers that
         # pair passes (``Learning.learned_part``).
         self.start = self.learning.learned_part(copy.deepcopy(net)).eval().requires_grad_(False)
         cached = splits.get(split_key) if splits is not None and not saved else None
@@ -279,13 +280,12 @@ class Learner:
             self.feed.observe(r.output)
         return zero, (r if r.frame is not None else None)
 
-    def start_loss(self) -> torch.Tensor:
-        """The frozen start's loss on what the last step learned from (0-d, on the device): beside the learner's own
-        loss on it, what learning bought. A forward of one sample, without a graph."""
-        assert self._fed is not None, "start_loss scores the last step's input: step first"
+    def start_score(self) -> StartScore:
+        """The frozen start's scoring of what the last step learned from, to run a few layers at a time
+        (``StartScore.advance``); its loss, beside the learner's own on the same pair, is what learning bought."""
+        assert self._fed is not None, "the start scores the last step's input: step first"
         step_input, target = self._fed
-        with torch.no_grad():
-            return self.learning.loss_fn(self.start(step_input[-1:]), target)
+        return StartScore(self.start, step_input[-1:], target, self.learning.loss_fn)
 
     def keep_best(self) -> None:
         """Keep the current weights (and optimizer states) as the best so far (``go_back_to_best``)."""

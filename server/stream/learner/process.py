@@ -4,7 +4,8 @@ Per frame (the picture, from the ring) it scales the frame down to the learning 
 current), calls ``Pipeline.step`` once (``Learner.step``: the pair shown and the pair learned from), and publishes what
 leaves the pipeline (PARTIME: the output of step t belongs to frame t-(D-1)): the raw flow field, the pictures viewers
 want (``pictures.py``), the loss and the loss of zero flow on what it learned from, now and then the frozen start's
-loss there too (``versus_start.py``: a learner fallen behind its start goes back to its best weights), ΔP for the whole
+loss on an earlier frame's pair beside the learner's (``start_score.py``: the start's layers run a few a frame;
+``versus_start.py``: a learner fallen behind its start goes back to its best weights), ΔP for the whole
 step and per stage, the whole frame's work, and the frame's capture time. On a GPU it publishes one frame later still,
 so that the host's part of a frame runs while the device learns the next (``FrameLoop``). The budget controller
 (``budget.py``) sees every frame's work and may move the learning size, under the cap that keeps the motion within the
@@ -54,6 +55,7 @@ from ..protocol import (
     LearnerReady,
     NonFiniteLoss,
     Phase,
+    StartScored,
     WentBackToBest,
 )
 from ..ring import FrameRing, RingSpec
@@ -64,6 +66,7 @@ from .device_io import FrameUpload, HostCopy, PendingCopy
 from .learner import CheckpointMismatch, Learner, LearnerConfig
 from .profile_cache import JsonCache, key
 from .reach import MotionCap
+from .start_score import Scoring, StartScorer
 from .versus_start import VersusStart
 
 log = logging.getLogger(__name__)
@@ -147,7 +150,8 @@ class InPipeline:
     loss_zero: torch.Tensor  # zero flow's loss on what its step learned from, on the learner's device
     scene_cut: bool  # it began a new shot (paired with itself)
     frames: int  # how many frames of the stream its pair spans: more than one where the worker skipped some
-    loss_start: torch.Tensor | None = None  # the frozen start's loss there, where it scored this frame
+    scored: Scoring | None = None  # the frozen start's scoring of what this frame's step learned from, if it has one
+    start_done: Scoring | None = None  # a scoring whose last layers ran on this frame (its loss comes down with it)
 
 
 @dataclass
@@ -186,9 +190,7 @@ class FrameLoop:
         self.outgoing: deque[Outgoing] = deque()  # frames out of the pipeline, their results on the way (``lag``)
         self.note = controller.note(cfg.fps)
         self.reserve = self._measure_pictures()  # what every picture of a frame costs, wanted or not
-        self.versus_start = VersusStart()
-        self.fed = 0  # pairs fed to the learner
-        self.start_share = 0.0  # the frozen start's scoring, spread over the frames between two (seconds a frame)
+        self.start_scorer = StartScorer(VersusStart(), 1.0 / cfg.fps)
 
     def _measure_pictures(self) -> float:
         """The pictures' cost is part of the frame budget even while nobody watches: a viewer may join any time."""
@@ -223,7 +225,8 @@ class FrameLoop:
         epochs, stepping = learner.pipe.epochs, time.perf_counter()
         loss_zero, r = learner.step(x)
         stepped = time.perf_counter() - stepping
-        self.pending.append(InPipeline(picture, capture_time, loss_zero, cut, frames, self._score_start()))
+        scored, start_done, start_s = self.start_scorer.after_step(learner)
+        self.pending.append(InPipeline(picture, capture_time, loss_zero, cut, frames, scored, start_done))
         if learner.pipe.epochs != epochs:
             self.pending.clear()  # the pipeline started afresh (a step its CUDA graph could not capture)
         if r is not None:
@@ -231,27 +234,19 @@ class FrameLoop:
         while len(self.outgoing) > self.lag:
             if (costs := self._publish(self.outgoing.popleft(), start)) is not None:
                 work_s, pictures_s, waited_s, dp_s = costs
-                self._keep_budget(work_s - pictures_s + self.reserve + self.start_share, stepped + waited_s, dp_s)
-                stepped = 0.0  # counted once
-
-    def _score_start(self) -> torch.Tensor | None:
-        """Now and then (``versus_start``) the frozen start's loss on what this frame's step learned from; the budget
-        sees its time spread over the frames up to the next (``start_share``), as it sizes the steady work."""
-        self.fed += 1
-        if not self.versus_start.due(self.fed):
-            return None
-        began = time.perf_counter()
-        loss = self.learner.start_loss()
-        cost_s = time.perf_counter() - began
-        self.start_share = cost_s / self.versus_start.scored(self.fed, cost_s, 1.0 / self.cfg.fps)
-        return loss
+                # The frozen start's layers, where they ran, replaced by their steady share (``StartScorer``).
+                work_s += self.start_scorer.share_s - start_s - pictures_s + self.reserve
+                self._keep_budget(work_s, stepped + waited_s, dp_s)
+                stepped = start_s = 0.0  # counted once
 
     def _send_off(self, r: StepResult) -> None:
         """Queue the copies to the host of what left the pipeline for the oldest frame inside it."""
         frame = self.pending.popleft()
         assert r.output is not None and r.loss_tensor is not None
         device = r.loss_tensor.device
-        start = frame.loss_start if frame.loss_start is not None else torch.full((), float("nan"), device=device)
+        done = frame.start_done
+        start = done.score.loss if done is not None else None
+        start = start if start is not None else torch.full((), float("nan"), device=device)
         copy = self.host.start(
             flow=r.output[0].permute(1, 2, 0).contiguous(),
             losses=torch.stack([t.to(device, torch.float32) for t in (r.loss_tensor, frame.loss_zero, start)]),
@@ -271,9 +266,13 @@ class FrameLoop:
         if not math.isfinite(loss):
             self._recover()
             return None
-        loss_start = loss_start if math.isfinite(loss_start) else None
-        if loss_start is not None:
-            self._judge_learning(r.frame, loss, loss_start)
+        if frame.scored is not None:
+            frame.scored.frame, frame.scored.learned = r.frame, loss
+        start_scored = None
+        done = frame.start_done
+        if done is not None and done.frame is not None and done.learned is not None and math.isfinite(loss_start):
+            start_scored = StartScored(done.frame, done.learned, loss_start)
+            self._judge_learning(r.frame, start_scored)
         flow = got["flow"]
         self.reach.observe(flow, frame.frames)
         scale = self.scale.update(flow, shown.shape[1] / flow.shape[1])
@@ -287,21 +286,22 @@ class FrameLoop:
         # As the budget counts it (``_keep_budget``): on CPU at least ΔP, whose stages start before the frame's clock.
         frame_work_s = max(work_s, r.step_seconds) if self.shares_cores else work_s
         self.out.put(FrameLearned(
-            frame=r.frame, loss=loss, loss_zero=loss_zero, loss_start=loss_start, dp_s=r.step_seconds,
+            frame=r.frame, loss=loss, loss_zero=loss_zero, start_scored=start_scored, dp_s=r.step_seconds,
             stage_dp_s=list(r.stage_seconds),
             work_s=frame_work_s, capture_time=frame.capture_time, learning_size=(flow.shape[1], flow.shape[0]),
             flow_scale=scale, flow=flow, images=images, scene_cut=frame.scene_cut,
         ))  # fmt: skip
         return work_s, pictures_s, waited_s, r.step_seconds
 
-    def _judge_learning(self, frame: int, loss: float, loss_start: float) -> None:
-        """A frame the frozen start scored: keep the weights of the best window so far, or go back to them when a
-        window has fallen behind the start (``versus_start``)."""
-        verdict = self.versus_start.add(loss, loss_start)
+    def _judge_learning(self, frame: int, scored: StartScored) -> None:
+        """A frame the frozen start scored (out by ``frame``): keep the weights of the best window so far, or go back
+        to them when a window has fallen behind the start (``versus_start``)."""
+        verdict = self.start_scorer.versus.add(scored.loss, scored.loss_start)
         if verdict is not None and verdict.kind == "best":
             self.learner.keep_best()
         elif verdict is not None and verdict.kind == "behind":
             self.learner.go_back_to_best()
+            self.start_scorer.cancel()
             self.pending.clear()
             self.outgoing.clear()  # learned with the weights just left
             self.out.put(WentBackToBest(frame, verdict.standing.ratio, verdict.standing.scored))
@@ -310,6 +310,7 @@ class FrameLoop:
         """After a non-finite loss: the last good weights, half the rate; the frames in flight are gone."""
         learner = self.learner
         learner.recover()
+        self.start_scorer.cancel()
         self.pending.clear()
         self.outgoing.clear()  # learned with the weights just thrown away
         self.out.put(NonFiniteLoss(learner.lr, learner.nonfinite, learner.resumed_from))

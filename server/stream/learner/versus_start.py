@@ -2,7 +2,7 @@
 stream from drifting below where it began.
 
 Every ``EVERY`` frames or more (``BUDGET_SHARE``) the learner's frozen start (the weights the stream began with)
-scores what that frame's step learned from (``Learner.start_loss``); the learner's own loss on it was computed before
+scores what that frame's step learned from (``start_score.py``); the learner's own loss on it was computed before
 it learned from it, so the two are comparable. Over the last ``WINDOW`` such frames, ``ratio`` = the learner's mean
 loss / the start's. Where a full window's ratio is over ``1 + MARGIN`` the learner has fallen behind its start: the
 stream goes back to its best weights (those it had when a full window last read its lowest ratio; the start's, before
@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass
 
 #: Frames between two scorings by the frozen start, at least: its forward, one sample without a graph, is a share of a
-#: frame's budget (``process.FrameLoop`` spreads it over the frames between).
+#: frame's budget (``start_score.StartScorer`` runs its layers over the frames between).
 EVERY = 10
 #: The share of a frame's time the scorings may take on average (``VersusStart.scored``): where a scoring costs more,
 #: they come further apart, up to ``MOST_EVERY`` frames. On 2 CPU cores at 128x96 and 15 fps one scoring took 40-45

@@ -1,0 +1,103 @@
+"""The frozen start's loss on one learned pair, computed a few layers at a time over the frames that follow it.
+
+Why: on a CPU the start's forward is 30-60 ms at 128x96, most of a frame's 67 at 15 fps, beside stage processes
+that already keep both cores busy; run whole on the frame it scores, it put that lump on one frame in every 10-30
+(docs/notebook/2026-12-01-a-checkpoint-beside-the-frames.md), and running it on a thread beside the next step did not
+help (the cores were busy). Its layers run in turn, as many each frame as fit the frame's share (``advance``), so the
+work is spread over the frames between two scorings. The start's weights never change, so when its layers run does
+not change its loss; the pair and its target are copied when the scoring begins, so later steps cannot change them
+either.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor, nn
+
+from .versus_start import VersusStart
+
+if TYPE_CHECKING:
+    from .learner import Learner
+
+
+class StartScore:
+    """One scoring under way: ``layers`` (the frozen start's learned part) run on ``x`` in turn, then ``loss_fn``
+    against ``target``; ``seconds`` it has taken so far."""
+
+    def __init__(self, layers: nn.Sequential, x: Tensor, target: Tensor, loss_fn: Callable[[Tensor, Tensor], Tensor]):
+        self.todo = list(layers)
+        self.h, self.target, self.loss_fn = x.detach().clone(), target.detach().clone(), loss_fn
+        self.seconds = 0.0
+        self.loss: Tensor | None = None
+
+    @property
+    def layers_left(self) -> int:
+        return len(self.todo)
+
+    def advance(self, share_s: float) -> Tensor | None:
+        """Run layers until ``share_s`` seconds have gone (one at least); the loss (0-d, on the pair's device) once the
+        last has run, else None."""
+        began = time.perf_counter()
+        with torch.no_grad():
+            while self.loss is None:
+                if self.todo:
+                    self.h = self.todo.pop(0)(self.h)
+                if not self.todo:
+                    self.loss = self.loss_fn(self.h, self.target)
+                    self.h = self.target = None  # type: ignore[assignment]  # done: let go of the activations
+                elif time.perf_counter() - began >= share_s:
+                    break
+        self.seconds += time.perf_counter() - began
+        return self.loss
+
+
+@dataclass
+class Scoring:
+    """A scoring begun on the ``fed``-th pair, and the learner's loss on that pair once its frame is out."""
+
+    score: StartScore
+    fed: int
+    frame: int | None = None
+    learned: float | None = None
+
+
+class StartScorer:
+    """When the frozen start scores a pair (``versus``: every ten frames or further apart) and how much of it runs on
+    each frame: the scorings' cost so far spread over the frames between two (``share_s``, seconds a frame), a layer
+    at least, so that one scoring ends about when the next is due."""
+
+    def __init__(self, versus: VersusStart, frame_s: float) -> None:
+        self.versus, self.frame_s = versus, frame_s
+        self.fed = 0  # pairs fed to the learner
+        self.under_way: Scoring | None = None
+        self.share_s = 0.0  # the last scoring's seconds over the frames up to the next: the budget's steady share
+
+    def after_step(self, learner: Learner) -> tuple[Scoring | None, Scoring | None, float]:
+        """After a step: the scoring begun on its pair (or None), the scoring that ended on this frame (or None; its
+        loss in ``score.loss``), and the seconds its layers took here."""
+        self.fed += 1
+        begun = None
+        if self.under_way is None:
+            if not self.versus.due(self.fed):
+                return None, None, 0.0
+            begun = self.under_way = Scoring(learner.start_score(), self.fed)
+        scoring = self.under_way
+        before = scoring.score.seconds
+        done = scoring.score.advance(self.share_s) is not None
+        spent_s = scoring.score.seconds - before
+        if not done:
+            return begun, None, spent_s
+        cost_s = scoring.score.seconds
+        self.share_s = cost_s / self.versus.scored(scoring.fed, cost_s, self.frame_s)
+        self.under_way = None
+        return begun, scoring, spent_s
+
+    def cancel(self) -> None:
+        """The weights the scoring's pair was learned with were left (``go_back_to_best``, a non-finite loss): its
+        comparison would count against the weights now learning."""
+        self.under_way = None
