@@ -106,6 +106,7 @@ def test_when_even_the_smallest_size_is_too_slow_it_says_so():
     assert controller.index == len(LADDER) - 1
     note = controller.note(30)
     assert note.startswith("cannot keep 30 fps") and "dropped" in note and "at most 0.8 fps" in note
+    assert controller.note(29.966484852467634).startswith("cannot keep 29.97 fps")  # a camera's NTSC rate, rounded
 
 
 def test_a_fixed_size_never_moves_but_says_whether_it_holds():

@@ -204,14 +204,14 @@ class BudgetController:
             return f"learning at {w}×{h}; measuring what a frame costs{why}"
         cost = f"a frame's work takes {self.estimate * 1e3:.0f} ms of {ds_ms:.0f} ms"
         if self.estimate <= TARGET * self.ds:
-            return f"learning at {w}×{h} {'to keep' if self.auto else 'as asked, keeping'} {fps:g} fps ({cost}){why}"
+            return f"learning at {w}×{h} {'to keep' if self.auto else 'as asked, keeping'} {fps:.4g} fps ({cost}){why}"
         holdable = max(0.1, int(10 * TARGET / self.estimate) / 10)
         dropped = round(100 * (1 - self.ds / self.estimate)) if self.estimate > self.ds else 0
         headroom = f"over the {TARGET * 100:.0f} % a stream may take"  # no frame lost, but no room for jitter
         lost = f"so about {dropped} % of frames are dropped" if dropped else headroom
         if self.auto and (self.hopeless or self.index == len(self.ladder) - 1):
-            return f"cannot keep {fps:g} fps: even at {w}×{h} {cost}, {lost}; ask for at most {holdable:g} fps"
+            return f"cannot keep {fps:.4g} fps: even at {w}×{h} {cost}, {lost}; ask for at most {holdable:g} fps"
         if self.auto:
             return f"learning at {w}×{h}: {cost}; a smaller size if that goes on"
-        return (f"{w}×{h} as asked cannot keep {fps:g} fps: {cost}, {lost}; use automatic sizing or at most "
+        return (f"{w}×{h} as asked cannot keep {fps:.4g} fps: {cost}, {lost}; use automatic sizing or at most "
                 f"{holdable:g} fps")  # fmt: skip
