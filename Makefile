@@ -15,7 +15,7 @@ CLIPS ?= ../shared/clips
 
 .PHONY: run test lint docs clean screenshots up up-gpu down \
 	bench bench-engine bench-flow bench-flow-heldout flow-streams bench-realflow bench-realflow-heldout bench-scene-flow \
-	bench-camera-flow bench-handheld bench-adaptation bench-adaptation-heldout bench-schedules bench-memory bench-processes \
+	bench-camera-flow bench-rolling-shutter bench-handheld bench-adaptation bench-adaptation-heldout bench-schedules bench-memory bench-processes \
 	bench-service bench-load bench-soak bench-outage bench-cluster bench-gpu warm-gpu gpu-wheels docker-check pretrain
 
 $(VENV)/.installed: pyproject.toml
@@ -92,6 +92,11 @@ bench-scene-flow: $(VENV)/.installed
 CAMERA_CLIPS = $(wildcard $(CLIPS)/*.mp4 $(CLIPS)/*.avi .clips-heldout/*.mp4)
 bench-camera-flow: $(VENV)/.installed
 	$(PY) -m bench.camera_flow $(foreach f,$(CAMERA_CLIPS),--video $(f))
+
+## The same clips' frames under a rolling shutter as a hand-held camera's speed changes, where the flow is exact:
+## bench/results/rolling-shutter.md.
+bench-rolling-shutter: $(VENV)/.installed
+	$(PY) -m bench.rolling_shutter $(foreach f,$(CAMERA_CLIPS),--video $(f))
 
 ## The same clips as a hand-held camera films them, scored as real clips: bench/results/handheld/.
 bench-handheld: $(VENV)/.installed

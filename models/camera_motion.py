@@ -1,6 +1,6 @@
 """The camera's motion between two frames, read off a flow field: its most common value (a 2-D histogram's peak),
 anywhere or near the whole picture's translation (``picture_translation``, read off the frames), and for a pan a
-similarity fitted around it (``similarity_motion``).
+similarity or an affine map fitted around it (``similarity_motion``, ``affine_motion``).
 
 Why: the still gate (``still_gate.StillGate``) falls back, where the pair gives no evidence of motion, to what
 the background does. Before a static camera that is zero; before a shaking one it is the camera's motion, which a
@@ -12,6 +12,8 @@ that fills most of the picture before a plain wall (docs/models.md#the-still-gat
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -124,18 +126,37 @@ def picture_translation(prev: Tensor, cur: Tensor) -> Tensor:
     return torch.stack([cols, rows], 1)[..., None, None]
 
 
-#: The inlier radii of the similarity fit's rounds, in px at 160 (``similarity_motion``): the translation's
-#: neighbourhood first, then the first fit's.
+#: The inlier radii of a camera model's fitting rounds, in px at 160 (``similarity_motion``, ``affine_motion``): the
+#: translation's neighbourhood first, then the first fit's.
 FIT_RADII_PX = (2.0, 1.0)
 
+#: How a camera model is fitted to the inliers' flow about their centroid: (the flow's mean there (B, 2, 1, 1), the
+#: flow less it, x and y from the centroid, the inliers) -> the model's flow (B, 2, H, W).
+CentredFit = Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], Tensor]
 
-def similarity_motion(flow: Tensor, start: Tensor, weight: Tensor, radii: tuple[float, ...] = FIT_RADII_PX) -> Tensor:
-    """(B, 2, H, W): the camera's motion as a similarity (a pan, a zoom and a roll) fitted to ``flow`` by weighted
-    least squares, from the translation ``start`` (B, 2, 1, 1): each round fits the pixels within its radius of the
-    fit so far, weighted by ``weight`` (B, 1, H, W). A hand-held pan turns and zooms a little too, and a
-    translation's flow is a pixel off at the picture's corners for a roll of 1° at 160. Closed form (about the
-    inliers' centroid the translation and the zoom-and-roll part separate): no solver, no host sync. A round with no
-    inliers keeps the fit before it."""
+
+def _similarity(mean: Tensor, d: Tensor, x: Tensor, y: Tensor, inliers: Tensor) -> Tensor:
+    """The mean, a zoom and a roll: least squares in closed form."""
+    du, dv = d.split(1, 1)
+    spread = (inliers * (x * x + y * y)).sum((2, 3), keepdim=True).clamp_min(1e-6)
+    zoom = (inliers * (du * x + dv * y)).sum((2, 3), keepdim=True) / spread
+    roll = (inliers * (dv * x - du * y)).sum((2, 3), keepdim=True) / spread
+    return torch.cat([mean[:, :1] + zoom * x - roll * y, mean[:, 1:] + zoom * y + roll * x], 1)
+
+
+def _affine(mean: Tensor, d: Tensor, x: Tensor, y: Tensor, inliers: Tensor) -> Tensor:
+    """The mean and any linear map: each component's slopes along x and y, the 2x2 normal equations in closed form."""
+    sxx, syy, sxy = ((inliers * a * b).sum((2, 3), keepdim=True) for a, b in ((x, x), (y, y), (x, y)))
+    sxd, syd = ((inliers * a * d).sum((2, 3), keepdim=True) for a in (x, y))
+    det = (sxx * syy - sxy * sxy).clamp_min(1e-6)
+    return mean + (syy * sxd - sxy * syd) / det * x + (sxx * syd - sxy * sxd) / det * y
+
+
+def _fitted_motion(flow: Tensor, start: Tensor, weight: Tensor, radii: tuple[float, ...], fit: CentredFit) -> Tensor:
+    """(B, 2, H, W): ``fit``'s camera model fitted to ``flow`` by weighted least squares, from ``start`` (a
+    translation, B x 2 x 1 x 1, or a model's flow, B x 2 x H x W): each round fits the pixels within its radius of the
+    fit so far, weighted by ``weight`` (B, 1, H, W). About the inliers' centroid the translation and the linear part
+    separate: closed form, no solver, no host sync. A round with no inliers keeps the fit before it."""
     h, w = flow.shape[-2:]
     ys = torch.arange(h, device=flow.device, dtype=flow.dtype).view(1, 1, h, 1)
     xs = torch.arange(w, device=flow.device, dtype=flow.dtype).view(1, 1, 1, w)
@@ -148,10 +169,25 @@ def similarity_motion(flow: Tensor, start: Tensor, weight: Tensor, radii: tuple[
         x = xs - (inliers * xs).sum((2, 3), keepdim=True) / count
         y = ys - (inliers * ys).sum((2, 3), keepdim=True) / count
         mean = (inliers * flow).sum((2, 3), keepdim=True) / count
-        du, dv = (flow - mean).split(1, 1)
-        spread = (inliers * (x * x + y * y)).sum((2, 3), keepdim=True).clamp_min(1e-6)
-        zoom = (inliers * (du * x + dv * y)).sum((2, 3), keepdim=True) / spread
-        roll = (inliers * (dv * x - du * y)).sum((2, 3), keepdim=True) / spread
-        fitted = torch.cat([mean[:, :1] + zoom * x - roll * y, mean[:, 1:] + zoom * y + roll * x], 1)
-        model = torch.where(total > 1, fitted, model)
+        model = torch.where(total > 1, fit(mean, flow - mean, x, y, inliers), model)
     return model
+
+
+def similarity_motion(flow: Tensor, start: Tensor, weight: Tensor, radii: tuple[float, ...] = FIT_RADII_PX) -> Tensor:
+    """(B, 2, H, W): the camera's motion as a similarity (a pan, a zoom and a roll) fitted to ``flow`` from the
+    translation ``start``, the pixels weighted by ``weight`` (``_fitted_motion``). A hand-held pan turns and zooms a
+    little too, and a translation's flow is a pixel off at the picture's corners for a roll of 1° at 160."""
+    return _fitted_motion(flow, start, weight, radii, _similarity)
+
+
+def affine_motion(flow: Tensor, start: Tensor, weight: Tensor, radii: tuple[float, ...] = FIT_RADII_PX) -> Tensor:
+    """(B, 2, H, W): the camera's motion as an affine map fitted to ``flow`` from ``start`` (a translation, or the
+    similarity fitted before it), the pixels weighted by ``weight`` (``_fitted_motion``).
+
+    Why: a phone's rolling shutter reads the rows one after another through most of the frame interval, so where a
+    hand's speed changes from one frame to the next the flow between them changes down the picture, linearly in the
+    row (a shear and a stretch), which no similarity holds. Made with exact flow (a photograph filmed by a hand-held
+    camera, rows read over 0.7-0.9 of the interval), the shipped net's error went from 0.11 to 0.42 px as the
+    rolling shutter came in, where DIS-medium's went from 0.24 to 0.27: the still gate followed a similarity there
+    (docs/notebook/2026-12-02-a-rolling-shutter-shears-the-pan.md)."""
+    return _fitted_motion(flow, start, weight, radii, _affine)

@@ -31,7 +31,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .camera_motion import FIT_RADII_PX, REACH_PX, camera_motion, picture_translation, similarity_motion
+from .camera_motion import (
+    FIT_RADII_PX,
+    REACH_PX,
+    affine_motion,
+    camera_motion,
+    picture_translation,
+    similarity_motion,
+)
 from .flow_cleanup import (
     box_mean,
     close_gaps,
@@ -87,11 +94,18 @@ CAMERA_EVIDENCE = 0.02
 #: explained them 4-66 % better, most pairs over 12 % (docs/notebook/2026-11-30-where-hand-held-footage-is-lost.md).
 TRANSLATION_EVIDENCE = 0.1
 
+#: By how much less (a share of it) a pan's affine map (``affine_motion``: a rolling shutter's shear) must leave of the
+#: similarity's mean residual to be taken. Its two extra numbers also fit the net's errors: blurred pans of real frames
+#: filmed at one instant left 0.5-1.2 % less under it, and followed as affine maps lost 16-23 % (10-20 px a frame); a
+#: rolling shutter's pans left a median 32 % less (docs/notebook/2026-12-02-a-rolling-shutter-shears-the-pan.md).
+SHEAR_EVIDENCE = 0.1
 
-def _explains_better(residual: Tensor, than: Tensor, noise: Tensor) -> Tensor:
+
+def _explains_better(residual: Tensor, than: Tensor, noise: Tensor, by: float = 0.0) -> Tensor:
     """(B, 1, 1, 1): whether the warp that left ``residual`` explains the whole picture better than the one that left
-    ``than``, by more than ``CAMERA_EVIDENCE`` of the ``noise`` residual."""
-    return than.mean((2, 3), keepdim=True) - residual.mean((2, 3), keepdim=True) > CAMERA_EVIDENCE * noise
+    ``than``, by more than ``CAMERA_EVIDENCE`` of the ``noise`` residual and by ``by`` of what ``than`` leaves."""
+    left, before = residual.mean((2, 3), keepdim=True), than.mean((2, 3), keepdim=True)
+    return (before - left > CAMERA_EVIDENCE * noise) & (left <= (1 - by) * before)
 
 
 def _mean_where(t: Tensor, mask: Tensor) -> Tensor:
@@ -191,7 +205,8 @@ class StillGate(nn.Module):
         (``follows_camera``) the camera's motion where the frames confirm it, warped back by it differing less over
         the whole picture than as they came, at the same noise and by more than ``CAMERA_EVIDENCE``; and, larger
         than a shake (a pan), only where little of the texture ``sure`` stands still (``STANDING_SHARE``), as a
-        similarity where that explains the picture better than the translation, and with its residual counted
+        similarity where that explains the picture better than the translation, as an affine map where that explains
+        it better than the similarity by ``SHEAR_EVIDENCE``, and with its residual counted
         ``PAN_EVIDENCE`` noise floors under what it is (a pixel's own flow must beat it by that much). A flow's most
         common value is not evidence enough: a net learning from scratch starts with a bias of a few tenths of a
         pixel everywhere, and a static background gated to it was painted (box: all pixels over the first 30 pairs
@@ -205,12 +220,14 @@ class StillGate(nn.Module):
         # The texture where the camera's warp lands in the frame (beyond, its residual is the padding's).
         counted = sure * in_frame_mask(camera)
         pan = ~shake & (self._standing_share(along, unwarped, noise, counted) < STANDING_SHARE)
-        # A hand-held pan turns and zooms a little too: a similarity, where it explains the picture better.
+        # A hand-held pan turns and zooms a little too (a similarity), and a rolling shutter shears it (an affine map):
+        # each fitted from the camera so far, and taken where it explains the picture better.
         radii = tuple(r * scale for r in FIT_RADII_PX)
-        turned = similarity_motion(flow, camera[..., :1, :1], counted, radii)
-        turned_along = with_noise_restored(warp_residual(prev, cur, turned), turned, noise, correlation)
-        turns = pan & _explains_better(turned_along, along, noise)
-        camera, along = torch.where(turns, turned, camera), torch.where(turns, turned_along, along)
+        for fit, by in ((similarity_motion, 0.0), (affine_motion, SHEAR_EVIDENCE)):
+            fitted = fit(flow, camera, counted, radii)
+            fitted_along = with_noise_restored(warp_residual(prev, cur, fitted), fitted, noise, correlation)
+            takes = pan & _explains_better(fitted_along, along, noise, by)
+            camera, along = torch.where(takes, fitted, camera), torch.where(takes, fitted_along, along)
         along = _beyond_the_frame_as_within(along, in_frame_mask(camera))
         follows = confirmed & (shake | pan)
         background = along - PAN_EVIDENCE * noise * (confirmed & pan)

@@ -2,22 +2,14 @@
 
 import json
 
-import av
-import cv2
 import numpy as np
 import pytest
 import torch
+from clip_support import picture, write_clip
 
 from bench import camera_flow
 from models.flow_loss import warp
 from models.pretrain import as_input
-
-
-def picture(seed: int = 0, height: int = 240, width: int = 320) -> np.ndarray:
-    """A smooth random RGB picture: texture at every scale a window of it sees."""
-    rng = np.random.default_rng(seed)
-    noise = rng.uniform(0, 255, (height // 8, width // 8, 3)).astype(np.float32)
-    return cv2.resize(noise, (width, height), interpolation=cv2.INTER_CUBIC).clip(0, 255).astype(np.uint8)
 
 
 @pytest.mark.parametrize("motion", [m for m in camera_flow.MOTIONS if m.shutter == 0 and not m.faint])
@@ -36,15 +28,6 @@ def test_a_pan_moves_every_pixel_by_its_length_and_keeps_only_matches_in_the_pic
     _, flow, inside = camera_flow.camera_pair(picture(), motion, np.random.default_rng(2))
     np.testing.assert_allclose(np.linalg.norm(flow, axis=-1), 10.0, rtol=1e-5)
     assert 0.75 < inside.mean() < 0.95
-
-
-def write_clip(path, frames: int = 12) -> None:
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("libx264", rate=10)
-        stream.width, stream.height, stream.pix_fmt = 320, 240, "yuv420p"
-        for i in range(frames):
-            container.mux(stream.encode(av.VideoFrame.from_ndarray(picture(i), format="rgb24")))
-        container.mux(stream.encode(None))
 
 
 def test_writes_every_motion_and_method(tmp_path):

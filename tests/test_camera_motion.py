@@ -5,7 +5,14 @@ from __future__ import annotations
 import torch
 from image_support import textured
 
-from models.camera_motion import REACH_PX, STILL_PX, camera_motion, picture_translation, similarity_motion
+from models.camera_motion import (
+    REACH_PX,
+    STILL_PX,
+    affine_motion,
+    camera_motion,
+    picture_translation,
+    similarity_motion,
+)
 from models.flow_loss import warp
 
 
@@ -77,6 +84,19 @@ def test_a_pan_that_zooms_and_rolls_is_fitted_as_a_similarity_whatever_a_mover_d
     noisy = flow + 0.05 * torch.randn(flow.shape, generator=torch.Generator().manual_seed(0))
     fit = similarity_motion(noisy, camera_motion(noisy), torch.ones(1, 1, 60, 80))
     assert (fit - truth).norm(dim=1).max() < 0.05
+
+
+def test_a_pan_sheared_by_a_rolling_shutter_is_fitted_as_an_affine_map_whatever_a_mover_does():
+    """A pan of 6 px whose flow changes down the picture (a rolling shutter's shear and stretch, 0.02 px a row) and a
+    mover on a fifth of the picture: started from the translation, the affine fit follows the background."""
+    ys, xs = torch.meshgrid(torch.arange(60) - 29.5, torch.arange(80) - 39.5, indexing="ij")
+    truth = torch.stack([6.0 + 0.02 * ys + 0 * xs, -2.0 + 0.02 * ys])[None]
+    flow = truth.clone()
+    flow[..., 10:30, 10:30] = torch.tensor([1.0, 3.0]).view(1, 2, 1, 1)
+    noisy = flow + 0.05 * torch.randn(flow.shape, generator=torch.Generator().manual_seed(0))
+    fit = affine_motion(noisy, camera_motion(noisy), torch.ones(1, 1, 60, 80))
+    assert (fit - truth).norm(dim=1).max() < 0.05
+    assert (similarity_motion(noisy, camera_motion(noisy), torch.ones(1, 1, 60, 80)) - truth).norm(dim=1).max() > 0.3
 
 
 def test_a_similarity_fit_without_inliers_keeps_the_translation():

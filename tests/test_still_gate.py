@@ -210,6 +210,23 @@ def test_a_pan_that_rolls_gives_a_flat_corner_its_own_motion():
     assert (out - truth)[..., 74:86, 74:86].norm(dim=1).max() < 0.25
 
 
+def test_a_pan_sheared_by_a_rolling_shutter_gives_a_flat_corner_its_own_motion():
+    """A pan of 5 px whose speed changed between the frames while the rows were read one after another: the flow grows
+    down the picture (0.04 px a row across, 0.02 down: 1.9 px across at the bottom corners of 96x96), which no
+    similarity holds; the gate follows it as an affine map, so a flat square at a corner, whose flow the match left
+    at zero, takes the motion it has there."""
+    size = 96
+    ys, xs = torch.meshgrid(torch.arange(size) - (size - 1) / 2, torch.arange(size) - (size - 1) / 2, indexing="ij")
+    truth = torch.stack([5.0 + 0.04 * ys, 1.0 + 0.02 * ys + 0 * xs])[None]
+    prev = textured(size, size)
+    prev[..., 70:90, 70:90] = 0.5
+    cur = warp(prev, -truth)
+    flow = truth.clone()
+    flow[..., 72:88, 72:88] = 0.0
+    out = StillGate(follows_camera=True)(with_flow(flow, prev, cur))[:, :2].detach()
+    assert (out - truth)[..., 74:86, 74:86].norm(dim=1).max() < 0.25
+
+
 def test_a_gate_hands_on_its_decision_when_asked():
     image = textured()
     noise = torch.full((1, 2, 32, 32), 0.3)  # a small wrong motion on a still picture: gated
