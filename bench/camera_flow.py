@@ -200,22 +200,30 @@ def markdown(result: dict[str, dict[str, float]], clips: list[str], frames: int)
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def clip_frames_cli(bench: str, doc: str, argv: list[str]) -> tuple[argparse.Namespace, list[Path]]:
+    """The arguments of a bench that films frames of real clips (this one, ``bench.rolling_shutter``), parsed, and the
+    clips given that exist, by name: the order draws the motions' directions, so the same clips draw the same."""
+    parser = argparse.ArgumentParser(prog=f"python -m bench.{bench}", description=doc.split("\n\n")[0])
     parser.add_argument("--video", type=Path, action="append", default=[], help="a clip (repeat for more)")
     parser.add_argument("--every", type=int, default=20, help="frames apart")
     parser.add_argument("--per-clip", type=int, default=10, help="frames from each clip at most")
-    parser.add_argument("--seed", type=int, default=0, help="the pans' directions")
+    parser.add_argument("--seed", type=int, default=0, help="the motions' directions")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the results")
     args = parser.parse_args(argv)
-    videos = sorted((v for v in args.video if v.is_file()), key=lambda v: v.name)  # the pans' directions, in order
-    if not videos:
-        print("bench.camera_flow: skipped, no clip given exists (--video FILE)")
-        return 0
     if args.every < 1 or args.per_clip < 1:
         parser.error("--every and --per-clip must be at least 1")
+    videos = sorted((v for v in args.video if v.is_file()), key=lambda v: v.name)
+    if not videos:
+        print(f"bench.{bench}: skipped, no clip given exists (--video FILE)")
+    return args, videos
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args, videos = clip_frames_cli("camera_flow", __doc__, argv)
+    if not videos:
+        return 0
     torch.set_num_threads(args.threads)
     run = Run(command=command_line("bench.camera_flow", argv), directory=args.out)
     frames = [f for v in videos for f in clip_frames(v, args.every, args.per_clip)]

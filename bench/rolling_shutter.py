@@ -20,19 +20,17 @@ zero flow; EPE over the pixels whose match stays in the picture. Skipped, with a
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import cv2
 import numpy as np
 import torch
 
-from bench.camera_flow import SIZE, SOURCE_PX, WINDOW_SHARE, clip_frames
+from bench.camera_flow import SIZE, SOURCE_PX, WINDOW_SHARE, clip_frames, clip_frames_cli
 from bench.scene_flow import learned_flows
 from models.classical import classical_methods
-from testing.report import RESULTS, Run, command_line
+from testing.report import Run, command_line
 
 METHODS = ("learned", "farneback", "dis_fast", "dis_medium", "zero_flow")
 BLUR_SHUTTER = 0.5  # of the frame interval, where a motion is blurred
@@ -146,20 +144,9 @@ def markdown(result: dict[str, dict[str, float]], clips: list[str], frames: int)
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--video", type=Path, action="append", default=[], help="a clip (repeat for more)")
-    parser.add_argument("--every", type=int, default=20, help="frames apart")
-    parser.add_argument("--per-clip", type=int, default=10, help="frames from each clip at most")
-    parser.add_argument("--seed", type=int, default=0, help="the motions' directions")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=RESULTS, help="folder for the results")
-    args = parser.parse_args(argv)
-    videos = sorted((v for v in args.video if v.is_file()), key=lambda v: v.name)
+    args, videos = clip_frames_cli("rolling_shutter", __doc__, argv)
     if not videos:
-        print("bench.rolling_shutter: skipped, no clip given exists (--video FILE)")
         return 0
-    if args.every < 1 or args.per_clip < 1:
-        parser.error("--every and --per-clip must be at least 1")
     torch.set_num_threads(args.threads)
     run = Run(command=command_line("bench.rolling_shutter", argv), directory=args.out)
     frames = [f for v in videos for f in clip_frames(v, args.every, args.per_clip)]

@@ -48,7 +48,7 @@ def test_given_time_enough_it_runs_whole():
 
 
 class Learner:
-    """As much of ``Learner`` as the scorer asks for: a fresh scoring of three layers."""
+    """As much of ``Learner`` as the scorer uses: a fresh scoring of three layers."""
 
     def __init__(self) -> None:
         self.ran: list[int] = []
@@ -61,7 +61,7 @@ def test_a_scoring_begins_when_due_runs_over_the_frames_after_it_and_the_next_wa
     """One layer a frame before any scoring was timed; the next scoring is due ``every`` pairs after the last began,
     and none begins while one is under way; the steady share is the last scoring's time over the pairs between two."""
     learner, scorer = Learner(), StartScorer(VersusStart(every=2), frame_s=0.1)
-    steps = [scorer.after_step(learner) for _ in range(6)]  # type: ignore[arg-type]
+    steps = [scorer.after_step(learner.start_score) for _ in range(6)]
     begun = [i for i, (b, _, _) in enumerate(steps) if b is not None]
     done = [i for i, (_, d, _) in enumerate(steps) if d is not None]
     assert begun[0] == 1 and done[0] == 3  # the second pair fed; its three layers on it and the two frames after
@@ -72,8 +72,8 @@ def test_a_scoring_begins_when_due_runs_over_the_frames_after_it_and_the_next_wa
 
 def test_a_cancelled_scoring_never_comes_out():
     learner, scorer = Learner(), StartScorer(VersusStart(every=1), frame_s=0.1)
-    begun, done, _ = scorer.after_step(learner)  # type: ignore[arg-type]
+    begun, done, _ = scorer.after_step(learner.start_score)
     assert begun is not None and done is None
     scorer.cancel()
-    later = [scorer.after_step(learner) for _ in range(2)]  # type: ignore[arg-type]
+    later = [scorer.after_step(learner.start_score) for _ in range(2)]
     assert all(d is not begun for _, d, _ in later)

@@ -194,37 +194,39 @@ def test_in_a_pan_a_local_motion_the_frames_barely_show_takes_the_camera_s():
         assert abs(float(out.mean()) - expected) < 0.15, (extra, float(out.mean()))
 
 
-def test_a_pan_that_rolls_gives_a_flat_corner_its_own_motion():
-    """A pan of 5 px rolling 1° (1.2 px at the corners of 96x96): the gate follows it as a similarity, so a flat
-    square at a corner, whose flow the match left at zero, takes the motion it has there, not the pan's alone."""
-    size = 96
-    ys, xs = torch.meshgrid(torch.arange(size) - (size - 1) / 2, torch.arange(size) - (size - 1) / 2, indexing="ij")
-    roll = torch.tensor(1.0).deg2rad()
-    truth = torch.stack([5.0 + (roll.cos() - 1) * xs - roll.sin() * ys, (roll.cos() - 1) * ys + roll.sin() * xs])[None]
-    prev = textured(size, size)
+def flat_corner_error(truth: torch.Tensor) -> float:
+    """The gate's largest error inside a flat square at a corner of a textured picture moved by ``truth`` (1, 2, 96,
+    96), whose flow the match left at zero there: what the camera the gate follows gives it."""
+    prev = textured(96, 96)
     prev[..., 70:90, 70:90] = 0.5
     cur = warp(prev, -truth)
     flow = truth.clone()
     flow[..., 72:88, 72:88] = 0.0
     out = StillGate(follows_camera=True)(with_flow(flow, prev, cur))[:, :2].detach()
-    assert (out - truth)[..., 74:86, 74:86].norm(dim=1).max() < 0.25
+    return float((out - truth)[..., 74:86, 74:86].norm(dim=1).max())
+
+
+def centred_grid(size: int = 96) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y, x) of every pixel from the picture's centre."""
+    return torch.meshgrid(torch.arange(size) - (size - 1) / 2, torch.arange(size) - (size - 1) / 2, indexing="ij")
+
+
+def test_a_pan_that_rolls_gives_a_flat_corner_its_own_motion():
+    """A pan of 5 px rolling 1° (1.2 px at the corners of 96x96): the gate follows it as a similarity, so a flat
+    square at a corner, whose flow the match left at zero, takes the motion it has there, not the pan's alone."""
+    ys, xs = centred_grid()
+    roll = torch.tensor(1.0).deg2rad()
+    truth = torch.stack([5.0 + (roll.cos() - 1) * xs - roll.sin() * ys, (roll.cos() - 1) * ys + roll.sin() * xs])[None]
+    assert flat_corner_error(truth) < 0.25
 
 
 def test_a_pan_sheared_by_a_rolling_shutter_gives_a_flat_corner_its_own_motion():
     """A pan of 5 px whose speed changed between the frames while the rows were read one after another: the flow grows
     down the picture (0.04 px a row across, 0.02 down: 1.9 px across at the bottom corners of 96x96), which no
-    similarity holds; the gate follows it as an affine map, so a flat square at a corner, whose flow the match left
-    at zero, takes the motion it has there."""
-    size = 96
-    ys, xs = torch.meshgrid(torch.arange(size) - (size - 1) / 2, torch.arange(size) - (size - 1) / 2, indexing="ij")
-    truth = torch.stack([5.0 + 0.04 * ys, 1.0 + 0.02 * ys + 0 * xs])[None]
-    prev = textured(size, size)
-    prev[..., 70:90, 70:90] = 0.5
-    cur = warp(prev, -truth)
-    flow = truth.clone()
-    flow[..., 72:88, 72:88] = 0.0
-    out = StillGate(follows_camera=True)(with_flow(flow, prev, cur))[:, :2].detach()
-    assert (out - truth)[..., 74:86, 74:86].norm(dim=1).max() < 0.25
+    similarity holds; the gate follows it as an affine map, so the flat corner takes the motion it has there."""
+    ys, xs = centred_grid()
+    truth = torch.stack([5.0 + 0.04 * ys + 0 * xs, 1.0 + 0.02 * ys + 0 * xs])[None]
+    assert flat_corner_error(truth) < 0.25
 
 
 def test_a_gate_hands_on_its_decision_when_asked():

@@ -225,7 +225,7 @@ class FrameLoop:
         epochs, stepping = learner.pipe.epochs, time.perf_counter()
         loss_zero, r = learner.step(x)
         stepped = time.perf_counter() - stepping
-        scored, start_done, start_s = self.start_scorer.after_step(learner)
+        scored, start_done, start_s = self.start_scorer.after_step(learner.start_score)
         self.pending.append(InPipeline(picture, capture_time, loss_zero, cut, frames, scored, start_done))
         if learner.pipe.epochs != epochs:
             self.pending.clear()  # the pipeline started afresh (a step its CUDA graph could not capture)

@@ -14,15 +14,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from .versus_start import VersusStart
-
-if TYPE_CHECKING:
-    from .learner import Learner
 
 
 class StartScore:
@@ -77,15 +73,16 @@ class StartScorer:
         self.under_way: Scoring | None = None
         self.share_s = 0.0  # the last scoring's seconds over the frames up to the next: the budget's steady share
 
-    def after_step(self, learner: Learner) -> tuple[Scoring | None, Scoring | None, float]:
-        """After a step: the scoring begun on its pair (or None), the scoring that ended on this frame (or None; its
-        loss in ``score.loss``), and the seconds its layers took here."""
+    def after_step(self, begin: Callable[[], StartScore]) -> tuple[Scoring | None, Scoring | None, float]:
+        """After a step: the scoring begun on its pair by ``begin`` (``Learner.start_score``) where one is due (or
+        None), the scoring that ended on this frame (or None; its loss in ``score.loss``), and the seconds its layers
+        took here."""
         self.fed += 1
         begun = None
         if self.under_way is None:
             if not self.versus.due(self.fed):
                 return None, None, 0.0
-            begun = self.under_way = Scoring(learner.start_score(), self.fed)
+            begun = self.under_way = Scoring(begin(), self.fed)
         scoring = self.under_way
         before = scoring.score.seconds
         done = scoring.score.advance(self.share_s) is not None
