@@ -31,10 +31,6 @@ class StartScore:
         self.seconds = 0.0
         self.loss: Tensor | None = None
 
-    @property
-    def layers_left(self) -> int:
-        return len(self.todo)
-
     def advance(self, share_s: float) -> Tensor | None:
         """Run layers until ``share_s`` seconds have gone (one at least); the loss (0-d, on the pair's device) once the
         last has run, else None."""
@@ -45,7 +41,6 @@ class StartScore:
                     self.h = self.todo.pop(0)(self.h)
                 if not self.todo:
                     self.loss = self.loss_fn(self.h, self.target)
-                    self.h = self.target = None  # type: ignore[assignment]  # done: let go of the activations
                 elif time.perf_counter() - began >= share_s:
                     break
         self.seconds += time.perf_counter() - began
