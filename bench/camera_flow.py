@@ -200,9 +200,19 @@ def markdown(result: dict[str, dict[str, float]], clips: list[str], frames: int)
     return "\n".join(lines) + "\n"
 
 
-def clip_frames_cli(bench: str, doc: str, argv: list[str]) -> tuple[argparse.Namespace, list[Path]]:
-    """The arguments of a bench that films frames of real clips (this one, ``bench.rolling_shutter``), parsed, and the
-    clips given that exist, by name: the order draws the motions' directions, so the same clips draw the same."""
+@dataclass(frozen=True)
+class ClipBench:
+    """A bench that films frames of real clips, started: its arguments, the clips given that exist (by name: the order
+    draws the motions' directions, so the same clips draw the same), their frames, and where its results go."""
+
+    args: argparse.Namespace
+    videos: list[Path]
+    frames: list[np.ndarray]
+    run: Run
+
+
+def start_clip_bench(bench: str, doc: str, argv: list[str]) -> ClipBench | None:
+    """``bench`` (this one, ``bench.rolling_shutter``) started from ``argv``; None, said, where no clip given exists."""
     parser = argparse.ArgumentParser(prog=f"python -m bench.{bench}", description=doc.split("\n\n")[0])
     parser.add_argument("--video", type=Path, action="append", default=[], help="a clip (repeat for more)")
     parser.add_argument("--every", type=int, default=20, help="frames apart")
@@ -216,22 +226,22 @@ def clip_frames_cli(bench: str, doc: str, argv: list[str]) -> tuple[argparse.Nam
     videos = sorted((v for v in args.video if v.is_file()), key=lambda v: v.name)
     if not videos:
         print(f"bench.{bench}: skipped, no clip given exists (--video FILE)")
-    return args, videos
+        return None
+    torch.set_num_threads(args.threads)
+    run = Run(command=command_line(f"bench.{bench}", argv), directory=args.out)
+    return ClipBench(args, videos, [f for v in videos for f in clip_frames(v, args.every, args.per_clip)], run)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args, videos = clip_frames_cli("camera_flow", __doc__, argv)
-    if not videos:
+    if (bench := start_clip_bench("camera_flow", __doc__, argv)) is None:
         return 0
-    torch.set_num_threads(args.threads)
-    run = Run(command=command_line("bench.camera_flow", argv), directory=args.out)
-    frames = [f for v in videos for f in clip_frames(v, args.every, args.per_clip)]
-    result, shown = score(frames, args.seed)
+    clips, frames = [v.name for v in bench.videos], bench.frames
+    result, shown = score(frames, bench.args.seed)
     title = "Exact flow on real pictures: the learned flow under a known camera motion"
-    run.write("camera-flow", title, markdown(result, [v.name for v in videos], len(frames)),
-              {"clips": [v.name for v in videos], "frames": len(frames), "epe": result})  # fmt: skip
-    run.png("camera-flow-sheet.png", picture_sheet(shown, title))
+    bench.run.write("camera-flow", title, markdown(result, clips, len(frames)),
+                    {"clips": clips, "frames": len(frames), "epe": result})  # fmt: skip
+    bench.run.png("camera-flow-sheet.png", picture_sheet(shown, title))
     return 0
 
 

@@ -25,12 +25,10 @@ from dataclasses import dataclass
 
 import cv2
 import numpy as np
-import torch
 
-from bench.camera_flow import SIZE, SOURCE_PX, WINDOW_SHARE, clip_frames, clip_frames_cli
+from bench.camera_flow import SIZE, SOURCE_PX, WINDOW_SHARE, start_clip_bench
 from bench.scene_flow import learned_flows
 from models.classical import classical_methods
-from testing.report import Run, command_line
 
 METHODS = ("learned", "farneback", "dis_fast", "dis_medium", "zero_flow")
 BLUR_SHUTTER = 0.5  # of the frame interval, where a motion is blurred
@@ -144,16 +142,13 @@ def markdown(result: dict[str, dict[str, float]], clips: list[str], frames: int)
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args, videos = clip_frames_cli("rolling_shutter", __doc__, argv)
-    if not videos:
+    if (bench := start_clip_bench("rolling_shutter", __doc__, argv)) is None:
         return 0
-    torch.set_num_threads(args.threads)
-    run = Run(command=command_line("bench.rolling_shutter", argv), directory=args.out)
-    frames = [f for v in videos for f in clip_frames(v, args.every, args.per_clip)]
-    result = score(frames, args.seed)
+    clips, frames = [v.name for v in bench.videos], bench.frames
+    result = score(frames, bench.args.seed)
     title = "Exact flow under a rolling shutter: real pictures, a hand-held camera's changing speed"
-    run.write("rolling-shutter", title, markdown(result, [v.name for v in videos], len(frames)),
-              {"clips": [v.name for v in videos], "frames": len(frames), "epe": result})  # fmt: skip
+    bench.run.write("rolling-shutter", title, markdown(result, clips, len(frames)),
+                    {"clips": clips, "frames": len(frames), "epe": result})  # fmt: skip
     return 0
 
 
