@@ -100,12 +100,33 @@ TRANSLATION_EVIDENCE = 0.1
 #: rolling shutter's pans left a median 32 % less (docs/notebook/2026-12-02-a-rolling-shutter-shears-the-pan.md).
 SHEAR_EVIDENCE = 0.1
 
+#: A pan the gate followed on the pair before goes on being followed while the camera moves as it did then (within
+#: ``HELD_CHANGE`` of that motion) and less than ``HELD_SHARE`` of the texture stands still: the standing share that
+#: starts a pan (``STANDING_SHARE``) is crossed by a slow textured mover at night, which standing still explains within
+#: its noise (a photograph's night stream: 3.5-4.8 % on four pairs in mid-pan, each 0.55-0.64 px of error where the
+#: pairs beside them had 0.15-0.21; docs/notebook/2026-12-02-a-pan-held-from-the-pair-before.md). A door frame behind
+#: a mover filling the picture is still told from a pan where none was followed before.
+HELD_SHARE = 0.1
+HELD_CHANGE = 0.5
+#: The mean absolute difference under which two frames, each channel standardised (its mean taken out, over its
+#: deviation), are one picture; the camera's clipping after a gain leaves a little.
+SAME_PICTURE = 0.02
+
 
 def _explains_better(residual: Tensor, than: Tensor, noise: Tensor, by: float = 0.0) -> Tensor:
     """(B, 1, 1, 1): whether the warp that left ``residual`` explains the whole picture better than the one that left
     ``than``, by more than ``CAMERA_EVIDENCE`` of the ``noise`` residual and by ``by`` of what ``than`` leaves."""
     left, before = residual.mean((2, 3), keepdim=True), than.mean((2, 3), keepdim=True)
     return (before - left > CAMERA_EVIDENCE * noise) & (left <= (1 - by) * before)
+
+
+def _same_picture(a: Tensor, b: Tensor) -> Tensor:
+    """(B, 1, 1, 1): whether frames ``a`` and ``b`` (B, 3, H, W) are one picture up to a brightness shift and gain per
+    channel: the net brings a pair's current frame to its previous one's exposure (``exposure.match_exposure``), so
+    the frame a stream's next pair starts from is the last pair's current one before that. Pairs that do not follow
+    one another (a cut, a benchmark's separate pairs) are not."""
+    a, b = ((t - t.mean((2, 3), keepdim=True)) / t.std((2, 3), keepdim=True).clamp_min(1e-3) for t in (a, b))
+    return (a - b).abs().mean((1, 2, 3), keepdim=True) < SAME_PICTURE
 
 
 def _mean_where(t: Tensor, mask: Tensor) -> Tensor:
@@ -127,6 +148,8 @@ class StillGate(nn.Module):
     ``follows_camera``: the background's motion is the camera's (``models.camera_motion``), not zero: the gate then
     tests and gates to that motion, so before a shaking or panning camera a flat wall moves with it (zero before a
     static one, as without; docs/models.md#the-still-gate-follows-the-camera and the section after it).
+
+    It remembers the pair before (``HELD_SHARE``): a pan followed there goes on where this pair follows on from it.
 
     ``hands_on_keep``: the tensor goes on with the gate's decision appended, (B, 1, H, W) in [0, 1], 1 where the flow
     was kept: a variational refinement after it does not smooth across that boundary (``models.variational``).
@@ -166,6 +189,11 @@ class StillGate(nn.Module):
         # does; gated, a hand lost part of its motion (tree's fast pixels: EPE 4.7 before the gate, 5.3 after it;
         # docs/models.md#the-still-gate-leaves-changed-places-alone).
         self.quiet = nn.Parameter(torch.tensor(5.0))
+        # The pair before (``HELD_SHARE``): 1 where the gate followed a pan, the camera's motion then at the scene's
+        # scale, and its current frame. What the stream showed, not weights: neither learned nor saved.
+        self.register_buffer("followed_pan", torch.zeros(1, 1, 1, 1), persistent=False)
+        self.register_buffer("followed_motion", torch.zeros(1, 2, 1, 1), persistent=False)
+        self.register_buffer("last_frame", torch.zeros(1, 3, 1, 1), persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
         flow, (prev, cur) = x[:, :2], frames_of(x).split(3, 1)
@@ -219,7 +247,8 @@ class StillGate(nn.Module):
         shake = camera[..., :1, :1].norm(dim=1, keepdim=True) <= CAMERA_SHAKE_PX * scale
         # The texture where the camera's warp lands in the frame (beyond, its residual is the padding's).
         counted = sure * in_frame_mask(camera)
-        pan = ~shake & (self._standing_share(along, unwarped, noise, counted) < STANDING_SHARE)
+        share, motion = self._standing_share(along, unwarped, noise, counted), camera[..., :1, :1] / scale
+        pan = ~shake & ((share < STANDING_SHARE) | (self._pan_held(motion, prev) & (share < HELD_SHARE)))
         # A hand-held pan turns and zooms a little too (a similarity), and a rolling shutter shears it (an affine map):
         # each fitted from the camera so far, and taken where it explains the picture better.
         radii = tuple(r * scale for r in FIT_RADII_PX)
@@ -230,6 +259,7 @@ class StillGate(nn.Module):
             camera, along = torch.where(takes, fitted, camera), torch.where(takes, fitted_along, along)
         along = _beyond_the_frame_as_within(along, in_frame_mask(camera))
         follows = confirmed & (shake | pan)
+        self._remember_pan(confirmed & pan, motion, cur)
         background = along - PAN_EVIDENCE * noise * (confirmed & pan)
         return camera * follows, torch.where(follows, background, unwarped)
 
@@ -254,6 +284,28 @@ class StillGate(nn.Module):
         better = _mean_where(seen_along, in_frame_mask(seen)) < (1 - TRANSLATION_EVIDENCE) * common_mean
         takes = (seen[:, :, :1, :1].norm(dim=1, keepdim=True) > shake) & better
         return torch.where(takes, seen, common), torch.where(takes, seen_along, common_along)
+
+    def _pan_held(self, motion: Tensor, prev: Tensor) -> Tensor:
+        """(B, 1, 1, 1): where the pan followed on the pair before goes on: this pair's previous frame is that pair's
+        current one (the same stream, one frame on), and the camera's ``motion`` (B, 2, 1, 1, at the scene's scale)
+        is within ``HELD_CHANGE`` of its motion then. Nowhere before a pair of this size."""
+        if self.last_frame.shape != prev.shape or self.followed_motion.shape != motion.shape:
+            return torch.zeros_like(motion[:, :1], dtype=torch.bool)
+        before = self.followed_motion
+        moves_alike = (motion - before).norm(dim=1, keepdim=True) <= HELD_CHANGE * before.norm(dim=1, keepdim=True)
+        return (self.followed_pan > 0) & moves_alike & _same_picture(prev, self.last_frame)
+
+    def _remember_pan(self, followed: Tensor, motion: Tensor, cur: Tensor) -> None:
+        """Keep whether a pan was ``followed``, the camera's ``motion`` and the ``cur`` frame for the next pair, in
+        place (a device graph replays into the same buffers); made afresh where the pair's size changed, never in
+        inference mode (the shown pair forwards in it, and an inference tensor cannot be written outside it)."""
+        if self.last_frame.shape != cur.shape or self.followed_motion.shape != motion.shape:
+            with torch.inference_mode(False):
+                self.followed_pan = cur.new_zeros(followed.shape)
+                self.followed_motion, self.last_frame = cur.new_zeros(motion.shape), cur.new_zeros(cur.shape)
+        self.followed_pan.copy_(followed)
+        self.followed_motion.copy_(motion)
+        self.last_frame.copy_(cur.detach())
 
     def _standing_share(self, along: Tensor, unwarped: Tensor, noise: Tensor, counted: Tensor) -> Tensor:
         """(B, 1, 1, 1): the share of the texture ``counted`` that standing still explains, and explains better than

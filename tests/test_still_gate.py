@@ -287,3 +287,53 @@ def test_a_textured_patch_over_a_smooth_noisy_picture_is_not_taken_for_the_camer
     background, square = out[:, :, :24, :].mean((2, 3)).flatten(), out[:, :, 36:56, 36:56].mean((2, 3)).flatten()
     assert background[0] > -0.5 and background[1].abs() < 0.5, background  # not the square's (-3, 2)
     assert torch.allclose(square, torch.tensor([-3.0, 2.0]), atol=0.05), square
+
+
+def panned_frames() -> list[torch.Tensor]:
+    """Three frames of a pan of 6 px a frame over texture with a flat square the match cannot see into, and a textured
+    18x18 patch standing still in the last two (a slow mover, a logo); noise of 2 levels."""
+    picture = textured(64, 64)
+    picture[..., 40:56, 40:56] = 0.5
+    frames = [torch.roll(picture, shifts=6 * i, dims=-1) for i in range(3)]
+    for frame in frames[1:]:
+        frame[..., 4:22, 4:22] = textured(18, 18, seed=5)
+    return [noisy(frame, 2, seed=i) for i, frame in enumerate(frames)]
+
+
+def pan_flow(patch: bool) -> torch.Tensor:
+    """The flow the match leaves on a pair of ``panned_frames``: the pan's, zero in the flat square and in the patch
+    where it stands in both frames."""
+    flow = torch.zeros(1, 2, 64, 64)
+    flow[:, 0] = 6.0
+    flow[..., 42:54, 42:54] = 0.0
+    if patch:
+        flow[..., 4:22, 4:22] = 0.0
+    return flow
+
+
+def test_a_pan_followed_on_the_pair_before_goes_on_past_a_patch_that_stands_still():
+    """Beyond STANDING_SHARE of the texture standing still (here 5.6 %), a pan is not taken for the camera's where
+    none was followed before (a door frame behind a mover); on the pair after one where it was, the camera moving
+    alike, it goes on up to HELD_SHARE, so the flat square takes the pan's motion and the standing patch keeps its
+    own. At night a slow textured mover stands within its noise in mid-pan. A pair that does not follow on from the
+    last (its previous frame is not that pair's current one) starts afresh."""
+    f0, f1, f2 = panned_frames()
+    flat = (slice(None), 0, slice(44, 52), slice(44, 52))
+    gate = StillGate(follows_camera=True)
+    assert gate(with_flow(pan_flow(True), f1, f2))[:, :2][flat].abs().max() < 1e-3  # no pan before
+    assert gate(with_flow(pan_flow(False), f0, f1))[:, :2][flat].min() > 5.25  # a pan followed
+    out = gate(with_flow(pan_flow(True), f1, f2))[:, :2]
+    assert out[flat].min() > 5.25
+    assert out[:, :, 8:18, 8:18].abs().max() < 1e-3
+    gate(with_flow(pan_flow(False), f0, noisy(f1, 2, seed=9)))  # a pan followed to another take of the frame
+    assert gate(with_flow(pan_flow(True), f1, f2))[:, :2][flat].abs().max() < 1e-3
+
+
+def test_the_gate_remembers_in_and_out_of_inference_mode():
+    """A learner forwards the pair it shows in inference mode and other pairs outside it: what the gate keeps of the
+    pair before is written in either (an inference tensor could not be written outside inference mode)."""
+    f0, f1, f2 = panned_frames()
+    gate = StillGate(follows_camera=True)
+    with torch.inference_mode():
+        gate(with_flow(pan_flow(False), f0, f1))
+    assert gate(with_flow(pan_flow(True), f1, f2))[:, :2][(slice(None), 0, slice(44, 52), slice(44, 52))].min() > 5.25
