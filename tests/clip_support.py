@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 
 import av
@@ -24,3 +26,15 @@ def write_clip(path: Path, frames: int = 12) -> None:
         for i in range(frames):
             container.mux(stream.encode(av.VideoFrame.from_ndarray(picture(i), format="rgb24")))
         container.mux(stream.encode(None))
+
+
+def run_clip_bench(main: Callable[[list[str]], int], folder: Path, stem: str) -> dict:
+    """A clip bench's ``main`` on one frame of a short clip written into ``folder``, its results there too: the data
+    of ``stem``.json, which holds that one frame."""
+    clip = folder / "clip.mp4"
+    write_clip(clip)
+    args = ["--video", str(clip), "--every", "5", "--per-clip", "1", "--threads", "1", "--out", str(folder)]
+    assert main(args) == 0
+    data = json.loads((folder / f"{stem}.json").read_text())
+    assert data["frames"] == 1
+    return data

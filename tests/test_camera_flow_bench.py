@@ -1,11 +1,9 @@
 """``bench.camera_flow``: real pictures under a known camera motion, with their exact flow."""
 
-import json
-
 import numpy as np
 import pytest
 import torch
-from clip_support import picture, write_clip
+from clip_support import picture, run_clip_bench
 
 from bench import camera_flow
 from models.flow_loss import warp
@@ -31,12 +29,8 @@ def test_a_pan_moves_every_pixel_by_its_length_and_keeps_only_matches_in_the_pic
 
 
 def test_writes_every_motion_and_method(tmp_path):
-    clip = tmp_path / "clip.mp4"
-    write_clip(clip)
-    args = ["--video", str(clip), "--every", "5", "--per-clip", "1", "--threads", "1", "--out", str(tmp_path)]
-    assert camera_flow.main(args) == 0
-    data = json.loads((tmp_path / "camera-flow.json").read_text())
-    assert data["frames"] == 1 and set(data["epe"]) == {m.name for m in camera_flow.MOTIONS}
+    data = run_clip_bench(camera_flow.main, tmp_path, "camera-flow")
+    assert set(data["epe"]) == {m.name for m in camera_flow.MOTIONS}
     pan = data["epe"]["pan 5 px"]
     assert set(pan) == {m + a for m in camera_flow.METHODS for a in ("", camera_flow.ALL_PIXELS)}
     assert pan["zero_flow"] == pytest.approx(5.0) and pan[f"zero_flow{camera_flow.ALL_PIXELS}"] == pytest.approx(5.0)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
-
 import cv2
 import numpy as np
 import pytest
-from clip_support import picture, write_clip
+from clip_support import picture, run_clip_bench
 
 from bench import rolling_shutter
 from bench.rolling_shutter import HandMotion, hand_pair
@@ -40,12 +38,8 @@ def test_a_rolling_shutter_s_flow_changes_down_the_picture_and_explains_the_pair
 
 
 def test_writes_every_motion_and_method(tmp_path):
-    clip = tmp_path / "clip.mp4"
-    write_clip(clip)
-    args = ["--video", str(clip), "--every", "5", "--per-clip", "1", "--threads", "1", "--out", str(tmp_path)]
-    assert rolling_shutter.main(args) == 0
-    data = json.loads((tmp_path / "rolling-shutter.json").read_text())
-    assert data["frames"] == 1 and set(data["epe"]) == {m.name for m in rolling_shutter.MOTIONS}
+    data = run_clip_bench(rolling_shutter.main, tmp_path, "rolling-shutter")
+    assert set(data["epe"]) == {m.name for m in rolling_shutter.MOTIONS}
     assert all(set(epe) == set(rolling_shutter.METHODS) for epe in data["epe"].values())
     assert data["epe"]["pan 5 px, speed changing 3 px, global shutter"]["zero_flow"] == pytest.approx(5.0)
 
