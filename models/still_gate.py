@@ -289,7 +289,7 @@ class StillGate(nn.Module):
         """(B, 1, 1, 1): where the pan followed on the pair before goes on: this pair's previous frame is that pair's
         current one (the same stream, one frame on), and the camera's ``motion`` (B, 2, 1, 1, at the scene's scale)
         is within ``HELD_CHANGE`` of its motion then. Nowhere before a pair of this size."""
-        if self.last_frame.shape != prev.shape or self.followed_motion.shape != motion.shape:
+        if self.last_frame.shape != prev.shape:  # the three are made afresh together (``_remember_pan``)
             return torch.zeros_like(motion[:, :1], dtype=torch.bool)
         before = self.followed_motion
         moves_alike = (motion - before).norm(dim=1, keepdim=True) <= HELD_CHANGE * before.norm(dim=1, keepdim=True)
@@ -299,7 +299,7 @@ class StillGate(nn.Module):
         """Keep whether a pan was ``followed``, the camera's ``motion`` and the ``cur`` frame for the next pair, in
         place (a device graph replays into the same buffers); made afresh where the pair's size changed, never in
         inference mode (the shown pair forwards in it, and an inference tensor cannot be written outside it)."""
-        if self.last_frame.shape != cur.shape or self.followed_motion.shape != motion.shape:
+        if self.last_frame.shape != cur.shape:
             with torch.inference_mode(False):
                 self.followed_pan = cur.new_zeros(followed.shape)
                 self.followed_motion, self.last_frame = cur.new_zeros(motion.shape), cur.new_zeros(cur.shape)
