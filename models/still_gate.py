@@ -108,6 +108,11 @@ SHEAR_EVIDENCE = 0.1
 #: a mover filling the picture is still told from a pan where none was followed before.
 HELD_SHARE = 0.1
 HELD_CHANGE = 0.5
+#: The same memory holds the camera's reading near the picture's translation (``TRANSLATION_EVIDENCE``): taken on the
+#: pair before, it is taken again while the camera moves alike and explains the picture at all better than the flow's
+#: most common value, which on a repeated pattern a period off explains it almost as well, and on a hand-held pan whose
+#: evidence sits near the margin falls either side of it from one pair to the next (a hand-held clip's first 30 pairs:
+#: 8.17 -> 6.15 px on the pair where it fell short; docs/notebook/2026-12-02-a-pan-held-from-the-pair-before.md).
 #: The mean absolute difference under which two frames, each channel standardised (its mean taken out, over its
 #: deviation), are one picture; the camera's clipping after a gain leaves a little.
 SAME_PICTURE = 0.02
@@ -149,7 +154,8 @@ class StillGate(nn.Module):
     tests and gates to that motion, so before a shaking or panning camera a flat wall moves with it (zero before a
     static one, as without; docs/models.md#the-still-gate-follows-the-camera and the section after it).
 
-    It remembers the pair before (``HELD_SHARE``): a pan followed there goes on where this pair follows on from it.
+    It remembers the pair before (``HELD_SHARE``): a pan followed there goes on, and a camera read near the picture's
+    translation is read there again, where this pair follows on from it.
 
     ``hands_on_keep``: the tensor goes on with the gate's decision appended, (B, 1, H, W) in [0, 1], 1 where the flow
     was kept: a variational refinement after it does not smooth across that boundary (``models.variational``).
@@ -189,9 +195,11 @@ class StillGate(nn.Module):
         # does; gated, a hand lost part of its motion (tree's fast pixels: EPE 4.7 before the gate, 5.3 after it;
         # docs/models.md#the-still-gate-leaves-changed-places-alone).
         self.quiet = nn.Parameter(torch.tensor(5.0))
-        # The pair before (``HELD_SHARE``): 1 where the gate followed a pan, the camera's motion then at the scene's
-        # scale, and its current frame. What the stream showed, not weights: neither learned nor saved.
+        # The pair before (``HELD_SHARE``): 1 where the gate followed a pan, 1 where it read the camera near the
+        # picture's translation, the camera's motion then at the scene's scale, and its current frame. What the stream
+        # showed, not weights: neither learned nor saved.
         self.register_buffer("followed_pan", torch.zeros(1, 1, 1, 1), persistent=False)
+        self.register_buffer("read_translation", torch.zeros(1, 1, 1, 1), persistent=False)
         self.register_buffer("followed_motion", torch.zeros(1, 2, 1, 1), persistent=False)
         self.register_buffer("last_frame", torch.zeros(1, 3, 1, 1), persistent=False)
 
@@ -242,13 +250,14 @@ class StillGate(nn.Module):
         if not self.follows_camera:
             return None, unwarped
         scale = scene_scale(*flow.shape[-2:])
-        camera, along = self._camera(flow, prev, cur, noise, correlation, REACH_PX * scale, CAMERA_SHAKE_PX * scale)
+        camera, along, read_translation = self._camera(flow, prev, cur, noise, correlation, scale)
         confirmed = _explains_better(along, unwarped, noise)
         shake = camera[..., :1, :1].norm(dim=1, keepdim=True) <= CAMERA_SHAKE_PX * scale
         # The texture where the camera's warp lands in the frame (beyond, its residual is the padding's).
         counted = sure * in_frame_mask(camera)
         share, motion = self._standing_share(along, unwarped, noise, counted), camera[..., :1, :1] / scale
-        pan = ~shake & ((share < STANDING_SHARE) | (self._pan_held(motion, prev) & (share < HELD_SHARE)))
+        pan_held = (self.followed_pan > 0) & self._follows_on(motion, prev)
+        pan = ~shake & ((share < STANDING_SHARE) | (pan_held & (share < HELD_SHARE)))
         # A hand-held pan turns and zooms a little too (a similarity), and a rolling shutter shears it (an affine map):
         # each fitted from the camera so far, and taken where it explains the picture better.
         radii = tuple(r * scale for r in FIT_RADII_PX)
@@ -259,51 +268,56 @@ class StillGate(nn.Module):
             camera, along = torch.where(takes, fitted, camera), torch.where(takes, fitted_along, along)
         along = _beyond_the_frame_as_within(along, in_frame_mask(camera))
         follows = confirmed & (shake | pan)
-        self._remember_pan(confirmed & pan, motion, cur)
+        self._remember(confirmed & pan, read_translation, motion, cur)
         background = along - PAN_EVIDENCE * noise * (confirmed & pan)
         return camera * follows, torch.where(follows, background, unwarped)
 
-    @staticmethod
     def _camera(
-        flow: Tensor, prev: Tensor, cur: Tensor, noise: Tensor, correlation: Tensor, reach: float, shake: float
-    ) -> tuple[Tensor, Tensor]:
-        """(B, 2, H, W) and how badly it explains each pixel (``warp_residual``, its ``noise`` restored): the flow's
-        most common value, or, where the picture's translation (``picture_translation``) is larger than a ``shake``
-        and the most common flow near it explains the frames better on average where each lands in them, at the same
-        noise and by ``TRANSLATION_EVIDENCE``, that one. A pan across a flat surface leaves the net's flow near zero
-        there, which can be the most common; the whole picture's edges still show the pan (a hand-held tilt down a bus
-        roof, its first 30 pairs: 1.41 times the better classical method's error over all pixels, 1.20 with the
-        translation; docs/notebook/2026-11-30-what-leaves-the-picture.md). At the same noise: a warp by a fraction of a
-        pixel averages the frame's noise away."""
+        self, flow: Tensor, prev: Tensor, cur: Tensor, noise: Tensor, correlation: Tensor, scale: float
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """(B, 2, H, W), how badly it explains each pixel (``warp_residual``, its ``noise`` restored) and (B, 1, 1, 1)
+        whether it was read near the picture's translation: the flow's most common value, or, where the picture's
+        translation (``picture_translation``) is larger than a shake and the most common flow near it explains the
+        frames better on average where each lands in them, at the same noise and by ``TRANSLATION_EVIDENCE`` (at all,
+        where it was read so on the pair before: ``_follows_on``), that one. A pan across a flat surface leaves the
+        net's flow near zero there, which can be the most common; the whole picture's edges still show the pan (a
+        hand-held tilt down a bus roof, its first 30 pairs: 1.41 times the better classical method's error over all
+        pixels, 1.20 with the translation; docs/notebook/2026-11-30-what-leaves-the-picture.md). At the same noise: a
+        warp by a fraction of a pixel averages the frame's noise away. ``scale``: the scene's (``scene_scale``)."""
+        reach = REACH_PX * scale
         common = camera_motion(flow, reach).expand_as(flow)
         seen = camera_motion(flow, reach, near=picture_translation(prev, cur)).expand_as(flow)
         common_along, seen_along = (
             with_noise_restored(warp_residual(prev, cur, m), m, noise, correlation) for m in (common, seen)
         )
         common_mean = _mean_where(common_along, in_frame_mask(common))
-        better = _mean_where(seen_along, in_frame_mask(seen)) < (1 - TRANSLATION_EVIDENCE) * common_mean
-        takes = (seen[:, :, :1, :1].norm(dim=1, keepdim=True) > shake) & better
-        return torch.where(takes, seen, common), torch.where(takes, seen_along, common_along)
+        held = (self.read_translation > 0) & self._follows_on(seen[:, :, :1, :1] / scale, prev)
+        margin = torch.where(held, 0.0, TRANSLATION_EVIDENCE)
+        better = _mean_where(seen_along, in_frame_mask(seen)) < (1 - margin) * common_mean
+        takes = (seen[:, :, :1, :1].norm(dim=1, keepdim=True) > CAMERA_SHAKE_PX * scale) & better
+        return torch.where(takes, seen, common), torch.where(takes, seen_along, common_along), takes
 
-    def _pan_held(self, motion: Tensor, prev: Tensor) -> Tensor:
-        """(B, 1, 1, 1): where the pan followed on the pair before goes on: this pair's previous frame is that pair's
-        current one (the same stream, one frame on), and the camera's ``motion`` (B, 2, 1, 1, at the scene's scale)
-        is within ``HELD_CHANGE`` of its motion then. Nowhere before a pair of this size."""
-        if self.last_frame.shape != prev.shape:  # the three are made afresh together (``_remember_pan``)
+    def _follows_on(self, motion: Tensor, prev: Tensor) -> Tensor:
+        """(B, 1, 1, 1): where this pair follows on from the pair before as the gate's memory of it may be used: its
+        previous frame is that pair's current one (the same stream, one frame on), and the camera's ``motion`` (B, 2, 1,
+        1, at the scene's scale) is within ``HELD_CHANGE`` of its motion then. Nowhere before a pair of this size."""
+        if self.last_frame.shape != prev.shape:  # the memory is made afresh together (``_remember``)
             return torch.zeros_like(motion[:, :1], dtype=torch.bool)
         before = self.followed_motion
         moves_alike = (motion - before).norm(dim=1, keepdim=True) <= HELD_CHANGE * before.norm(dim=1, keepdim=True)
-        return (self.followed_pan > 0) & moves_alike & _same_picture(prev, self.last_frame)
+        return moves_alike & _same_picture(prev, self.last_frame)
 
-    def _remember_pan(self, followed: Tensor, motion: Tensor, cur: Tensor) -> None:
-        """Keep whether a pan was ``followed``, the camera's ``motion`` and the ``cur`` frame for the next pair, in
-        place (a device graph replays into the same buffers); made afresh where the pair's size changed, never in
-        inference mode (the shown pair forwards in it, and an inference tensor cannot be written outside it)."""
+    def _remember(self, followed: Tensor, read_translation: Tensor, motion: Tensor, cur: Tensor) -> None:
+        """Keep whether a pan was ``followed``, whether the camera was read near the picture's translation, the camera's
+        ``motion`` and the ``cur`` frame for the next pair, in place (a device graph replays into the same buffers);
+        made afresh where the pair's size changed, never in inference mode (the shown pair forwards in it, and an
+        inference tensor cannot be written outside it)."""
         if self.last_frame.shape != cur.shape:
             with torch.inference_mode(False):
-                self.followed_pan = cur.new_zeros(followed.shape)
+                self.followed_pan, self.read_translation = cur.new_zeros(followed.shape), cur.new_zeros(followed.shape)
                 self.followed_motion, self.last_frame = cur.new_zeros(motion.shape), cur.new_zeros(cur.shape)
         self.followed_pan.copy_(followed)
+        self.read_translation.copy_(read_translation)
         self.followed_motion.copy_(motion)
         self.last_frame.copy_(cur.detach())
 
