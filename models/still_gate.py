@@ -106,13 +106,13 @@ SHEAR_EVIDENCE = 0.1
 #: its noise (a photograph's night stream: 3.5-4.8 % on four pairs in mid-pan, each 0.55-0.64 px of error where the
 #: pairs beside them had 0.15-0.21; docs/notebook/2026-12-02-a-pan-held-from-the-pair-before.md). A door frame behind
 #: a mover filling the picture is still told from a pan where none was followed before.
+#: The same memory holds the camera's reading near the picture's translation (``TRANSLATION_EVIDENCE``): taken on the
+#: pair before, it is taken again while the camera moves alike wherever it explains the picture at all better than the
+#: flow's most common value. On a repeated pattern a match a period off explains it almost as well, and on a hand-held
+#: pan the evidence sat either side of the margin from one pair to the next (a hand-held clip's pair where it fell
+#: short: 8.17 -> 6.15 px; docs/notebook/2026-12-02-the-translation-read-from-the-pair-before.md).
 HELD_SHARE = 0.1
 HELD_CHANGE = 0.5
-#: The same memory holds the camera's reading near the picture's translation (``TRANSLATION_EVIDENCE``): taken on the
-#: pair before, it is taken again while the camera moves alike and explains the picture at all better than the flow's
-#: most common value, which on a repeated pattern a period off explains it almost as well, and on a hand-held pan whose
-#: evidence sits near the margin falls either side of it from one pair to the next (a hand-held clip's first 30 pairs:
-#: 8.17 -> 6.15 px on the pair where it fell short; docs/notebook/2026-12-02-a-pan-held-from-the-pair-before.md).
 #: The mean absolute difference under which two frames, each channel standardised (its mean taken out, over its
 #: deviation), are one picture; the camera's clipping after a gain leaves a little.
 SAME_PICTURE = 0.02

@@ -357,7 +357,7 @@ def test_a_camera_read_near_the_translation_on_the_pair_before_is_read_there_aga
     f0, f1, f2 = repeated_pattern_frames()
     before = torch.zeros(1, 2, 64, 64)
     before[:, 0, :8] = 6.0
-    period_off = torch.full((1, 2, 64, 64), 0.0)
+    period_off = torch.zeros(1, 2, 64, 64)
     period_off[:, 0], period_off[:, 0, :8] = 22.0, 6.0
     pattern = (slice(None), slice(None), slice(16, 56), slice(8, 40))
     fresh = StillGate(follows_camera=True)(with_flow(period_off, f1, f2))[:, :2][pattern]
