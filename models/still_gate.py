@@ -250,13 +250,14 @@ class StillGate(nn.Module):
         if not self.follows_camera:
             return None, unwarped
         scale = scene_scale(*flow.shape[-2:])
-        camera, along, read_translation = self._camera(flow, prev, cur, noise, correlation, scale)
+        continues = self._continues(prev)
+        camera, along, read_translation = self._camera(flow, prev, cur, noise, correlation, scale, continues)
         confirmed = _explains_better(along, unwarped, noise)
         shake = camera[..., :1, :1].norm(dim=1, keepdim=True) <= CAMERA_SHAKE_PX * scale
         # The texture where the camera's warp lands in the frame (beyond, its residual is the padding's).
         counted = sure * in_frame_mask(camera)
         share, motion = self._standing_share(along, unwarped, noise, counted), camera[..., :1, :1] / scale
-        pan_held = (self.followed_pan > 0) & self._follows_on(motion, prev)
+        pan_held = self._held(self.followed_pan, continues, motion)
         pan = ~shake & ((share < STANDING_SHARE) | (pan_held & (share < HELD_SHARE)))
         # A hand-held pan turns and zooms a little too (a similarity), and a rolling shutter shears it (an affine map):
         # each fitted from the camera so far, and taken where it explains the picture better.
@@ -273,17 +274,25 @@ class StillGate(nn.Module):
         return camera * follows, torch.where(follows, background, unwarped)
 
     def _camera(
-        self, flow: Tensor, prev: Tensor, cur: Tensor, noise: Tensor, correlation: Tensor, scale: float
+        self,
+        flow: Tensor,
+        prev: Tensor,
+        cur: Tensor,
+        noise: Tensor,
+        correlation: Tensor,
+        scale: float,
+        continues: Tensor | None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """(B, 2, H, W), how badly it explains each pixel (``warp_residual``, its ``noise`` restored) and (B, 1, 1, 1)
         whether it was read near the picture's translation: the flow's most common value, or, where the picture's
         translation (``picture_translation``) is larger than a shake and the most common flow near it explains the
         frames better on average where each lands in them, at the same noise and by ``TRANSLATION_EVIDENCE`` (at all,
-        where it was read so on the pair before: ``_follows_on``), that one. A pan across a flat surface leaves the
+        where it was read so on the pair before: ``_held``), that one. A pan across a flat surface leaves the
         net's flow near zero there, which can be the most common; the whole picture's edges still show the pan (a
         hand-held tilt down a bus roof, its first 30 pairs: 1.41 times the better classical method's error over all
         pixels, 1.20 with the translation; docs/notebook/2026-11-30-what-leaves-the-picture.md). At the same noise: a
-        warp by a fraction of a pixel averages the frame's noise away. ``scale``: the scene's (``scene_scale``)."""
+        warp by a fraction of a pixel averages the frame's noise away. ``scale``: the scene's (``scene_scale``);
+        ``continues``: ``_continues``."""
         reach = REACH_PX * scale
         common = camera_motion(flow, reach).expand_as(flow)
         seen = camera_motion(flow, reach, near=picture_translation(prev, cur)).expand_as(flow)
@@ -291,21 +300,29 @@ class StillGate(nn.Module):
             with_noise_restored(warp_residual(prev, cur, m), m, noise, correlation) for m in (common, seen)
         )
         common_mean = _mean_where(common_along, in_frame_mask(common))
-        held = (self.read_translation > 0) & self._follows_on(seen[:, :, :1, :1] / scale, prev)
+        held = self._held(self.read_translation, continues, seen[:, :, :1, :1] / scale)
         margin = torch.where(held, 0.0, TRANSLATION_EVIDENCE)
         better = _mean_where(seen_along, in_frame_mask(seen)) < (1 - margin) * common_mean
         takes = (seen[:, :, :1, :1].norm(dim=1, keepdim=True) > CAMERA_SHAKE_PX * scale) & better
         return torch.where(takes, seen, common), torch.where(takes, seen_along, common_along), takes
 
-    def _follows_on(self, motion: Tensor, prev: Tensor) -> Tensor:
-        """(B, 1, 1, 1): where this pair follows on from the pair before as the gate's memory of it may be used: its
-        previous frame is that pair's current one (the same stream, one frame on), and the camera's ``motion`` (B, 2, 1,
-        1, at the scene's scale) is within ``HELD_CHANGE`` of its motion then. Nowhere before a pair of this size."""
-        if self.last_frame.shape != prev.shape:  # the memory is made afresh together (``_remember``)
+    def _continues(self, prev: Tensor) -> Tensor | None:
+        """(B, 1, 1, 1): where this pair follows on from the pair before, its previous frame that pair's current one
+        (the same stream, one frame on); None before a pair of this size (the memory is made afresh together:
+        ``_remember``). Read once a pair, for both of what the gate holds from the pair before."""
+        if self.last_frame.shape != prev.shape:
+            return None
+        return _same_picture(prev, self.last_frame)
+
+    def _held(self, flag: Tensor, continues: Tensor | None, motion: Tensor) -> Tensor:
+        """(B, 1, 1, 1): where what ``flag`` (a buffer of the gate's memory) says of the pair before holds for this
+        one: it was so then, this pair ``continues`` from it, and the camera's ``motion`` (B, 2, 1, 1, at the scene's
+        scale) is within ``HELD_CHANGE`` of its motion then. Nowhere before a pair of this size."""
+        if continues is None:
             return torch.zeros_like(motion[:, :1], dtype=torch.bool)
         before = self.followed_motion
         moves_alike = (motion - before).norm(dim=1, keepdim=True) <= HELD_CHANGE * before.norm(dim=1, keepdim=True)
-        return moves_alike & _same_picture(prev, self.last_frame)
+        return (flag > 0) & continues & moves_alike
 
     def _remember(self, followed: Tensor, read_translation: Tensor, motion: Tensor, cur: Tensor) -> None:
         """Keep whether a pan was ``followed``, whether the camera was read near the picture's translation, the camera's
