@@ -76,7 +76,7 @@ def learn(
                 pipe = online_pipeline(module, x, 1, learning=learning_for("pretrained"))
                 pipe.load_state_dict(state)
             result = pipe.step(*feed(x))  # sequential: pair t's flow, then pair t learned (predict_then_learn)
-            feed.observe(result.output)
+            feed.observe(result.output, result.readings)
             flow = shown(result.output)[0].detach().permute(1, 2, 0).cpu().numpy()
             if on_flow is not None:
                 on_flow(t, flow)

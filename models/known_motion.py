@@ -107,18 +107,28 @@ def light_change(shown: Tensor, flow: Tensor) -> Tensor:
 
 class StreamMotion:
     """How much the stream moves, as the flow it shows says: ``camera``, its typical pixel's motion (the median length,
-    px), and ``movers``, its fast pixels' (the 90th percentile), each a running mean over pairs (``MOTION_WEIGHT``),
-    0-d tensors on the flow's device (no value read back to the host). Zero until a flow is seen."""
+    px; or the camera's motion as the net read it, where it is given), and ``movers``, its fast pixels' (the 90th
+    percentile), each a running mean over pairs (``MOTION_WEIGHT``), 0-d tensors on the flow's device (no value read
+    back to the host). Zero until a flow is seen.
+
+    Why the camera as read: the flow shown is the still gate's, which at night stands the background still on most
+    pairs (the camera's evidence is within the noise), so its median read a photograph's night stream as moving
+    0.18-0.41 px where its typical pixel moved 0.87-1.02 px; made pairs that moved that little taught the net a
+    stiller picture than it watched, and a night stream drifted past its frozen start (moon's, its last 100 pairs 1.034
+    times; read so, 1.003: docs/notebook/2026-12-02-the-made-camera-sized-past-the-gate.md)."""
 
     def __init__(self) -> None:
         self.camera: Tensor | None = None
         self.movers: Tensor | None = None
 
-    def observe(self, flow: Tensor) -> None:
+    def observe(self, flow: Tensor, camera: Tensor | None = None) -> None:
+        """``flow`` (1, 2, H, W) as shown; ``camera`` (1, 2, 1, 1) the camera's motion as the net read it, if known."""
         speeds = flow_lengths(flow.detach().float()).flatten()
         # Order statistics by selection: ``torch.quantile`` sorts, ten times the time (1.7 ms at 128x96 on a CPU).
         n = speeds.numel()
         typical, fast = speeds.kthvalue((n + 1) // 2).values, speeds.kthvalue(round(0.9 * (n - 1)) + 1).values
+        if camera is not None:
+            typical = flow_lengths(camera.detach().float()).flatten()[0].to(typical)
         if self.camera is None or self.movers is None or self.camera.device != flow.device:
             self.camera, self.movers = typical, fast
         else:

@@ -27,6 +27,7 @@ from .known_motion import KnownMotion, StreamMotion, known_flow_loss
 from .prior_adam import PriorAdam
 from .scene_cuts import SceneCuts
 from .stale_gradient import motion_aligned
+from .still_gate import CAMERA_READING
 
 OptimizerFactory = Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer]
 
@@ -153,8 +154,8 @@ class Feed:
     def __call__(self, pair: Tensor) -> tuple[Tensor, Tensor]:
         return pair, pair
 
-    def observe(self, output: Tensor) -> None:
-        """The flow a step put out, for the pairs still to come."""
+    def observe(self, output: Tensor, readings: Mapping[str, Tensor] | None = None) -> None:
+        """The flow a step put out and what its layers read (``StepResult.readings``), for the pairs still to come."""
 
 
 class KnownMotionFeed(Feed):
@@ -175,10 +176,14 @@ class KnownMotionFeed(Feed):
         known = self.motion(pair, flow.to(pair.device), self.stream)
         return torch.cat([pair, known.pair]), known.target()
 
-    def observe(self, output: Tensor) -> None:
-        """A non-finite flow (a broken frame's) counts as none: it would spoil every pair made after it."""
+    def observe(self, output: Tensor, readings: Mapping[str, Tensor] | None = None) -> None:
+        """A non-finite flow (a broken frame's) counts as none: it would spoil every pair made after it. The camera's
+        motion is the still gate's reading where it has one (``StreamMotion``)."""
         self.flow = torch.nan_to_num(shown(output).detach(), nan=0.0, posinf=0.0, neginf=0.0)
-        self.stream.observe(self.flow)
+        camera = (readings or {}).get(CAMERA_READING)
+        if camera is not None:
+            camera = torch.nan_to_num(camera[:1].to(self.flow), nan=0.0, posinf=0.0, neginf=0.0)
+        self.stream.observe(self.flow, camera)
 
 
 #: How many pairs one made pair serves, as it was made, every how many pairs (``models.known_motion.KnownMotion``):
@@ -368,6 +373,6 @@ def predict_then_learn(pipe: Pipeline, pairs: Iterable[torch.Tensor], feed: Feed
         step_input, target = feed(x)
         r = pipe.step(step_input, target=target)
         if r.output is not None:
-            feed.observe(r.output)
+            feed.observe(r.output, r.readings)
         yield r
     yield from pipe.flush()

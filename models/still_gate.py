@@ -113,6 +113,9 @@ SHEAR_EVIDENCE = 0.1
 #: short: 8.17 -> 6.15 px; docs/notebook/2026-12-02-the-translation-read-from-the-pair-before.md).
 HELD_SHARE = 0.1
 HELD_CHANGE = 0.5
+
+#: The name of the gate's reading of the camera's motion (``StillGate.readings``).
+CAMERA_READING = "camera_motion"
 #: The mean absolute difference under which two frames, each channel standardised (its mean taken out, over its
 #: deviation), are one picture; the camera's clipping after a gain leaves a little.
 SAME_PICTURE = 0.02
@@ -272,6 +275,15 @@ class StillGate(nn.Module):
         self._remember(confirmed & pan, read_translation, motion, cur)
         background = along - PAN_EVIDENCE * noise * (confirmed & pan)
         return camera * follows, torch.where(follows, background, unwarped)
+
+    def readings(self) -> dict[str, Tensor]:
+        """``CAMERA_READING``: the camera's motion (B, 2, 1, 1, px) read on the last pair, whether or not the gate
+        followed it. Where the gate stands the background still (a night camera's shake, whose evidence is within the
+        noise), the flow put out no longer shows it (``pipeline_core.stage.Stage.readings``). None without
+        ``follows_camera``."""
+        if not self.follows_camera:
+            return {}
+        return {CAMERA_READING: self.followed_motion * scene_scale(*self.last_frame.shape[-2:])}
 
     def _camera(
         self,

@@ -22,6 +22,8 @@ class StepRecord:
     stage_seconds: list[float | None] = field(default_factory=list)
     #: Where stages run asynchronously on CUDA streams, the events that time them (the host's clock cannot).
     stage_events: list[StageEvents] | None = None
+    #: What the stages' layers read of the samples they last forwarded (``Stage.readings``), by name.
+    readings: dict[str, Tensor] = field(default_factory=dict)
 
 
 class Transport(Protocol):

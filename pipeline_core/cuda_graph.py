@@ -62,10 +62,10 @@ class StepGraphs:
         except Exception as exc:
             raise GraphCaptureError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from exc
         self._pool = graph.pool()
-        self._graphs[key] = (graph, list(record.outputs.values()), list(record.losses.values()))
+        self._graphs[key] = (graph, list(record.outputs.values()), list(record.losses.values()), record.readings)
 
     def _replay(self, plan: StepActions, key: int) -> StepRecord:
-        graph, outputs, losses = self._graphs[key]
+        graph, outputs, losses, readings = self._graphs[key]
         graph.replay()
         out_frames = [a.frame for acts in plan for a in acts if a.op is Op.OUTPUT]
         loss_frames = [a.frame for acts in plan for a in acts if a.op is Op.LOSS]
@@ -73,6 +73,7 @@ class StepGraphs:
             outputs=dict(zip(out_frames, outputs, strict=True)),
             losses=dict(zip(loss_frames, losses, strict=True)),
             stage_seconds=[None] * len(plan),
+            readings=dict(readings),
         )
 
     def _bookkeep(self, step: int, plan: StepActions) -> None:

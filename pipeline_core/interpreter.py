@@ -53,6 +53,7 @@ class Interpreter:
             stage.keep_input(frame)
         elif op is Op.FORWARD:
             stage.forward(frame, stage.inputs.pop(frame), action.grad, action.stale)
+            self.record.readings.update(stage.readings())
         elif op is Op.RECOMPUTE:
             stage.forward(frame, stage.stash.pop(frame), True, action.stale)
         elif op is Op.SEND_ACT:

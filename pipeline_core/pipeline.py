@@ -174,7 +174,9 @@ class Pipeline:
     def _result(self, record: StepRecord, frame: int, clock: StepClock) -> StepResult:
         output = record.outputs.get(frame)
         loss = record.losses.get(frame)
-        if self._graphs is not None:  # graph outputs live in static memory the next replay reuses
+        # A layer rewrites its readings in place at its next forward, and a replayed graph its outputs.
+        readings = {name: t.detach().clone() for name, t in record.readings.items()}
+        if self._graphs is not None:
             output = None if output is None else output.clone()
             loss = None if loss is None else loss.clone()
         return StepResult(
@@ -184,6 +186,7 @@ class Pipeline:
             clock=clock,
             stage_seconds=record.stage_seconds,
             stage_events=record.stage_events,
+            readings=readings,
         )
 
     def _deliver_targets(self, plan: StepActions) -> None:

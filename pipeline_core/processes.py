@@ -188,6 +188,7 @@ class ProcessRuntime:
         self._seconds: list[float | None] = [None] * self.depth
         self._outputs: dict[int, Tensor] = {}
         self._losses: dict[int, Tensor] = {}
+        self._readings: dict[str, Tensor] = {}
         self._gather("start-up", max(timeout, START_TIMEOUT), lag=[0] * self.depth)
 
     @staticmethod
@@ -228,8 +229,8 @@ class ProcessRuntime:
         for h in [] if early else later:
             self._send(h, "step", (plan, self._deliveries.take(h), None, []))
         self._gather(f"step {step}", self.timeout, lag=[1] * (self.depth - 1) + [0])
-        record = StepRecord(outputs=self._outputs, losses=self._losses, stage_seconds=list(self._seconds))
-        self._outputs, self._losses = {}, {}
+        record = StepRecord(self._outputs, self._losses, list(self._seconds), readings=self._readings)
+        self._outputs, self._losses, self._readings = {}, {}, {}
         self._started = None
         if following is not None:
             for h in later:  # what the first stage sends them in this step (now certain), and the others in the next
@@ -242,7 +243,7 @@ class ProcessRuntime:
     def new_epoch(self) -> None:
         self._deliveries.pending.clear()
         self._call("new_epoch", [()] * self.depth)
-        self._outputs, self._losses, self._started = {}, {}, None  # what a step started early left
+        self._outputs, self._losses, self._readings, self._started = {}, {}, {}, None  # what a step started early left
 
     def state_dicts(self) -> list[dict]:
         return self._call("state_dict", [()] * self.depth)
@@ -319,10 +320,11 @@ class ProcessRuntime:
             self._fail(what, errors, timeout)
         return answers
 
-    def _absorb(self, h: int, seconds: float | None, outputs: dict, losses: dict) -> None:
+    def _absorb(self, h: int, seconds: float | None, outputs: dict, losses: dict, readings: dict) -> None:
         self._seconds[h] = seconds
         self._outputs.update(outputs)
         self._losses.update(losses)
+        self._readings.update(readings)
 
     def _fail(self, what: str, errors: dict[int, str], timeout: float) -> NoReturn:
         """Name what went wrong, stage by stage (deaths and silences first: they are root causes)."""

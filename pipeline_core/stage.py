@@ -94,6 +94,7 @@ class Stage:
                 self.run_learned = torch.compile(self.learned, backend=compile_backend, dynamic=False)
         params = [p for p in self.module.parameters() if p.requires_grad]
         self.optimizer = optimizer(params) if (optimizer is not None and params) else None
+        self._reading_layers = [m for m in self.module.modules() if callable(getattr(m, "readings", None))]
         # Per-frame state in flight, filled and drained by the runtime's actions.
         self.inputs: dict[int, Tensor] = {}
         self.forwarded: dict[int, Forwarded] = {}
@@ -125,6 +126,13 @@ class Stage:
         """``x`` forwarded without a graph as a step would (``forward_samples``, the plain modules)."""
         with torch.no_grad():
             return forward_samples(self.module, self.learned, x, x, self.shown)
+
+    def readings(self) -> dict[str, Tensor]:
+        """What the stage's layers read of the samples they last forwarded, by name: a layer that reads something of
+        its input that its output does not carry says so in a method ``readings`` (the still gate's reading of the
+        camera's motion, where the flow it puts out stands the background still). As the layers keep them, on the
+        stage's device: nothing is read back to the host."""
+        return {name: t for layer in self._reading_layers for name, t in layer.readings().items()}
 
     def keep_input(self, frame: int) -> None:
         """Stash a private copy of the input of ``frame`` (received buffers get reused)."""

@@ -120,11 +120,11 @@ def _serve(worker: StageWorker, conn: Connection) -> bool:
     stage = worker.stage
 
     def step(plan: StepActions, deliveries: list[tuple[str, int, Tensor]], receives: list[Message] | None,
-             receives_after: list[Message]) -> tuple[float | None, dict, dict]:  # fmt: skip
+             receives_after: list[Message]) -> tuple[float | None, dict, dict, dict]:  # fmt: skip
         for kind, frame, tensor in deliveries:
             worker.transport.put(kind, frame, tensor)
         record = worker.run_step(plan, receives, receives_after)
-        return record.stage_seconds[stage.index], record.outputs, record.losses
+        return record.stage_seconds[stage.index], record.outputs, record.losses, record.readings
 
     handlers: dict[str, Callable[..., Any]] = {
         "step": step,

@@ -55,7 +55,9 @@ class StepResult:
     steps); it, ``output`` and ``loss_tensor`` are None while the pipeline fills. ``output`` and ``loss_tensor``
     (0-d, detached) live on the last stage's device and belong to the caller (the next step does not overwrite
     them). ``stage_seconds``: each stage's busy time (a stage process's leaves out its waits for its neighbours'
-    messages; None where unknown: a replayed CUDA graph has no per-stage timing)."""
+    messages; None where unknown: a replayed CUDA graph has no per-stage timing). ``readings``: what the stages' layers
+    read of the samples they last forwarded (``Stage.readings``), by name, on their devices; a stage process before
+    the last may be a step behind, and its readings come with the step it answers in."""
 
     def __init__(
         self,
@@ -65,8 +67,10 @@ class StepResult:
         clock: StepClock | None = None,
         stage_seconds: list[float | None] | None = None,
         stage_events: list[StageEvents] | None = None,
+        readings: dict[str, Tensor] | None = None,
     ) -> None:
         self.output = output
+        self.readings = readings or {}
         self.loss_tensor = loss_tensor
         self.frame = frame
         self._clock = clock

@@ -10,6 +10,7 @@ import torch
 from models.flow_loss import warp
 from models.known_motion import KnownMotion, StreamMotion, known_flow_loss, light_change, sensor_noise
 from models.online import KnownMotionFeed, frame_pair
+from models.still_gate import CAMERA_READING
 from models.streams import generate
 
 
@@ -38,6 +39,28 @@ def test_the_stream_motion_reads_the_typical_and_the_fast_pixels():
     camera, movers = motion.sizes(torch.zeros(()))
     assert float(camera) == pytest.approx(1.5, rel=1e-4) and float(movers) == pytest.approx(6.0, rel=1e-4)
     assert [float(v) for v in StreamMotion().sizes(torch.zeros(()))] == [0.0, 0.0]
+
+
+def test_the_camera_as_the_net_read_it_sizes_the_camera_the_flow_shown_the_movers():
+    """Where the still gate stood the background still (a night camera's shake within the noise) the flow shown is
+    zero there; the camera's motion the gate read sizes the made pairs' camera all the same."""
+    flow = torch.zeros(1, 2, 10, 10)
+    flow[..., :2, :] = 6.0 / 2**0.5
+    motion = StreamMotion()
+    motion.observe(flow, camera=torch.tensor([0.6, 0.8]).view(1, 2, 1, 1))
+    camera, movers = motion.sizes(torch.zeros(()))
+    assert float(camera) == pytest.approx(1.0, rel=1e-4) and float(movers) == pytest.approx(6.0, rel=1e-4)
+
+
+def test_the_feed_sizes_its_camera_by_the_still_gate_s_reading_where_a_step_brings_one():
+    pair, flow = real_pair()
+    output = torch.cat([flow, flow]) * 0.0
+    read, unread = KnownMotionFeed(), KnownMotionFeed()
+    read.observe(output, {CAMERA_READING: torch.tensor([0.0, 2.0]).view(1, 2, 1, 1)})
+    unread.observe(output, {})
+    assert float(read.stream.camera) == pytest.approx(2.0) and float(unread.stream.camera) < 1e-6
+    read.observe(output, {CAMERA_READING: torch.full((1, 2, 1, 1), float("nan"))})  # a broken frame's
+    assert torch.isfinite(read.stream.camera)
 
 
 def test_a_still_cameras_made_pair_stands_still_but_for_its_mover():

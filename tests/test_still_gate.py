@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from image_support import noisy, textured, with_flow
 
 from models.flow_loss import warp
-from models.still_gate import StillGate
+from models.still_gate import CAMERA_READING, StillGate
 
 
 def test_still_gate_zeroes_a_flow_where_nothing_moved_and_keeps_the_true_one():
@@ -90,6 +90,20 @@ def test_a_gate_that_follows_the_camera_takes_a_biased_flow_for_no_camera_motion
     bias = torch.full((1, 2, 48, 48), 0.3)
     out = StillGate(follows_camera=True)(with_flow(bias, image, image))[:, :2]
     assert out.abs().max() < 1e-3
+
+
+def test_the_gate_reads_the_camera_s_motion_whether_it_follows_it_or_not():
+    """Its reading is what it took for the camera (here the flow's most common value), also where the frames did not
+    confirm it and the flow put out stands still: what the made pairs' camera is sized by (``StreamMotion``)."""
+    image = textured(48, 48)
+    bias = torch.full((1, 2, 48, 48), 0.3)
+    gate = StillGate(follows_camera=True)
+    assert gate(with_flow(bias, image, image))[:, :2].abs().max() < 1e-3
+    torch.testing.assert_close(gate.readings()[CAMERA_READING], torch.full((1, 2, 1, 1), 0.3))
+    prev = textured(48, 48)
+    gate(with_flow(torch.tensor([1.0, 0.0]).view(1, 2, 1, 1).expand(1, 2, 48, 48), prev, torch.roll(prev, 1, -1)))
+    torch.testing.assert_close(gate.readings()[CAMERA_READING], torch.tensor([1.0, 0.0]).view(1, 2, 1, 1))
+    assert StillGate().readings() == {}
 
 
 def mover_before_a_wall(door: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

@@ -277,7 +277,7 @@ class Learner:
             zero = self.learning.zero_flow_loss(step_input, target)
         r = self.pipe.step(step_input, target=target)
         if r.output is not None:
-            self.feed.observe(r.output)
+            self.feed.observe(r.output, r.readings)
         return zero, (r if r.frame is not None else None)
 
     def start_score(self) -> StartScore:
