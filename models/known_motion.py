@@ -15,11 +15,11 @@ rolling shutter's band, an exposure step), put on the made pair's second frame.
 
 The motion: a camera's (a shift, a turn and a zoom about the centre, from a view a little off the frame's own) with a
 mover on top (a square cut from elsewhere in the frame, moving on its own). Its sizes are the stream's own
-(``StreamMotion``): the camera moves as much as the stream's typical pixel does (a static camera's made pairs stand
-still but for the mover: their still background teaches the still gate to stay still), the mover as fast as the
-stream's fast pixels. A made pair is served again, as it was made, for a few pairs (``KnownMotion``): under PARTIME
-the stage whose gradient is late then pushes it through the very pair it belongs to. Every op is a tensor op on the
-frame's device, with no value read back to the host.
+(``StreamMotion``): the camera moves as much as the still gate read the stream's camera moving (a static camera's
+made pairs stand still but for the mover: their still background teaches the still gate to stay still), the mover as
+fast as the stream's fast pixels. A made pair is served again, as it was made, for a few pairs (``KnownMotion``):
+under PARTIME the stage whose gradient is late then pushes it through the very pair it belongs to. Every op is a
+tensor op on the frame's device, with no value read back to the host.
 """
 
 from __future__ import annotations
@@ -106,16 +106,17 @@ def light_change(shown: Tensor, flow: Tensor) -> Tensor:
 
 
 class StreamMotion:
-    """How much the stream moves, as the flow it shows says: ``camera``, its typical pixel's motion (the median length,
-    px; or the camera's motion as the net read it, where it is given), and ``movers``, its fast pixels' (the 90th
+    """How much the stream moves: ``camera``, its camera's motion as the net read it (px; where no reading is given, the
+    typical pixel's, the median length of the flow shown), and ``movers``, its fast pixels' (the 90th
     percentile), each a running mean over pairs (``MOTION_WEIGHT``), 0-d tensors on the flow's device (no value read
     back to the host). Zero until a flow is seen.
 
     Why the camera as read: the flow shown is the still gate's, which at night stands the background still on most
     pairs (the camera's evidence is within the noise), so its median read a photograph's night stream as moving
     0.18-0.41 px where its typical pixel moved 0.87-1.02 px; made pairs that moved that little taught the net a
-    stiller picture than it watched, and a night stream drifted past its frozen start (moon's, its last 100 pairs 1.034
-    times; read so, 1.003: docs/notebook/2026-12-02-the-made-camera-sized-past-the-gate.md)."""
+    stiller picture than it watched, and a night stream drifted past its frozen start (moon's, its last 100 pairs over
+    four seeds 1.004-1.034 times; sized by the still gate's reading, 1.001-1.014:
+    docs/notebook/2026-12-02-the-made-camera-sized-by-the-gates-reading.md)."""
 
     def __init__(self) -> None:
         self.camera: Tensor | None = None

@@ -116,6 +116,7 @@ HELD_CHANGE = 0.5
 
 #: The name of the gate's reading of the camera's motion (``StillGate.readings``).
 CAMERA_READING = "camera_motion"
+
 #: The mean absolute difference under which two frames, each channel standardised (its mean taken out, over its
 #: deviation), are one picture; the camera's clipping after a gain leaves a little.
 SAME_PICTURE = 0.02
@@ -158,7 +159,8 @@ class StillGate(nn.Module):
     static one, as without; docs/models.md#the-still-gate-follows-the-camera and the section after it).
 
     It remembers the pair before (``HELD_SHARE``): a pan followed there goes on, and a camera read near the picture's
-    translation is read there again, where this pair follows on from it.
+    translation is read there again, where this pair follows on from it. What it read of the camera's motion, followed
+    or not, leaves the net beside the flow (``readings``): the learner's made pairs move as much.
 
     ``hands_on_keep``: the tensor goes on with the gate's decision appended, (B, 1, H, W) in [0, 1], 1 where the flow
     was kept: a variational refinement after it does not smooth across that boundary (``models.variational``).
@@ -279,7 +281,7 @@ class StillGate(nn.Module):
     def readings(self) -> dict[str, Tensor]:
         """``CAMERA_READING``: the camera's motion (B, 2, 1, 1, px) read on the last pair, whether or not the gate
         followed it. Where the gate stands the background still (a night camera's shake, whose evidence is within the
-        noise), the flow put out no longer shows it (``pipeline_core.stage.Stage.readings``). None without
+        noise), the flow put out no longer shows it (``pipeline_core.stage.Stage.readings``). Nothing without
         ``follows_camera``."""
         if not self.follows_camera:
             return {}
