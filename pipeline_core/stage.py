@@ -129,9 +129,8 @@ class Stage:
 
     def readings(self) -> dict[str, Tensor]:
         """What the stage's layers read of the samples they last forwarded, by name: a layer that reads something of
-        its input that its output does not carry says so in a method ``readings`` (the still gate's reading of the
-        camera's motion, where the flow it puts out stands the background still). As the layers keep them, on the
-        stage's device: nothing is read back to the host."""
+        its input that its output does not carry, for the pipeline's caller, says so in a method ``readings`` (name ->
+        a small tensor it keeps). As the layers keep them, on the stage's device: nothing is read back to the host."""
         return {name: t for layer in self._reading_layers for name, t in layer.readings().items()}
 
     def keep_input(self, frame: int) -> None:
