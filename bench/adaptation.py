@@ -102,7 +102,7 @@ def learner_errors(stream: Stream, stages: int, init: str, seed: int = 0) -> np.
                            schedule="partime" if stages > 1 else "sequential", devices=["cpu"])  # fmt: skip
     errors = np.full(len(stream.flow), np.nan)
     with pipe:
-        for r in predict_then_learn(pipe, stream_pairs(stream.frames), learning.feed(seed)):
+        for r in predict_then_learn(pipe, stream_pairs(stream.frames), learning.feed(seed, stages)):
             if r.frame is not None and r.output is not None:
                 errors[r.frame] = scored(r.output, stream.flow[r.frame])
     return errors

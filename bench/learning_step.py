@@ -139,7 +139,7 @@ def child(way: str, size: tuple[int, int], steps: int, warmup: int) -> dict:
 
         use(kernels=False)
     learning = learning_for("pretrained")  # each step the pair shown and a pair of known motion made from it
-    feed = learning.feed()
+    feed = learning.feed(0, stages)
     layers = coarse_then_full(net) if stages == 2 else None
     optimizer = learning.optimizer(fused=not way.startswith("adam-loop"))
     processes = "processes" in way

@@ -153,7 +153,7 @@ def learn(
     scores = PairScores(clip, shown)
     lr = learning_for(init).lr if lr is None else lr
     with build_learner(init, args.net, frame_pair(clip.frames[0], clip.frames[1]), stages, lr, args.seed) as pipe:
-        for r in predict_then_learn(pipe, pairs, learning_for(init).feed(args.seed)):
+        for r in predict_then_learn(pipe, pairs, learning_for(init).feed(args.seed, stages)):
             scores.seconds.append(r.step_seconds)
             if r.frame is not None:
                 scores.add(r.frame, online.shown(r.output)[0].detach().permute(1, 2, 0).cpu().numpy(), r.loss)

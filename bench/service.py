@@ -61,7 +61,7 @@ async def measure(srv: ServerProcess, sid: str, warmup_s: float, seconds: float)
     info = srv.stream(sid)
     latency = np.array([r["latency_s"] for r in records])
     dp = np.array([r["dp_s"] for r in records])
-    losses = [r["loss"] for r in records]
+    losses = [r["loss"] for r in records if r["loss"] is not None]  # none where a step's pair was known nowhere
     return {
         "frames": len(records),
         "dropped": info["counters"]["dropped"] - dropped0,

@@ -74,7 +74,8 @@ class FlowFiles:
 
 class MetricsCsv:
     """frame, capture_time, loss, loss_zero, dp_s, work_s, ds_s, latency_s, dropped, scene_cut (1 where the frame
-    began a new shot), stage_0_dp_s, ... (the stage columns fixed by the first frame)."""
+    began a new shot), stage_0_dp_s, ... (the stage columns fixed by the first frame). A frame whose step learned from
+    a pair known nowhere has no losses: empty cells (``models.known_motion.KnownMotion``)."""
 
     BASE = ["frame", "capture_time", "loss", "loss_zero", "dp_s", "work_s", "ds_s", "latency_s", "dropped", "scene_cut"]
 

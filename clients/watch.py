@@ -79,15 +79,20 @@ class Progress:
         self.last_print = 0.0
         self.line_open = False
         self.versus: list[tuple[float, float]] = []  # (loss, frozen start's loss) on the last frames it scored
+        self.loss: float | None = None  # the newest frame's loss, and zero flow's, that had one
+        self.loss_zero: float | None = None
 
     def update(self, m: dict) -> None:
         now = time.monotonic()
         self.times = [t for t in self.times if now - t < 3.0] + [now]
         fps = (len(self.times) - 1) / (self.times[-1] - self.times[0]) if len(self.times) > 1 else 0.0
         ratio = m["dp_s"] / m["ds_s"] if m.get("ds_s") else float("nan")
-        zero = f" (zero flow {m['loss_zero']:.4g})" if m.get("loss_zero") is not None else ""
+        if m.get("loss") is not None:  # none where the step learned from a pair known nowhere: the last one stands
+            self.loss, self.loss_zero = m["loss"], m.get("loss_zero")
+        zero = f" (zero flow {self.loss_zero:.4g})" if self.loss_zero is not None else ""
+        loss = f"{self.loss:.4g}" if self.loss is not None else "–"
         line = (
-            f"frame {m['frame']:>6}  fps {fps:5.1f}  loss {m['loss']:.4g}{zero}{self._versus_start(m)}  "
+            f"frame {m['frame']:>6}  fps {fps:5.1f}  loss {loss}{zero}{self._versus_start(m)}  "
             f"ΔP/ΔS {ratio:4.2f}{' OVER' if ratio > 1 else ''}  drops {m.get('dropped', 0)}"
         )
         if self.tty:

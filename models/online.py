@@ -149,7 +149,10 @@ def guarded_known_flow_loss(output: Tensor, target: Tensor) -> Tensor:
 
 class Feed:
     """Turns each real pair into a pipeline step's input and target, and reads what the step showed. The pair shown is
-    always sample 0 of the input (``shown``)."""
+    always sample 0 of the input (``shown``). ``learns``: whether the last input made has anything to learn from (its
+    step's loss is then a measure; known nowhere, it is 0 by construction)."""
+
+    learns = True
 
     def __call__(self, pair: Tensor) -> tuple[Tensor, Tensor]:
         return pair, pair
@@ -162,18 +165,21 @@ class KnownMotionFeed(Feed):
     """Each step's input: the real pair (shown) and a pair made from its second frame with a known flow (learned
     from; ``models.known_motion``); the target: that flow. The made pair moves as much as the stream's shown flow says
     it does, and borrows the stream's noise and change of light through the newest flow the learner showed (zero flow
-    until it has shown one)."""
+    until it has shown one). For a pipeline of ``stages``, each made pair is then served ``stages - 1`` pairs more
+    known nowhere (``KnownMotion``'s ``unknown``): no stage pushes one pair's gradient through another."""
 
-    def __init__(self, seed: int = 0) -> None:
-        self.motion = KnownMotion(seed, KNOWN_HOLD, KNOWN_EVERY)
+    def __init__(self, seed: int = 0, stages: int = 1) -> None:
+        self.motion = KnownMotion(seed, KNOWN_HOLD, KNOWN_EVERY, unknown=stages - 1)
         self.stream = StreamMotion()
         self.flow: Tensor | None = None
+        self.learns = True
 
     def __call__(self, pair: Tensor) -> tuple[Tensor, Tensor]:
         flow = self.flow if self.flow is not None and self.flow.shape[-2:] == pair.shape[-2:] else None
         if flow is None:
             flow = pair.new_zeros(1, 2, *pair.shape[-2:])
         known = self.motion(pair, flow.to(pair.device), self.stream)
+        self.learns = known.known
         return torch.cat([pair, known.pair]), known.target()
 
     def observe(self, output: Tensor, readings: Mapping[str, Tensor] | None = None) -> None:
@@ -213,8 +219,9 @@ class Learning:
     prior_anchor: float | None = None  # how hard the priors are pulled back toward their start after each step
     conv_rates: Mapping[int, float] | None = None  # each level's convolutions' share of the rate; unnamed: as shipped
 
-    def feed(self, seed: int = 0) -> Feed:
-        return KnownMotionFeed(seed) if self.known_motion else Feed()
+    def feed(self, seed: int = 0, stages: int = 1) -> Feed:
+        """The feed of a learner split into ``stages`` (``KnownMotionFeed``)."""
+        return KnownMotionFeed(seed, stages) if self.known_motion else Feed()
 
     def sample(self, pair: Tensor) -> Tensor:
         """The pipeline's sample input for a real pair (1, 6, H, W)."""

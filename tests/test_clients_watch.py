@@ -45,8 +45,11 @@ def test_watch_demo_saves_video_flow_and_metrics(server, tmp_path):
     assert len(rows) == FRAMES
     frames = [int(r["frame"]) for r in rows]
     assert frames == sorted(frames) and len(set(frames)) == FRAMES
-    assert all(math.isfinite(float(r["loss"])) and float(r["ds_s"]) == pytest.approx(0.1) for r in rows)
-    assert all(math.isfinite(float(r["loss_zero"])) and float(r["work_s"]) > 0 for r in rows)
+    assert all(float(r["ds_s"]) == pytest.approx(0.1) and float(r["work_s"]) > 0 for r in rows)
+    # Each loss is a number, but where the step learned from a made pair served known nowhere (one in five at D = 2).
+    learned = [r for r in rows if r["loss"] != ""]
+    assert len(learned) >= 0.75 * FRAMES and all(r["loss_zero"] == "" for r in rows if r["loss"] == "")
+    assert all(math.isfinite(float(r["loss"])) and math.isfinite(float(r["loss_zero"])) for r in learned)
     assert any(name.startswith("stage_") for name in rows[0])
     assert {r["scene_cut"] for r in rows} == {"0"}  # the demo is one shot
 

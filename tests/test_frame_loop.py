@@ -251,7 +251,8 @@ def test_the_frozen_start_scores_now_and_then_and_a_learner_behind_it_goes_back_
     assert scored and all(f % 2 == 1 and f == g for f, g in scored)  # the second pair fed, the fourth, ...: 1, 3, ...
     went = [m for m in loop.out if isinstance(m, WentBackToBest)]
     assert went and went[0].ratio > 1e3 and went[0].scored == 2
-    assert frames[-1].frame > went[0].frame and np.isfinite(frames[-1].loss)  # it learns on
+    learned = [m for m in frames if m.loss is not None]  # not a made pair served known nowhere
+    assert learned[-1].frame > went[0].frame and np.isfinite(learned[-1].loss)  # it learns on
     assert [m.frame for m in frames] == sorted({m.frame for m in frames})  # numbered on, never back
     # No window was ever ahead of the start: the best weights it had were its start's.
     assert went_back_to and all(torch.equal(a, b) for a, b in zip(start, went_back_to[0], strict=True))
@@ -290,3 +291,25 @@ def test_the_frozen_starts_layers_run_over_the_frames_after_the_one_it_scores(tm
 
 def weights(learner: Learner) -> list[torch.Tensor]:
     return [p.detach().clone() for p in learner.pipe.module().parameters()]
+
+
+@pytest.mark.parametrize("lag", [0, 1], ids=["lag0", "lag1"])
+def test_a_frame_whose_step_learned_from_a_pair_known_nowhere_has_no_loss_nor_scoring(tmp_path, lag, monkeypatch):
+    """At D = 2 each made pair is served once more known nowhere (``models.known_motion.KnownMotion``): its losses are
+    0 by construction, so the frame's loss is none (the charts go on across it), and the frozen start scores none."""
+    monkeypatch.setattr(versus_start, "BUDGET_SHARE", 1.0)
+    loop = make_loop(tmp_path, lag, auto=False, init="pretrained")
+    loop.start_scorer.versus = VersusStart(every=1, window=50, margin=1e9)  # due on every pair it may score
+    # A start scored at once (no layers), never far enough ahead to send the learner back.
+    loop.learner.start_score = lambda: StartScore(nn.Sequential(), torch.zeros(1), torch.zeros(1), explains_all)
+    rng = np.random.default_rng(4)
+    for i, picture in enumerate(rng.integers(0, 255, (16, DISPLAY[1], DISPLAY[0], 3), np.uint8)):
+        loop.on_frame(picture, float(i))
+    frames = [m for m in loop.out if isinstance(m, FrameLearned)]
+    # The service's made pairs: every second pair, four servings as made, then one known nowhere: pairs 8 and 9.
+    none = [m.frame for m in frames if m.loss is None]
+    assert none == [8, 9] and all(m.loss_zero is None for m in frames if m.frame in none)
+    assert all(m.loss > 0 and m.loss_zero > 0 for m in frames if m.frame not in none)
+    scored = {m.start_scored.frame for m in frames if m.start_scored is not None}
+    assert scored and not scored & set(none)
+    loop.learner.pipe.close()

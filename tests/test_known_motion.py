@@ -96,6 +96,27 @@ def test_a_made_pair_serves_every_second_pair_for_its_hold_as_it_was_made_then_a
     assert same[0][2] and same[1][3] and not same[0][1] and not same[2][4] and not same[3][5]
 
 
+def test_a_made_pair_is_served_known_nowhere_for_its_unknown_pairs_then_another_is_made():
+    """Served ``hold`` times as made, then ``unknown`` times more with nothing known (its loss 0, so the gradient the
+    last stage sends back is 0), and the feed says which: the service shows no loss for those."""
+    pair, flow = real_pair()
+    motion, stream = KnownMotion(seed=0, hold=2, every=2, unknown=1), moving(2.0, 4.0)
+    newer = [real_pair(noise=1.0 + i)[0] for i in range(8)]
+    made = [motion(newer[i], flow, stream) for i in range(8)]
+    assert [m.known for m in made] == [True, True, True, True, False, False, True, True]
+    assert torch.equal(made[4].pair, made[0].pair) and torch.equal(made[4].flow, made[0].flow)
+    assert made[4].valid.sum() == 0 and made[0].valid.sum() > 0
+    assert known_flow_loss(torch.randn(2, 2, *pair.shape[-2:]), made[4].target()) == 0
+    assert not torch.equal(made[6].pair, made[0].pair)  # made afresh after its unknown serving
+    feed, single, learns, single_learns = KnownMotionFeed(seed=0, stages=2), KnownMotionFeed(seed=0), [], []
+    for i in range(12):  # the service's hold, every second pair: each slot's fifth serving is known nowhere at D = 2
+        feed(newer[i % 8])
+        single(newer[i % 8])
+        learns.append(feed.learns)
+        single_learns.append(single.learns)
+    assert learns == [True] * 8 + [False, False, True, True] and all(single_learns)
+
+
 def test_the_made_pair_borrows_the_streams_noise_and_light():
     clean, flow = real_pair()
     noisy, _ = real_pair(noise=6.0)

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from models.flow_nets import build_flow_net
-from models.online import CONV_RATES, KNOWN_MOTION, frame_pair, online_pipeline, predict_then_learn
+from models.online import CONV_RATES, KNOWN_MOTION, Feed, frame_pair, online_pipeline, predict_then_learn
 from models.stale_gradient import motion_aligned
 from models.streams import generate
 from pipeline_core.partition import only_shown
@@ -71,7 +71,7 @@ def test_the_known_motion_learner_leaves_the_coarse_levels_convolutions_as_shipp
     torch.manual_seed(0)
     with online_pipeline(build_flow_net("fast", init="pretrained"), pairs[0], stages, learning=KNOWN_MOTION,
                          layers=SPLITS[stages]) as pipe:  # fmt: skip
-        list(predict_then_learn(pipe, iter(pairs), KNOWN_MOTION.feed()))
+        list(predict_then_learn(pipe, iter(pairs), KNOWN_MOTION.feed(0, stages)))
         optimized = {id(p) for s in pipe.stages for g in s.optimizer.param_groups for p in g["params"]}
         held = {n for s in pipe.stages for n, p in s.module.named_parameters() if id(p) in optimized}
         groups = [g for s in pipe.stages for g in s.optimizer.param_groups]
@@ -89,3 +89,49 @@ def test_the_known_motion_learner_leaves_the_coarse_levels_convolutions_as_shipp
     # The layers only the shown pair passes (the still gate) learn nothing, and sit in no optimizer.
     only = {n for n, _ in shipped.named_parameters() if only_shown(shipped.get_submodule(n.split(".")[0]))}
     assert only and not only & (moved | held)
+
+
+class Recording(Feed):
+    """A feed that keeps the made pair of every input it makes."""
+
+    def __init__(self, feed: Feed) -> None:
+        self.feed, self.made = feed, []
+
+    def __call__(self, pair: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        step_input, target = self.feed(pair)
+        self.made.append(step_input[-1])
+        return step_input, target
+
+    def observe(self, output: torch.Tensor, readings=None) -> None:
+        self.feed.observe(output, readings)
+
+
+def test_at_d_2_the_first_stage_pushes_no_made_pairs_gradient_through_another(one_intra_op_thread):
+    """PARTIME's first stage of two pushes through each step's pair the gradient of the pair two steps before: the same
+    made pair, or, where the feed made one afresh, the one before it, served known nowhere, whose gradient is zero
+    (``KnownMotion``'s ``unknown``). Without that serving, the old pair's gradient went through the new one."""
+    stream = generate(size=32, frames=15, seed=3)
+    pairs = [frame_pair(stream.frames[t], stream.frames[t + 1]) for t in range(len(stream.flow))]
+
+    def pushed(stages_of_feed: int) -> tuple[list[bool], list[bool]]:
+        """Per stale push of the first stage: whether its made pair's gradient was zero, and whether the pair it was
+        pushed through was another than the one it came from."""
+        feed, zero = Recording(KNOWN_MOTION.feed(0, stages_of_feed)), []
+
+        def spy(output: torch.Tensor, grad: torch.Tensor, frames_apart: int) -> torch.Tensor:
+            zero.append(bool((grad[-1] == 0).all()))
+            return grad
+
+        torch.manual_seed(0)
+        with online_pipeline(build_flow_net("fast", init="pretrained"), pairs[0], 2, learning=KNOWN_MOTION,
+                             layers=SPLITS[2], align_stale_grad=spy) as pipe:  # fmt: skip
+            list(predict_then_learn(pipe, iter(pairs), feed))
+        # The first stage's stale pushes are for frames 2, 3, ... (the gradient of frame f - 2 through frame f).
+        other = [not torch.equal(feed.made[f], feed.made[f - 2]) for f in range(2, 2 + len(zero))]
+        return zero, other
+
+    zero, other = pushed(2)
+    assert any(other) and not all(zero)  # the feed made new pairs; most pushes carried a gradient
+    assert all(z for z, o in zip(zero, other, strict=True) if o)
+    zero, other = pushed(1)  # a feed for one stage: the old pair's gradient goes through the new one
+    assert any(o and not z for z, o in zip(zero, other, strict=True))

@@ -99,7 +99,9 @@ class MessageDispatcher:
         self.counts.processed()
         if m.scene_cut:
             self.counts.scene_cut()
-        status.loss, status.learning_size = m.loss, tuple(m.learning_size)
+        status.learning_size = tuple(m.learning_size)
+        if m.loss is not None:  # none where the step's pair was known nowhere: the last loss stands
+            status.loss = m.loss
         if (scored := m.start_scored) is not None:
             status.versus_start.record(scored.loss, scored.loss_start)
             if (standing := status.versus_start.standing()) is not None:

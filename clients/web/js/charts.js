@@ -123,8 +123,9 @@ export function budgetSeries(stages, getBudgetMs) {
 }
 
 export const lossSeries = () => [
-  { label: "loss", stroke: "rgba(122,162,255,.45)", width: 1, legendColor: COLORS.loss },
+  // A frame whose step learned from a pair known nowhere has no loss (null): the lines go on across it.
+  { label: "loss", stroke: "rgba(122,162,255,.45)", width: 1, legendColor: COLORS.loss, spanGaps: true },
   { label: "smoothed", stroke: COLORS.accent, width: 2, legendColor: COLORS.accent },
-  { label: "zero flow", stroke: COLORS.budget, dash: [6, 4], width: 1.5, legendColor: COLORS.budget },
+  { label: "zero flow", stroke: COLORS.budget, dash: [6, 4], width: 1.5, legendColor: COLORS.budget, spanGaps: true },
   { label: "frozen start", stroke: COLORS.bad, dash: [2, 3], width: 1.5, legendColor: COLORS.bad },
 ];

@@ -290,7 +290,7 @@ function onFrame({ metrics: m, images }) {
   const recent = state.recent.mean();
   $("stat-frame").textContent = String(m.frame);
   $("stat-fps").textContent = fps == null ? "–" : fps.toFixed(1);
-  $("stat-loss").textContent = num(m.loss);
+  if (m.loss != null) $("stat-loss").textContent = num(m.loss); // none where the step's pair was known nowhere
   const versus = state.versus.ratio();
   $("stat-versus").textContent = versus == null ? "–" : `${versus.toFixed(2)}×`;
   $("stat-versus").className = versus == null ? "" : versus <= 1 ? "under" : "over";

@@ -111,7 +111,7 @@ class Learner:
         seed = zlib.crc32(cfg.name.encode())
         torch.manual_seed(seed)  # a new stream's initial weights depend on its name only
         self.learning: Learning = learning_for(cfg.init)
-        self.feed = self.learning.feed(seed)
+        self.feed = self.learning.feed(seed, cfg.stages)
         # The lr of every stage (``online_pipeline``). An explicit one wins (a restart after a crash passes a halved
         # one); else the checkpoint's; else the default.
         self.lr = cfg.lr or (float(saved["lr"]) if saved else self.learning.lr)

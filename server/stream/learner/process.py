@@ -150,6 +150,7 @@ class InPipeline:
     loss_zero: torch.Tensor  # zero flow's loss on what its step learned from, on the learner's device
     scene_cut: bool  # it began a new shot (paired with itself)
     frames: int  # how many frames of the stream its pair spans: more than one where the worker skipped some
+    learns: bool = True  # its step had something to learn from (``models.online.Feed.learns``); else its loss is 0
     scored: Scoring | None = None  # the frozen start's scoring of what this frame's step learned from, if it has one
     start_done: Scoring | None = None  # a scoring whose last layers ran on this frame (its loss comes down with it)
 
@@ -225,8 +226,9 @@ class FrameLoop:
         epochs, stepping = learner.pipe.epochs, time.perf_counter()
         loss_zero, r = learner.step(x)
         stepped = time.perf_counter() - stepping
-        scored, start_done, start_s = self.start_scorer.after_step(learner.start_score)
-        self.pending.append(InPipeline(picture, capture_time, loss_zero, cut, frames, scored, start_done))
+        learns = learner.feed.learns
+        scored, start_done, start_s = self.start_scorer.after_step(learner.start_score, learns)
+        self.pending.append(InPipeline(picture, capture_time, loss_zero, cut, frames, learns, scored, start_done))
         if learner.pipe.epochs != epochs:
             self.pending.clear()  # the pipeline started afresh (a step its CUDA graph could not capture)
         if r is not None:
@@ -285,6 +287,8 @@ class FrameLoop:
         work_s = time.perf_counter() - start
         # As the budget counts it (``_keep_budget``): on CPU at least ΔP, whose stages start before the frame's clock.
         frame_work_s = max(work_s, r.step_seconds) if self.shares_cores else work_s
+        if not frame.learns:  # a made pair served known nowhere: its losses are 0 by construction, not a measure
+            loss = loss_zero = None
         self.out.put(FrameLearned(
             frame=r.frame, loss=loss, loss_zero=loss_zero, start_scored=start_scored, dp_s=r.step_seconds,
             stage_dp_s=list(r.stage_seconds),

@@ -68,14 +68,16 @@ class StartScorer:
         self.under_way: Scoring | None = None
         self.share_s = 0.0  # the last scoring's seconds over the frames up to the next: the budget's steady share
 
-    def after_step(self, begin: Callable[[], StartScore]) -> tuple[Scoring | None, Scoring | None, float]:
-        """After a step: the scoring begun on its pair by ``begin`` (``Learner.start_score``) where one is due (or
-        None), the scoring that ended on this frame (or None; its loss in ``score.loss``), and the seconds its layers
-        took here."""
+    def after_step(
+        self, begin: Callable[[], StartScore], learns: bool = True
+    ) -> tuple[Scoring | None, Scoring | None, float]:
+        """After a step: the scoring begun on its pair by ``begin`` (``Learner.start_score``) where one is due and the
+        step ``learns`` from its pair (a pair known nowhere scores 0 for both; or None), the scoring that ended on this
+        frame (or None; its loss in ``score.loss``), and the seconds its layers took here."""
         self.fed += 1
         begun = None
         if self.under_way is None:
-            if not self.versus.due(self.fed):
+            if not learns or not self.versus.due(self.fed):
                 return None, None, 0.0
             begun = self.under_way = Scoring(begin(), self.fed)
         scoring = self.under_way
