@@ -118,8 +118,9 @@ async def window(srv: ServerProcess, sid: str, warmup_s: float, seconds: float) 
         "latency_p50_s": float(np.percentile(latency, 50)),
         "latency_p95_s": float(np.percentile(latency, 95)),
         "latency_target_s": (stages + 1) * interval + LATENCY_MARGIN_S,
+        # None where a step's pair was known nowhere (``models.known_motion.KnownMotion``)
         "loss_mean": float(np.mean([r["loss"] for r in records if r["loss"] is not None])),
-        "loss_zero_mean": float(np.mean([r["loss_zero"] for r in records])),
+        "loss_zero_mean": float(np.mean([r["loss_zero"] for r in records if r["loss_zero"] is not None])),
     }
 
 

@@ -205,8 +205,11 @@ class KnownMotion:
         key = self.made % self.every
         self.made += 1
         slot = self.slots.get(key)
-        serves = slot is not None and slot.pair.pair.shape[-2:] == shown.shape[-2:]
-        if slot is not None and serves and slot.served < self.hold + self.unknown:
+        if (
+            slot is not None
+            and slot.served < self.hold + self.unknown
+            and slot.pair.pair.shape[-2:] == shown.shape[-2:]
+        ):
             slot.served += 1
             if slot.served > self.hold:
                 return KnownPair(slot.pair.pair, slot.pair.flow, torch.zeros_like(slot.pair.valid), known=False)

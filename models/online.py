@@ -163,10 +163,10 @@ class Feed:
 
 class KnownMotionFeed(Feed):
     """Each step's input: the real pair (shown) and a pair made from its second frame with a known flow (learned
-    from; ``models.known_motion``); the target: that flow. The made pair moves as much as the stream's shown flow says
-    it does, and borrows the stream's noise and change of light through the newest flow the learner showed (zero flow
-    until it has shown one). For a pipeline of ``stages``, each made pair is then served ``stages - 1`` pairs more
-    known nowhere (``KnownMotion``'s ``unknown``): no stage pushes one pair's gradient through another."""
+    from; ``models.known_motion``); the target: that flow. The made pair moves as much as the stream does
+    (``StreamMotion``), and borrows the stream's noise and change of light through the newest flow the learner showed
+    (zero flow until it has shown one). For a pipeline of ``stages``, each made pair is then served ``stages - 1``
+    pairs more known nowhere (``KnownMotion``'s ``unknown``): no stage pushes one pair's gradient through another."""
 
     def __init__(self, seed: int = 0, stages: int = 1) -> None:
         self.motion = KnownMotion(seed, KNOWN_HOLD, KNOWN_EVERY, unknown=stages - 1)
