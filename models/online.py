@@ -172,7 +172,6 @@ class KnownMotionFeed(Feed):
         self.motion = KnownMotion(seed, KNOWN_HOLD, KNOWN_EVERY, unknown=stages - 1)
         self.stream = StreamMotion()
         self.flow: Tensor | None = None
-        self.learns = True
 
     def __call__(self, pair: Tensor) -> tuple[Tensor, Tensor]:
         flow = self.flow if self.flow is not None and self.flow.shape[-2:] == pair.shape[-2:] else None
