@@ -82,6 +82,7 @@ def flow_optimizer(
     prior_scale: float | None = None,
     prior_warmup: int | None = None,
     prior_anchor: float | None = None,
+    rate_scale: float = 1.0,
 ) -> OptimizerFactory:
     """Adam factory (one optimiser per pipeline stage). beta2 = 0.99: on a non-stationary stream the
     second-moment estimate must forget within ~100 frames, or a burst of large gradients (a fast
@@ -93,22 +94,23 @@ def flow_optimizer(
     ``Pipeline.set_lr`` keeps); ``prior_warmup``: their steps grow to that rate over so many steps; ``prior_anchor``:
     after each step they move ``lr * prior_scale * prior_anchor`` of the way back to their start
     (``models.prior_adam``). With ``prior_scale``, a weight tagged with a share of the rate (``LR_SHARE``) learns in a
-    group at that share."""
+    group at that share. ``rate_scale``: every group learns at that multiple of its rate (kept in its ``lr_scale``, so
+    ``Pipeline.set_lr`` and a saved optimizer state keep it too)."""
 
     def make(params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
         params = list(params)
         on_cuda = any(p.device.type == "cuda" for p in params)
-        groups: list[dict] = [{"params": params}]
+        groups: list[dict] = [{"params": params} | ({"lr_scale": rate_scale} if rate_scale != 1.0 else {})]
         if prior_scale is not None:
             by_share: dict[float, list[nn.Parameter]] = {}
             for p in params:
                 if not is_prior(p):
                     by_share.setdefault(getattr(p, LR_SHARE, 1.0), []).append(p)
             groups = [
-                {"params": weights} | ({"lr_scale": share} if share != 1.0 else {})
+                {"params": weights} | ({"lr_scale": share * rate_scale} if share * rate_scale != 1.0 else {})
                 for share, weights in sorted(by_share.items(), reverse=True)
             ]
-            fast = {"lr_scale": prior_scale, "warmup": prior_warmup, "anchor": prior_anchor}
+            fast = {"lr_scale": prior_scale * rate_scale, "warmup": prior_warmup, "anchor": prior_anchor}
             priors = [p for p in params if is_prior(p)]
             groups.append({k: v for k, v in fast.items() if v is not None} | {"params": priors})
             groups = [g for g in groups if g["params"]]
@@ -226,14 +228,26 @@ class Learning:
         """The pipeline's sample input for a real pair (1, 6, H, W)."""
         return torch.cat([pair, pair]) if self.known_motion else pair
 
-    def optimizer(self, lr: float | None = None, fused: bool = True) -> OptimizerFactory:
+    def optimizer(self, lr: float | None = None, fused: bool = True, stages: int = 1) -> OptimizerFactory:
+        """The optimizer of each stage of a learner split into ``stages``, at ``lr`` (``stage_rate``'s multiple)."""
         return flow_optimizer(
             self.lr if lr is None else lr,
             fused=fused,
             prior_scale=self.prior_scale,
             prior_warmup=self.prior_warmup,
             prior_anchor=self.prior_anchor,
+            rate_scale=self.stage_rate(stages),
         )
+
+    def stage_rate(self, stages: int) -> float:
+        """How much faster than its rate a learner split into ``stages`` steps: learning from known motion, its feed
+        serves each made pair ``stages - 1`` pairs more known nowhere (``KnownMotionFeed``), so only ``KNOWN_HOLD`` of
+        every ``KNOWN_HOLD + stages - 1`` steps teach it; it steps faster by their inverse, to learn as much per frame
+        as one stage. At the rate of one stage, D = 2 lagged D = 1 by 4-6 % over a flickering stream at 256x256, as far
+        as a D = 1 learner served the same steps known nowhere (the share of steps that teach, not the gradient's age:
+        docs/notebook/2026-12-02-what-holds-d-2-back-at-256.md); 5/4 as fast, by 3 %
+        (docs/notebook/2026-12-03-d-2-steps-faster-by-its-untaught-share.md)."""
+        return (KNOWN_HOLD + stages - 1) / KNOWN_HOLD if self.known_motion else 1.0
 
     @property
     def shown(self) -> int:
@@ -327,8 +341,8 @@ def online_pipeline(
     and stale-gradient rule unless ``loss_fn``, ``optimizer``, ``lr`` or ``align_stale_grad`` (None: as it was sent,
     PARTIME as published) say otherwise), on inputs shaped as ``learning.sample(sample)`` for a real pair ``sample``:
     ``stages`` stages split by measured layer costs (unless ``layers`` gives the split; ``Pipeline`` profiles it
-    otherwise), one Adam per stage, every stage at ``lr``. ``compile_backend`` and
-    ``cuda_graph`` go to ``Pipeline`` (on CUDA whole-step graphs are on by default), as do ``runtime``,
+    otherwise), one Adam per stage, every stage at ``lr`` (times ``learning.stage_rate(stages)``). ``compile_backend``
+    and ``cuda_graph`` go to ``Pipeline`` (on CUDA whole-step graphs are on by default), as do ``runtime``,
     ``start_method`` and ``start_early`` (where the stages run, and when) and ``timeout`` (how long a step may take;
     None: the engine's default. A stage process that compiles at its first step takes minutes).
 
@@ -347,7 +361,7 @@ def online_pipeline(
         balance=layers,
         devices=devices,
         loss_fn=loss_fn or learning.loss_fn,
-        optimizer=optimizer or learning.optimizer(lr),
+        optimizer=optimizer or learning.optimizer(lr, stages=stages),
         schedule=schedule,
         align_stale_grad=learning.align_stale_grad if align_stale_grad == "learning" else align_stale_grad,
         compile_backend=compile_backend,

@@ -5,7 +5,16 @@ import pytest
 import torch
 
 from models.flow_nets import build_flow_net
-from models.online import CONV_RATES, KNOWN_MOTION, Feed, frame_pair, online_pipeline, predict_then_learn
+from models.online import (
+    CONV_RATES,
+    KNOWN_MOTION,
+    PHOTOMETRIC,
+    PRIOR_SCALE,
+    Feed,
+    frame_pair,
+    online_pipeline,
+    predict_then_learn,
+)
 from models.stale_gradient import motion_aligned
 from models.streams import generate
 from pipeline_core.partition import only_shown
@@ -85,10 +94,34 @@ def test_the_known_motion_learner_leaves_the_coarse_levels_convolutions_as_shipp
     assert coarse - coarse_convs <= moved  # the coarse levels' priors learned
     assert {n for n, p in shipped.named_parameters() if p.dim() > 0 and n not in coarse} & moved  # so did finer convs
     finer = {n: CONV_RATES[factor[n.split(".")[0]]] for n in held if shipped.get_parameter(n).dim() > 0}
-    assert set(finer.values()) == set(CONV_RATES.values()) and all(shares[n] == share for n, share in finer.items())
+    faster = KNOWN_MOTION.stage_rate(stages)  # every group steps faster by the share of steps that teach it
+    assert set(finer.values()) == set(CONV_RATES.values())
+    assert all(shares[n] == pytest.approx(share * faster) for n, share in finer.items())
     # The layers only the shown pair passes (the still gate) learn nothing, and sit in no optimizer.
     only = {n for n, _ in shipped.named_parameters() if only_shown(shipped.get_submodule(n.split(".")[0]))}
     assert only and not only & (moved | held)
+
+
+@pytest.mark.parametrize("stages", [1, 2, 3])
+def test_a_known_motion_learner_steps_faster_by_the_share_of_its_steps_that_teach_it(stages, one_intra_op_thread):
+    """Its feed serves a made pair known nowhere on some steps (``KnownMotionFeed``); every stage's every group steps
+    faster by the inverse of the share of steps that teach, and a new rate keeps that (``Pipeline.set_lr``)."""
+    stream = generate(size=32, frames=3, seed=4)
+    pair = frame_pair(stream.frames[0], stream.frames[1])
+    feed = KNOWN_MOTION.feed(0, stages)
+    teaching = []
+    for _ in range(240):  # whole cycles of its two slots' servings, for 1-3 stages
+        feed(pair)
+        teaching.append(feed.learns)
+    assert KNOWN_MOTION.stage_rate(stages) == pytest.approx(len(teaching) / sum(teaching))
+    assert PHOTOMETRIC.stage_rate(stages) == 1.0  # its every step teaches
+    with online_pipeline(build_flow_net("fast", init="pretrained"), pair, stages, learning=KNOWN_MOTION,
+                         layers=SPLITS[stages]) as pipe:  # fmt: skip
+        for lr in (KNOWN_MOTION.lr, 1e-6):
+            pipe.set_lr(lr)
+            rates = {g["lr"] for s in pipe.stages for g in s.optimizer.param_groups}
+            expected = {lr * KNOWN_MOTION.stage_rate(stages) * share for share in (*CONV_RATES.values(), PRIOR_SCALE)}
+            assert sorted(rates) == pytest.approx(sorted(expected))
 
 
 class Recording(Feed):
