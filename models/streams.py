@@ -16,6 +16,7 @@ CLI: ``python -m models.streams --out demo.npz --size 128 --frames 300 --seed 0 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -181,7 +182,16 @@ def generate(
 
 
 def save_npz(stream: Stream, path: str | Path) -> None:
-    np.savez_compressed(path, frames=stream.frames, flow=stream.flow)
+    """Write ``stream`` whole or not at all: a reader never finds half a file (the benchmarks make a cached stream in
+    one process while another may load it)."""
+    path = Path(path)
+    part = path.with_name(f".{path.name}.{os.getpid()}.part")
+    try:
+        with part.open("wb") as f:
+            np.savez_compressed(f, frames=stream.frames, flow=stream.flow)
+        os.replace(part, path)
+    finally:
+        part.unlink(missing_ok=True)
 
 
 def load_npz(path: str | Path) -> Stream:

@@ -61,6 +61,21 @@ def test_npz_round_trip_and_validation(tmp_path):
         streams.load_npz(tmp_path / "bad.npz")
 
 
+def test_a_stream_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """A write that fails midway leaves no file a reader could take for a stream, and no scrap beside it."""
+    stream = streams.generate(size=32, frames=3, seed=0)
+    path = tmp_path / "s.npz"
+
+    def fails(file, **arrays):
+        file.write(b"PK half a zip")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(streams.np, "savez_compressed", fails)
+    with pytest.raises(OSError, match="disk full"):
+        streams.save_npz(stream, path)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_cli_writes_h264_mp4(tmp_path):
     out = tmp_path / "demo.mp4"
     assert streams.main(["--out", str(out), "--size", "32", "--frames", "6", "--seed", "1"]) == 0
