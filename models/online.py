@@ -114,8 +114,8 @@ def flow_optimizer(
             priors = [p for p in params if is_prior(p)]
             groups.append({k: v for k, v in fast.items() if v is not None} | {"params": priors})
             groups = [g for g in groups if g["params"]]
-            for g in groups:
-                g["lr"] = lr * g.get("lr_scale", 1.0)
+        for g in groups:
+            g["lr"] = lr * g.get("lr_scale", 1.0)
         options = {"lr": lr, "betas": (0.9, 0.99), "fused": fused or None, "capturable": on_cuda}
         plain = prior_warmup is None and prior_anchor is None
         return (torch.optim.Adam if plain else PriorAdam)(groups, **options)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,13 +186,13 @@ def save_npz(stream: Stream, path: str | Path) -> None:
     """Write ``stream`` whole or not at all: a reader never finds half a file (the benchmarks make a cached stream in
     one process while another may load it)."""
     path = Path(path)
-    part = path.with_name(f".{path.name}.{os.getpid()}.part")
+    fd, part = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with part.open("wb") as f:
+        with os.fdopen(fd, "wb") as f:
             np.savez_compressed(f, frames=stream.frames, flow=stream.flow)
         os.replace(part, path)
     finally:
-        part.unlink(missing_ok=True)
+        Path(part).unlink(missing_ok=True)
 
 
 def load_npz(path: str | Path) -> Stream:
