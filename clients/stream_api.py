@@ -98,7 +98,8 @@ class StreamApi:
         return urllib.parse.urlunsplit((scheme, url.netloc, url.path, query, ""))
 
     def frames(self, stream_id: str, idle_timeout: float, images: list[str] | None = None) -> Iterator[Frame | dict]:
-        """Yields `Frame`s, and state/error messages as dicts, until the stream ends or the socket closes.
+        """Yields `Frame`s, and the other messages (state, error, budget, note) as dicts, until the stream ends or the
+        socket closes.
 
         Each metrics message is followed by its image(s): one overlay JPEG by default, else one of each of `images`
         (`overlay`, `frame`, `flow`: JPEGs; `flow16`, `flo`: the flow field), which the server names in each metrics

@@ -1,9 +1,11 @@
 """`overtime watch STREAM_ID_OR_SOURCE`: follow a stream from the terminal, optionally recording it.
 
 Given a source (a URL, `demo`, `camera:N`, `file:...`) instead of a stream id, it first creates the stream (and
-deletes it again on exit unless --keep). Shows one progress line (fps, loss against zero flow's, ΔP/ΔS, drops), and
-saves a video of the overlay, the frame or the flow's colours at the frames' capture times (--save, H.264 MP4), the
-flow itself as one Middlebury .flo per frame (--save-flow) and the per-frame metrics (--csv).
+deletes it again on exit unless --keep). Shows one progress line (fps, loss against zero flow's and the frozen start's,
+ΔP/ΔS, drops), and above it each change of state, of the frame budget in words, and what the stream did on its own
+(went back to its best weights). Saves a video of the overlay, the frame or the flow's colours at the frames' capture
+times (--save, H.264 MP4), the flow itself as one Middlebury .flo per frame (--save-flow) and the per-frame metrics
+(--csv).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -111,10 +114,10 @@ class Progress:
         start = sum(s for _, s in self.versus)
         return f"  vs start {sum(v for v, _ in self.versus) / start:.2f}x" if start > 0 else ""
 
-    def note(self, state: str, words: str) -> None:
-        """A state change (starting, reconnecting, ...) on a line of its own."""
+    def say(self, line: str) -> None:
+        """A line of its own (a state change, the budget in words, a note), above the progress line."""
         self.done()
-        self.out.write(f"stream {state}{': ' + words if words else ''}\n")
+        self.out.write(line + "\n")
         self.out.flush()
 
     def done(self) -> None:
@@ -149,6 +152,12 @@ def wanted_images(args: argparse.Namespace) -> list[str]:
     return [args.picture] * bool(args.save) + ["flo"] * bool(args.save_flow) or ["overlay"]
 
 
+def budget_gist(message: dict) -> tuple:
+    """A budget message's size and words without their measured numbers: a new size or verdict is worth a line, a
+    new estimate of a frame's milliseconds is not."""
+    return tuple(message["learning_size"]), re.sub(r"\d+(\.\d+)?", "#", message["note"])
+
+
 def follow(api: StreamApi, stream: dict, args: argparse.Namespace) -> int:
     """Reads frames until --frames, the end of the stream or an error; records what was asked for."""
     video = VideoRecorder(args.save, stream.get("fps") or 10) if args.save else None
@@ -156,6 +165,7 @@ def follow(api: StreamApi, stream: dict, args: argparse.Namespace) -> int:
     metrics_csv = MetricsCsv(args.csv) if args.csv else None
     progress = Progress()
     received = 0
+    told_budget: tuple | None = None
     try:
         for item in api.frames(stream["id"], idle_timeout=args.idle_timeout, images=wanted_images(args)):
             if not isinstance(item, Frame):
@@ -163,7 +173,13 @@ def follow(api: StreamApi, stream: dict, args: argparse.Namespace) -> int:
                     progress.done()
                     return fail(STREAM_FAILED, f"stream {stream['id']}: {error_words(item.get('error') or item)}")
                 if item.get("state"):
-                    progress.note(item["state"], item.get("phase") or error_words(item.get("error")))
+                    words = item.get("phase") or error_words(item.get("error"))
+                    progress.say(f"stream {item['state']}{': ' + words if words else ''}")
+                elif item.get("type") == "note":  # what the stream did on its own: went back to its best weights
+                    progress.say(f"note: {item['note']}")
+                elif item.get("type") == "budget" and (gist := budget_gist(item)) != told_budget:
+                    told_budget = gist
+                    progress.say(f"budget: {item['note']}")
                 continue
             m = item.metrics
             if video is not None:

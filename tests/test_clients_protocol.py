@@ -1,5 +1,6 @@
 """The CLI's reading of the viewer WebSocket, against a scripted in-process server: metrics/image pairing, the
-two-image layout ("images": ["frame", "flow"]) the protocol allows, state messages, and close codes."""
+two-image layout ("images": ["frame", "flow"]) the protocol allows, state, budget and note messages, and close
+codes."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 from websockets.sync.server import serve
 
+from clients import watch
 from clients.recording import VideoRecorder, decode_jpeg
 from clients.stream_api import ApiError, Frame, StreamApi
 
@@ -123,3 +125,34 @@ def test_a_recording_lasts_as_long_as_the_frames_took(tmp_path):
     span = captured[-1] - captured[0]
     assert len(times) == 100 and span > 15 and times[-1] == pytest.approx(span, abs=0.002)  # not 9.9 s
     assert np.allclose(times, captured - captured[0], atol=0.002)
+
+
+def test_watch_says_the_budget_and_the_streams_notes(play, capsys):
+    """`overtime watch` prints, above its progress line, each new learning size or verdict of the frame budget (not
+    every new estimate of a frame's milliseconds) and each thing the stream did on its own."""
+
+    def budget(size, note):
+        return json.dumps({"type": "budget", "learning_size": size, "note": note})
+
+    slower = "learning at 64×48: a frame's work takes {} ms of 33 ms; a smaller size if that goes on"
+
+    def script(ws):
+        ws.send(json.dumps({"type": "state", "state": "running", "error": None, "phase": None}))
+        ws.send(budget([64, 48], slower.format(54)))
+        ws.send(budget([64, 48], slower.format(57)))  # a new estimate, the same verdict: not said again
+        ws.send(budget([32, 24], "cannot keep 30 fps: even at 32×24 a frame's work takes 40 ms of 33 ms"))
+        ws.send(metrics(0))
+        ws.send(jpeg(GREY))
+        ws.send(json.dumps({"type": "note", "note": "frame 0: learning fell behind its start"}))
+        ws.send(json.dumps({"type": "state", "state": "ended", "error": None, "phase": None}))
+
+    api = play(script)
+    assert watch.follow(api, {"id": "s1", "fps": 30}, watch.parse_args(["s1"])) == watch.OK
+    said = [line for line in capsys.readouterr().err.splitlines() if not line.startswith("frame ")]
+    assert said == [
+        "stream running",
+        f"budget: {slower.format(54)}",
+        "budget: cannot keep 30 fps: even at 32×24 a frame's work takes 40 ms of 33 ms",
+        "note: frame 0: learning fell behind its start",
+        "stream ended",
+    ]

@@ -259,6 +259,28 @@ def test_unreachable_url_shows_its_error(page, server):
     delete_all(server)
 
 
+def test_what_a_stream_did_on_its_own_is_said(page, server):
+    """The stream's notes (it went back to its best weights, a loss was not a number) under its title: the newest
+    three, and how many came before. The server's list is given notes on its way to the page."""
+    request = urllib.request.Request(
+        f"{server}/api/streams", json.dumps({"source": UNREACHABLE}).encode(), {"content-type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=30) as res:
+        stream_id = json.load(res)["id"]
+    notes = [f"frame {100 * i}: learning fell behind its start, so it went back to its best weights" for i in range(5)]
+
+    def with_notes(route):
+        streams = route.fetch().json()
+        route.fulfill(json=[{**s, "notes": notes} if s["id"] == stream_id else s for s in streams])
+
+    page.route("**/api/streams", with_notes)
+    page.goto(f"{server}/?stream={stream_id}")
+    page.locator("#stream-notes").wait_for(state="visible", timeout=10_000)
+    assert page.locator("#stream-notes li").all_inner_texts() == ["2 earlier", *notes[2:]]
+    page.unroute("**/api/streams")
+    delete_all(server)
+
+
 def test_rejected_source_shows_server_message(page):
     page.click("label[for=kind-url]")
     page.fill("#source-url", "ftp://example.com/video.mp4")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import math
 import os
 import signal
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from websockets.sync.client import connect
 
 from testing.api import Api
 from testing.media import make_video
@@ -133,6 +135,13 @@ def test_nan_loss_restores_the_checkpoint_and_halves_the_lr(srv, api, stream):
     assert after["resumed_from"] == saved, "the restored weights must be the last checkpoint's"
     assert after["pids"]["worker"] == info["pids"]["worker"], "recovery happens in place, no restart"
     assert metric(api, "overtime_nonfinite_losses_total", stream) == 1
+    (said,) = [note for note in after["notes"] if "not a number" in note]  # the stream says what it did
+    assert f"the weights saved after frame {saved}" in said and "halved its rate" in said
+    # A viewer who connects later hears it too, after the state and the budget, before any frame.
+    with connect(srv.ws(f"/ws/streams/{stream}")) as ws:
+        told = [json.loads(ws.recv(timeout=30)) for _ in range(2 + len(after["notes"]))]
+    assert [m["type"] for m in told] == ["state", "budget"] + ["note"] * len(after["notes"])
+    assert said in [m["note"] for m in told[2:]]
     after = api.wait_processed(stream, after["counters"]["processed"] + 10, 60)
     assert after["loss"] is not None and math.isfinite(after["loss"]), "learning goes on with finite losses"
     assert api.checkpoint_now(stream) >= saved

@@ -178,12 +178,15 @@ def test_first_frame_makes_the_stream_run_and_reaches_the_viewers(parts):
     d.handle(protocol.LearnerReady(10, 5e-4, [1], (64, 48), "holds"))
     assert (status.resumed_from, status.lr, status.learning_size, status.budget_note) == (10, 5e-4, (64, 48), "holds")
     assert status.phase == "waiting for the first frames"
+    assert {"type": "budget", "learning_size": [64, 48], "note": "holds"} in parts.notices
     d.handle(frame_learned(0, (32, 24)))
     assert status.state == "running" and status.phase is None and status.error is None
     assert (status.loss, status.learning_size, parts.counts.counters.processed) == (0.5, (32, 24), 1)
     message, pictures = parts.shown[-1]
     assert message["type"] == "frame" and message["learning_size"] == [32, 24] and message["ds_s"] == 0.04
     assert parts.notices[-1] == {"type": "state", "state": "running", "error": None, "phase": None}
+    states = [(n["state"], n["phase"]) for n in parts.notices if n["type"] == "state"]
+    assert states[-2:] == [("starting", "waiting for the first frames"), ("running", None)]  # told once
 
 
 def test_a_frame_that_began_a_new_shot_is_counted_and_said(parts):
@@ -201,11 +204,30 @@ def test_messages_that_end_a_generation_say_why(parts):
     assert d.handle(protocol.LearnerFailed(errors.WORKER_FAILED, "x")) == Outcome("learner", errors.WORKER_FAILED, "x")
 
 
-def test_nonfinite_loss_and_failed_checkpoints_are_counted(parts):
+def test_the_budget_is_told_to_viewers_when_it_changes(parts):
+    """The page and `overtime watch` say the frame budget in words: a viewer hears each new size or wording once."""
+    d = parts.dispatcher
+    d.handle(protocol.LearnerReady(None, 5e-4, [1], (64, 48), "measuring"))
+    d.handle(protocol.BudgetChanged((64, 48), "measuring"))
+    d.handle(protocol.BudgetChanged((32, 24), "measuring"))
+    d.handle(protocol.BudgetChanged((32, 24), "cannot keep 30 fps"))
+    told = [(n["learning_size"], n["note"]) for n in parts.notices if n["type"] == "budget"]
+    assert told == [([64, 48], "measuring"), ([32, 24], "measuring"), ([32, 24], "cannot keep 30 fps")]
+    assert (parts.status.learning_size, parts.status.budget_note) == ((32, 24), "cannot keep 30 fps")
+
+
+def test_nonfinite_loss_and_failed_checkpoints_are_counted_and_said(parts):
     d, status = parts.dispatcher, parts.status
     d.handle(protocol.NonFiniteLoss(5e-4, 1, 7))
     assert (status.lr, status.resumed_from, parts.counts.counters.nonfinite_losses) == (5e-4, 7, 1)
     assert parts.metric("overtime_nonfinite_losses_total") == 1
+    d.handle(protocol.NonFiniteLoss(2.5e-4, 2, 0))
+    assert status.notes == [
+        "a loss was not a number, so learning went back to the weights saved after frame 7 and halved its rate "
+        "(now 0.0005)",
+        "a loss was not a number, so learning went back to its start and halved its rate (now 0.00025)",
+    ]
+    assert [n for n in parts.notices if n["type"] == "note"] == [{"type": "note", "note": t} for t in status.notes]
     d.handle(protocol.CheckpointWritten(20))
     d.handle(protocol.CheckpointWritten(-1, None, "no space left on the disk"))
     assert status.checkpoint_frames == 20
@@ -232,6 +254,7 @@ def test_what_learning_bought_is_shown_and_going_back_to_the_best_weights_is_sai
     d.handle(protocol.WentBackToBest(120, 1.07, 10))
     assert parts.counts.counters.went_back_to_best == 1 and parts.metric("overtime_went_back_to_best_total") == 1
     assert "went back to its best weights" in status.notes[-1] and "1.07" in status.notes[-1]
+    assert parts.notices[-1] == {"type": "note", "note": status.notes[-1]}  # the page and `overtime watch` say it
     assert status.versus_start.standing() is None  # the window starts afresh with the weights it went back to
 
 

@@ -185,7 +185,8 @@ class RayStream:
                 continue
             was = self._snapshot.notice
             self._snapshot = snapshot
-            if snapshot.notice != was and not any(kind == "notice" for kind, _ in items):
+            told = any(kind == "notice" and item.get("type") == "state" for kind, item in items)
+            if snapshot.notice != was and not told:
                 self.on_notice(snapshot.notice)  # e.g. back from unreachable
             for kind, item in items:
                 (self.on_frame if kind == "frame" else self.on_notice)(item)

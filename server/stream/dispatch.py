@@ -67,11 +67,11 @@ class MessageDispatcher:
                 status.set_phase(m.phase)
             case LearnerReady():
                 status.resumed_from, status.lr = m.resumed_from, m.lr
-                status.learning_size, status.budget_note = tuple(m.learning_size), m.note
+                status.set_budget(tuple(m.learning_size), m.note)
                 self.last_frame_at = time.monotonic()  # the decoder held its frames until now
                 status.set_phase("waiting for the first frames")
             case BudgetChanged():
-                status.learning_size, status.budget_note = tuple(m.learning_size), m.note
+                status.set_budget(tuple(m.learning_size), m.note)
             case FramesDropped():
                 counts.dropped(m.reason, m.count)
             case CheckpointWritten():
@@ -82,7 +82,7 @@ class MessageDispatcher:
                 self.acks.answer(m)
             case WentBackToBest():
                 counts.went_back_to_best()
-                status.notes.append(
+                status.add_note(
                     f"frame {m.frame}: learning fell behind its start (its loss {m.ratio:.3g} times the frozen "
                     f"start's over the last {m.scored} frames the start scored), so it went back to its best weights"
                 )
@@ -90,6 +90,11 @@ class MessageDispatcher:
             case NonFiniteLoss():
                 status.lr, status.resumed_from = m.lr, m.restored_from
                 counts.nonfinite_loss()
+                weights = f"the weights saved after frame {m.restored_from}" if m.restored_from else "its start"
+                rate = f" (now {m.lr:.3g})" if m.lr is not None else ""
+                status.add_note(
+                    f"a loss was not a number, so learning went back to {weights} and halved its rate{rate}"
+                )
             case LearnerFailed():
                 return Outcome("learner", m.code, m.message)
         return None
@@ -107,6 +112,5 @@ class MessageDispatcher:
             if (standing := status.versus_start.standing()) is not None:
                 self.counts.metrics.versus_start.set(standing.ratio)
         if status.state != "running":
-            status.set_phase(None)
             status.set_state("running", None, "")
         self.show_frame(self.frames.add(m, status.fps, self.counts.counters.dropped))

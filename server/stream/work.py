@@ -32,7 +32,7 @@ from .frame_record import FrameRecord
 from .metrics import StreamMetrics
 from .pictures import FramePictures
 from .protocol import InjectFault
-from .status import StreamStatus
+from .status import StreamStatus, budget_notice, note_notice
 from .supervisor import StreamSupervisor
 
 #: Where a stream's work hands a processed frame (its viewers' message and pictures), and a change of state or phase.
@@ -67,6 +67,14 @@ class StreamSnapshot:
     @property
     def active(self) -> bool:
         return self.state not in ("ended", "error")
+
+    def notices(self) -> list[dict[str, Any]]:
+        """What a viewer hears on connecting: the state, the budget in words (once there is one), and what the stream
+        did on its own so far; later changes follow as they come."""
+        told = [self.notice, *(note_notice(note) for note in self.notes)]
+        if self.learning_size is not None and self.budget_note:
+            told.insert(1, budget_notice(self.learning_size, self.budget_note))
+        return told
 
 
 class StreamRunner(Protocol):

@@ -14,6 +14,7 @@ import { WebcamPump } from "./webcam.js";
 
 const $ = (id) => document.getElementById(id);
 const POLL_MS = 2000;
+const NOTES_SHOWN = 3; // the stream's newest notes on the page (the API has them all)
 const LIVE_STATES = ["running", "reconnecting", "starting"];
 
 const state = {
@@ -185,6 +186,7 @@ function close({ push = true } = {}) {
   $("view-empty").textContent = "no stream selected";
   $("view-empty").hidden = false;
   $("live-error").hidden = true;
+  showNotes([]);
   setLiveState("idle");
   if (push) history.pushState({}, "", window.location.pathname);
 }
@@ -238,6 +240,7 @@ function showStreamInfo(s) {
     note.textContent = s.budget_note || "";
     note.classList.toggle("over", /cannot keep|a smaller size/.test(s.budget_note || "")); // over the budget
   }
+  if (s.notes !== undefined) showNotes(s.notes);
   const waiting = {
     starting: `${s.phase || "starting"}…`,
     reconnecting: `reconnecting to the source${s.counters?.reconnects ? ` (attempt ${s.counters.reconnects})` : ""}…`,
@@ -248,6 +251,16 @@ function showStreamInfo(s) {
     $("view-empty").textContent = waiting;
     $("view-empty").hidden = Boolean(view.images);
   }
+}
+
+/** What the stream did on its own (went back to its best weights, recovered from a bad loss): the newest few. */
+function showNotes(notes) {
+  const item = (text, className = "") => Object.assign(document.createElement("li"), { textContent: text, className });
+  const items = notes.slice(-NOTES_SHOWN).map((text) => item(text));
+  const earlier = notes.length - items.length;
+  if (earlier) items.unshift(item(`${earlier} earlier`, "muted"));
+  $("stream-notes").replaceChildren(...items);
+  $("stream-notes").hidden = !notes.length;
 }
 
 function onStatus(msg) {

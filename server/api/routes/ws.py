@@ -87,7 +87,8 @@ async def watch(ws: WebSocket, stream_id: str) -> None:
         await _refuse(ws, errors.BAD_REQUEST, f"images: a comma-separated list of {', '.join(KINDS)}", POLICY_VIOLATION)
         return
     viewer = session.broadcaster.join(kinds)
-    viewer.offer_notice(session.snapshot().notice)
+    for notice in session.snapshot().notices():
+        viewer.offer_notice(notice)
     latency = session.metrics.latency.labels(session.id)
     pump = asyncio.create_task(_pump(ws, viewer, latency, kinds))
     listen = asyncio.create_task(_until_disconnect(ws))
