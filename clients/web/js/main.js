@@ -8,13 +8,13 @@ import { showKindFields, streamSpec } from "./form.js";
 import { errorWords, ms, num, shortSource } from "./format.js";
 import { LiveStream } from "./live.js";
 import { renderStreams } from "./streams.js";
+import { renderBudgetNote, renderNotes } from "./stream_notes.js";
 import { askToken } from "./token.js";
 import { FlowView } from "./view.js";
 import { WebcamPump } from "./webcam.js";
 
 const $ = (id) => document.getElementById(id);
 const POLL_MS = 2000;
-const NOTES_SHOWN = 3; // the stream's newest notes on the page (the API has them all)
 const LIVE_STATES = ["running", "reconnecting", "starting"];
 
 const state = {
@@ -186,7 +186,7 @@ function close({ push = true } = {}) {
   $("view-empty").textContent = "no stream selected";
   $("view-empty").hidden = false;
   $("live-error").hidden = true;
-  showNotes([]);
+  renderNotes($("stream-notes"), []);
   setLiveState("idle");
   if (push) history.pushState({}, "", window.location.pathname);
 }
@@ -234,13 +234,8 @@ function showStreamInfo(s) {
   const banner = $("live-error");
   banner.hidden = !words;
   banner.textContent = words;
-  if (s.budget_note !== undefined) {
-    const note = $("budget-note");
-    note.hidden = !s.budget_note;
-    note.textContent = s.budget_note || "";
-    note.classList.toggle("over", /cannot keep|a smaller size/.test(s.budget_note || "")); // over the budget
-  }
-  if (s.notes !== undefined) showNotes(s.notes);
+  if (s.budget_note !== undefined) renderBudgetNote($("budget-note"), s.budget_note);
+  if (s.notes !== undefined) renderNotes($("stream-notes"), s.notes);
   const waiting = {
     starting: `${s.phase || "starting"}…`,
     reconnecting: `reconnecting to the source${s.counters?.reconnects ? ` (attempt ${s.counters.reconnects})` : ""}…`,
@@ -251,16 +246,6 @@ function showStreamInfo(s) {
     $("view-empty").textContent = waiting;
     $("view-empty").hidden = Boolean(view.images);
   }
-}
-
-/** What the stream did on its own (went back to its best weights, recovered from a bad loss): the newest few. */
-function showNotes(notes) {
-  const item = (text, className = "") => Object.assign(document.createElement("li"), { textContent: text, className });
-  const items = notes.slice(-NOTES_SHOWN).map((text) => item(text));
-  const earlier = notes.length - items.length;
-  if (earlier) items.unshift(item(`${earlier} earlier`, "muted"));
-  $("stream-notes").replaceChildren(...items);
-  $("stream-notes").hidden = !notes.length;
 }
 
 function onStatus(msg) {
