@@ -56,7 +56,10 @@ class ErrorInfo(BaseModel):
 class VersusStart(BaseModel):
     """What learning bought over the last frames the stream's frozen start scored (every tenth, or further apart)."""
 
-    ratio: float = Field(description="the learner's mean loss / the frozen start's: under 1, learning pays")
+    ratio: float = Field(
+        description="the learner's mean loss / the frozen start's, on the made pairs it learned from: under 1, it "
+        "explains them better than it began (the stream's own motion gains less at night and under heavy compression)"
+    )
     learned: float = Field(description="the learner's mean loss, each frame's before it learned from it")
     start: float = Field(description="the frozen start's mean loss on the same frames")
     scored: int = Field(description="frames in the window")

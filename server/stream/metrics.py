@@ -68,7 +68,8 @@ class StreamMetrics:
         ).labels(sid)
         self.versus_start = Gauge(
             "overtime_learning_versus_start",
-            "the learner's mean loss over its frozen start's on the last frames the start scored (< 1: learning pays)",
+            "the learner's mean loss over its frozen start's on the made pairs of the last frames the start scored "
+            "(< 1: it explains them better than it began)",
             ["stream"],
             registry=r,
         ).labels(sid)

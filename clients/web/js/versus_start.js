@@ -23,7 +23,7 @@ export class VersusStart {
     return this.pairs.length ? this.pairs.reduce((s, p) => s + p[1], 0) / this.pairs.length : null;
   }
 
-  /** The learner's mean loss over the start's (null before any): under 1, learning pays. */
+  /** The learner's mean loss over the start's (null before any): under 1, it explains the pairs it learns from better. */
   ratio() {
     const start = this.start();
     if (!start) return null;
