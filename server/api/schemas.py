@@ -54,7 +54,8 @@ class ErrorInfo(BaseModel):
 
 
 class VersusStart(BaseModel):
-    """What learning bought over the last frames the stream's frozen start scored (every tenth, or further apart)."""
+    """The learner against its frozen start on the made pairs of the last frames the start scored (every tenth, or
+    further apart)."""
 
     ratio: float = Field(
         description="the learner's mean loss / the frozen start's, on the made pairs it learned from: under 1, it "

@@ -1,5 +1,5 @@
-"""What learning bought: the learner's loss beside its frozen start's, on the same frames, and the check that keeps a
-stream from drifting below where it began.
+"""The learner's loss beside its frozen start's on the same made pairs, and the check that keeps a stream from drifting
+below where it began.
 
 Every ``EVERY`` frames or more (``BUDGET_SHARE``) the learner's frozen start (the weights the stream began with)
 scores what that frame's step learned from (``start_score.py``); the learner's own loss on it was computed before
@@ -7,7 +7,9 @@ it learned from it, so the two are comparable. Over the last ``WINDOW`` such fra
 loss / the start's. Where a full window's ratio is over ``1 + MARGIN`` the learner has fallen behind its start: the
 stream goes back to its best weights (those it had when a full window last read its lowest ratio; the start's, before
 any did) and says so in its notes. Why a window: one frame's loss varies by tens of per cent with its content, both
-weights' alike.
+weights' alike. The pairs are the made ones (their flow is known), not the stream's own: at night and under heavy
+compression their ratio reads a gain the stream's own flow does not have, and a window lost on the stream's own flow
+goes unseen (docs/notebook/2026-12-04-what-the-made-pairs-gain-says-of-the-streams.md).
 """
 
 from __future__ import annotations
