@@ -245,9 +245,9 @@ class Learning:
         every ``KNOWN_HOLD + stages - 1`` steps teach it; it steps faster by their inverse, to learn as much per frame
         as one stage. At the rate of one stage, D = 2 lagged D = 1 by 4-6 % over a flickering stream at 256x256, as far
         as a D = 1 learner served the same steps known nowhere (the share of steps that teach, not the gradient's age:
-        docs/notebook/2026-12-02-what-holds-d-2-back-at-256.md); 5/4 as fast, by 2-3 %
-        (bench/results/adaptation-heldout-256/rocket-11-flicker.md, three draws in
-        docs/notebook/2026-12-03-d-2-steps-faster-by-its-untaught-share.md)."""
+        docs/notebook/2026-12-02-what-holds-d-2-back-at-256.md); 5/4 as fast, by 2-4 % (1.018, 1.021 and 1.034 over
+        three draws, docs/notebook/2026-12-03-d-2-steps-faster-by-its-untaught-share.md; the last is
+        bench/results/adaptation-heldout-256/rocket-11-flicker.md)."""
         return (KNOWN_HOLD + stages - 1) / KNOWN_HOLD if self.known_motion else 1.0
 
     @property
