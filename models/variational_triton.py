@@ -48,7 +48,7 @@ def _forward_edges(flow, step, inside, plane, y, x, h, w, here, alpha_half, eps2
     ru, rv = _total(flow, step, plane, offs + 1, here & (x + 1 < w))
     bu, bv = _total(flow, step, plane, offs + w, here & (y + 1 < h))
     gxu, gxv, gyu, gyv = ru - tu, rv - tv, bu - tu, bv - tv
-    per_pixel = alpha_half / tl.sqrt(gxu * gxu + gyu * gyu + gxv * gxv + gyv * gyv + eps2)
+    per_pixel = tl.div_rn(alpha_half, tl.sqrt_rn(gxu * gxu + gyu * gyu + gxv * gxv + gyv * gyv + eps2))
     right = per_pixel * tl.load(inside + offs, mask=here, other=0.0)
     below = per_pixel * tl.load(inside + plane + offs, mask=here, other=0.0)
     return tl.where(here, right, 0.0), tl.where(here, below, 0.0)
@@ -97,16 +97,21 @@ def _systems(flow, step, terms, inside, edges, rhs, inverse, h, w, inside_batch,
     iz, ix, iy, n = _four(terms, plane, offs, here)
     ixz, ixx, ixy, nx = _four(terms + 4 * plane, plane, offs, here)
     iyz, ixy2, iyy, ny = _four(terms + 8 * plane, plane, offs, here)
+    # Divisions and roots rounded as IEEE rounds them (``div_rn``, ``sqrt_rn``), as the CPU's loops are: Triton's ``/``
+    # and ``sqrt`` are approximate on a GPU, which moved a few refined pixels by up to 0.1 px on an H200
+    # (docs/notebook/2026-12-04-the-gpu-step-measured-again.md).
     r = iz + ix * du + iy * dv
-    bright = delta_half / tl.sqrt(r * r / n + eps2)
+    bright = tl.div_rn(delta_half, tl.sqrt_rn(tl.div_rn(r * r, n) + eps2))
     gx, gy = ixz + ixx * du + ixy * dv, iyz + ixy2 * du + iyy * dv
-    grad = gamma_half / tl.sqrt(gx * gx / nx + gy * gy / ny + eps2)
+    grad = tl.div_rn(gamma_half, tl.sqrt_rn(tl.div_rn(gx * gx, nx) + tl.div_rn(gy * gy, ny) + eps2))
     degree = e0 + e1 + e2 + e3
-    a11 = bright * (ix * ix / n) + grad * (ixx * ixx / nx + ixy2 * ixy2 / ny) + degree + floor
-    a12 = bright * (ix * iy / n) + grad * (ixx * ixy / nx + ixy2 * iyy / ny)
-    a22 = bright * (iy * iy / n) + grad * (ixy * ixy / nx + iyy * iyy / ny) + degree + floor
-    b1 = bright * (-iz * ix / n) + grad * (-ixz * ixx / nx - iyz * ixy2 / ny)
-    b2 = bright * (-iz * iy / n) + grad * (-ixz * ixy / nx - iyz * iyy / ny)
+    a11 = (
+        bright * tl.div_rn(ix * ix, n) + grad * (tl.div_rn(ixx * ixx, nx) + tl.div_rn(ixy2 * ixy2, ny)) + degree + floor
+    )
+    a12 = bright * tl.div_rn(ix * iy, n) + grad * (tl.div_rn(ixx * ixy, nx) + tl.div_rn(ixy2 * iyy, ny))
+    a22 = bright * tl.div_rn(iy * iy, n) + grad * (tl.div_rn(ixy * ixy, nx) + tl.div_rn(iyy * iyy, ny)) + degree + floor
+    b1 = bright * tl.div_rn(-iz * ix, n) + grad * (tl.div_rn(-ixz * ixx, nx) - tl.div_rn(iyz * ixy2, ny))
+    b2 = bright * tl.div_rn(-iz * iy, n) + grad * (tl.div_rn(-ixz * ixy, nx) - tl.div_rn(iyz * iyy, ny))
 
     # The smoothness pulls the flow itself towards its neighbours' too: the flow's differences to them, weighted.
     u0 = tl.load(flow + offs, mask=here, other=0.0)
@@ -127,9 +132,9 @@ def _systems(flow, step, terms, inside, edges, rhs, inverse, h, w, inside_batch,
     tl.store(edges + 3 * plane + offs, e3, mask=here)
     tl.store(rhs + offs, b1 + pull_u, mask=here)
     tl.store(rhs + plane + offs, b2 + pull_v, mask=here)
-    tl.store(inverse + offs, a22 / det, mask=here)
-    tl.store(inverse + plane + offs, a11 / det, mask=here)
-    tl.store(inverse + 2 * plane + offs, -a12 / det, mask=here)
+    tl.store(inverse + offs, tl.div_rn(a22, det), mask=here)
+    tl.store(inverse + plane + offs, tl.div_rn(a11, det), mask=here)
+    tl.store(inverse + 2 * plane + offs, tl.div_rn(-a12, det), mask=here)
 
 
 @triton.jit

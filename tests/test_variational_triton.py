@@ -55,7 +55,8 @@ def test_a_flow_cut_from_a_wider_tensor_is_solved_as_a_contiguous_one(kernels):
 
 def test_the_kernels_compile_for_a_hopper_gpu():
     """Both kernels go through Triton's whole compiler for sm_90 (H100, H200), ptxas included, without a GPU, with the
-    options every launch takes: no fused multiply-add (``models.triton_launch``)."""
+    options every launch takes: no fused multiply-add (``models.triton_launch``), and divisions and roots rounded as
+    IEEE rounds them (Triton's plain ones are approximate on a GPU: they moved refined pixels there)."""
     from models import variational_triton
 
     ints = {"h", "w", "inside_batch", "colour"}
@@ -63,6 +64,7 @@ def test_the_kernels_compile_for_a_hopper_gpu():
     for kernel in (variational_triton._systems, variational_triton._half_sweep):
         asm = compile_for_hopper(kernel, ints, floats, {"BLOCK": 256})
         assert asm["cubin"] and "fma.rn.f32" not in asm["ptx"]  # each product rounded on its own, as on the CPU
+        assert not any(approximate in asm["ptx"] for approximate in ("div.full.f32", "div.approx", "sqrt.approx"))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
