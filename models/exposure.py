@@ -27,6 +27,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .order_statistics import median, nan_median
+
 #: The largest brightness step between two frames taken for the camera's (a tenth of the range; box's was 0.038).
 STEP_LIMIT = 0.1
 #: A gain is taken where the median absolute difference it leaves is below this share of what the shift leaves.
@@ -38,7 +40,7 @@ MAX_GAIN_CHANGE, MIN_SPREAD = 0.2, 0.05
 
 def _median(t: Tensor, where: Tensor) -> Tensor:
     """(B, C): the median of ``t`` (B, C, N) over the samples ``where`` is true; NaN where there is none."""
-    return torch.where(where, t, torch.full_like(t, float("nan"))).nanmedian(-1).values
+    return nan_median(torch.where(where, t, torch.full_like(t, float("nan"))))
 
 
 def _samples(t: Tensor) -> Tensor:
@@ -69,8 +71,7 @@ def match_exposure(frames: Tensor) -> Tensor:
     # What each leaves of the difference, on the samples: the gain only where it clearly explains more.
     left = difference - shift[..., None]
     shifted, gained = (
-        t.abs().median(-1).values.sum(-1, keepdim=True)
-        for t in (left, left - slope[..., None] * (current - middle[..., None]))
+        median(t.abs()).sum(-1, keepdim=True) for t in (left, left - slope[..., None] * (current - middle[..., None]))
     )
     slope = torch.where(gained < GAIN_EVIDENCE * shifted, slope, torch.zeros_like(slope))
     shift, slope, middle = (t[..., None, None] for t in (shift, slope, middle))

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from .cpu_loops import numba_installed
 from .flow_loss import warp
+from .order_statistics import kth_smallest
 from .padding import replicate_pad
 from .window_products import LIBRARY, window_mix
 
@@ -196,7 +197,7 @@ def noise_floor(residual: Tensor) -> Tensor:
     noise's 12.5th percentile is read for its 10th). No host sync (the GPU's captured step)."""
     flat = residual.detach().flatten(1)
     k = max(1, round(NOISE_QUANTILE * flat.shape[1]))
-    return NOISE_MEAN_PER_QUANTILE * flat.kthvalue(k, dim=1).values.view(-1, 1, 1, 1)
+    return NOISE_MEAN_PER_QUANTILE * kth_smallest(flat, k, 1).view(-1, 1, 1, 1)
 
 
 def noise_correlation(prev: Tensor, cur: Tensor) -> Tensor:
@@ -210,7 +211,7 @@ def noise_correlation(prev: Tensor, cur: Tensor) -> Tensor:
     difference = (prev - cur).mean(1, keepdim=True)
     busy = box_mean(difference.abs(), QUIET_WINDOW)
     flat = busy.flatten(1)
-    level = flat.kthvalue(max(1, round(QUIET_SHARE * flat.shape[1])), dim=1).values.view(-1, 1, 1, 1)
+    level = kth_smallest(flat, max(1, round(QUIET_SHARE * flat.shape[1])), 1).view(-1, 1, 1, 1)
     quiet = (busy <= level).to(difference.dtype)
     products, squares = difference.new_zeros(difference.shape[0]), difference.new_zeros(difference.shape[0])
     for pixel, neighbour, both_quiet in (
