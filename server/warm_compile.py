@@ -1,11 +1,12 @@
 """``python -m server.warm_compile``: compile the service's learning step ahead, into the cache its streams read.
 
 Why: a stream with ``gpu_compile`` compiles its stages in the background (``stream.learner.compiled_twin``) and takes
-the compiled step when it is ready; cold, that takes minutes of a GPU (``bench/results/gpu-nvidia-h200.md``). Inductor
-keeps what it compiled under ``TORCHINDUCTOR_CACHE_DIR``, which the learner process points into the service's
-``cache_dir``: compiled once here for a (net, size, stages, device), every later stream and restart at that size
-reads it. The stage split is part of what is compiled, so this measures and caches it in the same ``splits.json`` a
-stream reads (``stream.learner.profile_cache``). ``make warm-gpu`` runs it for the sizes a GPU stream starts at.
+the compiled step when it is ready; cold, that takes minutes of a GPU
+(``bench/results/gpu-first-run/gpu-nvidia-h200.md``). Inductor keeps what it compiled under ``TORCHINDUCTOR_CACHE_DIR``,
+which the learner process points into the service's ``cache_dir``: compiled once here for a (net, size, stages,
+device), every later stream and restart at that size reads it. The stage split is part of what is compiled, so this
+measures and caches it in the same ``splits.json`` a stream reads (``stream.learner.profile_cache``). ``make
+warm-gpu`` runs it for the sizes a GPU stream starts at.
 
 Prints one JSON line per size: the seconds until the compiled step was ready, and inductor's cache hits and misses
 (a warm cache: hits, no misses).
