@@ -8,7 +8,8 @@ each part, so a run stopped at its time limit keeps what it measured:
    in a graph against eager, the device transfers).
 2. **The learning step per size** (``bench.gpu_step``): eager and graph (what the service runs); with ``--compiled``
    also compiled and compiled + graph (``--gpu-compile``, off in the service: a cold compile took minutes on an H200,
-   seen in the first run, whose report the time limit cut off); kernels, launches and host syncs per step.
+   seen in the first run, whose report the time limit cut off); kernels, launches and host syncs per step, and where
+   the largest size's step as a graph spends its device time, by kernel.
 3. **Learners sharing the GPU** (``bench.gpu_streams``): processes, processes under MPS, threads on CUDA streams.
 4. **The service** on ``box.mp4`` at its own rate (30 fps), sizes left to the service: the learning sizes and changes,
    drops and latency p95 over a window, first picture cold and warm (``bench.service_clip``'s measures); then
@@ -183,7 +184,12 @@ def _tests_lines(part: dict) -> list[str]:
 
 
 def _steps_lines(part: dict) -> list[str]:
-    return [*part["table"], *[f"- {error}" for error in part["errors"]]]
+    """The table of steps, and where the largest size's step as a graph spends its device time (as the service runs
+    it: what to make cheaper)."""
+    graphs = [r for r in part["rows"] if r["way"] == "graph" and r["stages"] == 1 and r["top_kernels"]]
+    largest = max(graphs, key=lambda r: r["size"][0] * r["size"][1], default=None)
+    where = ["", *gpu_step.kernel_table(largest)] if largest else []
+    return [*part["table"], *[f"- {error}" for error in part["errors"]], *where]
 
 
 def _service_lines(part: dict, args: argparse.Namespace) -> list[str]:

@@ -12,14 +12,18 @@ them: each step the pair shown and a pair of known motion, ``service_steps``):
 A step's time is the wall time of ``--steps`` steps between two synchronizations, divided by their number (the
 host queues ahead, so the device's time per step is what is measured). Kernels per step are the device kernels
 the profiler records in one steady step, launches per step the host's kernel and graph launch calls, host syncs
-the host's waits for the device (stream, event and device synchronizations, scalar reads). On CPU only ``eager``
-runs (the smoke run of the suite).
+the host's waits for the device (stream, event and device synchronizations, scalar reads), and the step's device time
+by kernel name (as a graph the GPU runs one kernel after another, so a step lasts their sum: where it goes is what to
+make cheaper; docs/notebook/2026-12-04-the-gpu-step-measured-again.md). On CPU only ``eager`` runs (the smoke run of
+the suite).
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -37,6 +41,8 @@ WAYS = {
 }
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize", "aten::_local_scalar_dense")
 LAUNCH_CALLS = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx", "cudaGraphLaunch")
+#: Kernel names by device time a row keeps, and how much of each (demangled C++ templates run to hundreds) it keeps.
+TOP_KERNELS, KERNEL_NAME_CHARS = 12, 80
 
 
 @dataclass
@@ -48,10 +54,12 @@ class StepRow:
     first_steps_s: float  # the warm-up steps, where compiling and capturing happen
     step_ms: float  # steady, median of the rounds
     step_ms_rounds: list[float]
-    kernels: int | None  # device kernels in one steady step (None on CPU)
-    launches: int | None  # host launch calls in one steady step
-    syncs: int | None  # host waits for the device in one steady step
     loss: float  # after the last step: a way that computes something else shows another loss
+    kernels: int | None = None  # device kernels in one steady step (None on CPU)
+    launches: int | None = None  # host launch calls in one steady step
+    syncs: int | None = None  # host waits for the device in one steady step
+    device_ms: float | None = None  # the kernels' device time in that step
+    top_kernels: list[tuple[str, int, float]] | None = None  # (kernel name, calls, ms), most device time first
 
 
 def frames(size: tuple[int, int], count: int, device: torch.device) -> list[torch.Tensor]:
@@ -107,18 +115,18 @@ def measure(way: str, size: tuple[int, int], stages: int, device: torch.device, 
             r = pipe.step(x, target=target)
         sync(device)
         times.append((time.perf_counter() - start) * 1e3 / len(inputs))
-    kernels = launches = syncs = None
+    counted: dict = {}
     if device.type == "cuda":
-        kernels, launches, syncs = count_one_step(pipe, inputs[0], device)
+        counted = count_one_step(pipe, inputs[0], device)
     loss = r.loss
     pipe.close()
-    return StepRow(way, size, stages, build_s, first_s, statistics.median(times), times, kernels, launches, syncs,
-                   float(loss if loss is not None else float("nan")))  # fmt: skip
+    return StepRow(way, size, stages, build_s, first_s, statistics.median(times), times,
+                   loss=float(loss if loss is not None else float("nan")), **counted)  # fmt: skip
 
 
-def count_one_step(pipe, step: tuple[torch.Tensor, torch.Tensor], device: torch.device) -> tuple[int, int, int]:
-    """Device kernels, host launch calls and host syncs of one ``pipe.step`` on a step's input and target (the
-    profiler's records)."""
+def count_one_step(pipe, step: tuple[torch.Tensor, torch.Tensor], device: torch.device) -> dict:
+    """Of one ``pipe.step`` on a step's input and target (the profiler's records): its device kernels, host launch
+    calls and host syncs, and the kernels' device time, in all and by name (``StepRow``'s fields)."""
     from torch.profiler import ProfilerActivity, profile
 
     x, target = step
@@ -127,10 +135,24 @@ def count_one_step(pipe, step: tuple[torch.Tensor, torch.Tensor], device: torch.
         pipe.step(x, target=target)
         sync(device)  # after the step: counted below and taken off
     events = prof.events()
-    kernels = sum(1 for e in events if e.device_type == torch.autograd.DeviceType.CUDA and _is_kernel(e.name))
-    launches = sum(1 for e in events if e.name in LAUNCH_CALLS)
-    syncs = sum(1 for e in events if e.name in SYNC_CALLS) - 1
-    return kernels, launches, syncs
+    kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA and _is_kernel(e.name)]
+    device_ms, top = kernel_time((e.name, e.time_range.elapsed_us()) for e in kernels)
+    return {"kernels": len(kernels), "launches": sum(1 for e in events if e.name in LAUNCH_CALLS),
+            "syncs": sum(1 for e in events if e.name in SYNC_CALLS) - 1, "device_ms": device_ms,
+            "top_kernels": top}  # fmt: skip
+
+
+def kernel_time(kernels: Iterable[tuple[str, float]]) -> tuple[float, list[tuple[str, int, float]]]:
+    """(name, microseconds) of each kernel a step ran -> its kernels' device time in ms, and the ``TOP_KERNELS``
+    names by device time: (name, calls, ms), the name cut to ``KERNEL_NAME_CHARS``."""
+    calls: dict[str, int] = defaultdict(int)
+    spent: dict[str, float] = defaultdict(float)
+    for name, us in kernels:
+        short = name.removeprefix("void ").replace("at::native::", "").replace("(anonymous namespace)::", "")
+        calls[short[:KERNEL_NAME_CHARS]] += 1
+        spent[short[:KERNEL_NAME_CHARS]] += us / 1e3
+    top = sorted(spent, key=spent.__getitem__, reverse=True)[:TOP_KERNELS]
+    return sum(spent.values()), [(name, calls[name], spent[name]) for name in top]
 
 
 def _is_kernel(name: str) -> bool:
@@ -139,16 +161,29 @@ def _is_kernel(name: str) -> bool:
 
 def table(rows: list[StepRow]) -> list[str]:
     lines = [
-        "| size | stages | way | step ms (median of rounds) | kernels / step | launches / step | host syncs / step | "
-        "build s | first steps s | loss |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| size | stages | way | step ms (median of rounds) | kernels / step | device ms / step | launches / step | "
+        "host syncs / step | build s | first steps s | loss |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         count = lambda v: "–" if v is None else str(v)  # noqa: E731
+        device = "–" if r.device_ms is None else f"{r.device_ms:.2f}"
         lines.append(
-            f"| {r.size[0]}×{r.size[1]} | {r.stages} | {r.way} | {r.step_ms:.2f} | {count(r.kernels)} | "
+            f"| {r.size[0]}×{r.size[1]} | {r.stages} | {r.way} | {r.step_ms:.2f} | {count(r.kernels)} | {device} | "
             f"{count(r.launches)} | {count(r.syncs)} | {r.build_s:.1f} | {r.first_steps_s:.1f} | {r.loss:.5f} |"
         )
+    return lines
+
+
+def kernel_table(row: StepRow | dict) -> list[str]:
+    """Where a row's step spends its device time, most first (nothing where the row has no kernels counted)."""
+    r = row if isinstance(row, dict) else asdict(row)
+    if not r["top_kernels"]:
+        return []
+    lines = [f"Where the device time of one step goes ({r['size'][0]}×{r['size'][1]}, D = {r['stages']}, {r['way']}; "
+             f"{r['device_ms']:.2f} ms over {r['kernels']} kernels):", "",
+             "| kernel | calls | ms | share |", "|---|---:|---:|---:|"]  # fmt: skip
+    lines += [f"| `{name}` | {calls} | {ms:.3f} | {ms / r['device_ms']:.0%} |" for name, calls, ms in r["top_kernels"]]
     return lines
 
 
