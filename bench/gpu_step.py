@@ -175,9 +175,8 @@ def table(rows: list[StepRow]) -> list[str]:
     return lines
 
 
-def kernel_table(row: StepRow | dict) -> list[str]:
-    """Where a row's step spends its device time, most first (nothing where the row has no kernels counted)."""
-    r = row if isinstance(row, dict) else asdict(row)
+def kernel_table(r: dict) -> list[str]:
+    """Where a row's step (``as_dict``) spends its device time, most first (nothing where no kernels were counted)."""
     if not r["top_kernels"]:
         return []
     lines = [f"Where the device time of one step goes ({r['size'][0]}×{r['size'][1]}, D = {r['stages']}, {r['way']}; "
