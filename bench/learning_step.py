@@ -20,8 +20,8 @@ shared machine (the machine's speed drifts by tenths from one minute to the next
 * ``channels-last-1t`` / ``-D2``: the net and its input in channels-last memory format;
 * ``plain-convs-1t`` / ``-D2``: every conv in the default memory format, also the narrow ones that the net runs in
   channels-last (``models.flow_nets.ChannelsLastConv2d``): what that choice saves;
-* ``tensor-ops-1t`` / ``tensor-ops-processes-D2``: the variational solver and the window products in their reference
-  tensor ops instead of the CPU's compiled loops (``models.variational_numba``, ``models.window_products_numba``):
+* ``tensor-ops-1t`` / ``tensor-ops-processes-D2``: the variational solver, the window products, the fill's weights
+  and the order statistics in their reference tensor ops instead of the CPU's own loops (``bench.own_kernels``):
   what those loops save;
 * ``compile-1t`` / ``-D2`` / ``-processes-D2``: every stage through ``torch.compile`` (``compile_backend="inductor"``:
   inductor's C++ backend on CPU), cold and warm; in the last each stage process compiles its own stage;
