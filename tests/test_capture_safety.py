@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from models import order_statistics
 from models.flow_loss import MAX_FLOW_PX, guarded_flow_loss, online_loss
 from models.flow_nets import FLOW_NETS, build_flow_net
 from models.online import online_pipeline
@@ -78,9 +79,17 @@ def coarse_then_full(net) -> list[int]:
     return [first_full, len(net) - first_full]
 
 
+@pytest.fixture
+def the_gpus_order_statistics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The picture's order statistics the GPU's way (sorting) on the CPU too: the CPU's own way goes through numpy,
+    in a CPU's memory, which no GPU step ever runs (``models.order_statistics`` picks by the tensor's device)."""
+    monkeypatch.setattr(order_statistics, "by_partition", order_statistics.by_sorting)
+    monkeypatch.setattr(order_statistics, "nan_median_by_partition", order_statistics.nan_median_by_sorting)
+
+
 @pytest.mark.parametrize("stages", [1, 2])
 @pytest.mark.parametrize("name", sorted(FLOW_NETS))
-def test_a_learning_step_reads_nothing_on_the_host(name, stages, one_intra_op_thread):
+def test_a_learning_step_reads_nothing_on_the_host(name, stages, one_intra_op_thread, the_gpus_order_statistics):
     torch.manual_seed(0)
     net = build_flow_net(name, init="scratch")
     x = torch.rand(1, 6, 32, 48)
