@@ -149,8 +149,9 @@ def kernel_time(kernels: Iterable[tuple[str, float]]) -> tuple[float, list[tuple
     spent: dict[str, float] = defaultdict(float)
     for name, us in kernels:
         short = name.removeprefix("void ").replace("at::native::", "").replace("(anonymous namespace)::", "")
-        calls[short[:KERNEL_NAME_CHARS]] += 1
-        spent[short[:KERNEL_NAME_CHARS]] += us / 1e3
+        key = short[:KERNEL_NAME_CHARS]
+        calls[key] += 1
+        spent[key] += us / 1e3
     top = sorted(spent, key=spent.__getitem__, reverse=True)[:TOP_KERNELS]
     return sum(spent.values()), [(name, calls[name], spent[name]) for name in top]
 
