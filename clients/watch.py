@@ -139,6 +139,18 @@ def api_failure(err: ApiError) -> int:
     return fail(REJECTED, f"{err} (HTTP {err.status})")
 
 
+def not_a_stream(target: str) -> str:
+    """Words for a target the server has no stream of: most often a local file's path, which the server cannot read
+    (it reads files only from its own media dir)."""
+    words = f"the server has no stream {target!r}"
+    if Path(target).expanduser().is_file():
+        return (
+            f"{words}; {target} is a file on this machine: the server reads files from its media dir only, so put "
+            f"it there and pass file:{Path(target).name}"
+        )
+    return f"{words} (a source is a URL, demo, camera:N, webcam or file:NAME in the server's media dir)"
+
+
 def stream_spec(args: argparse.Namespace) -> dict:
     spec = {"source": args.target}
     for key in ("fps", "width", "height", "stages", "init", "lr", "name", "loop"):
@@ -226,6 +238,8 @@ def main(argv: list[str]) -> int:
             stream = api.get(args.target)
         return follow(api, stream, args)
     except ApiError as err:
+        if err.status == 404 and not created:
+            return fail(REJECTED, not_a_stream(args.target))
         return api_failure(err)
     except KeyboardInterrupt:
         return INTERRUPTED

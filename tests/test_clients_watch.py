@@ -69,8 +69,13 @@ def test_watch_demo_saves_video_flow_and_metrics(server, tmp_path):
     assert field.ndim == 3 and field.shape[2] == 2 and np.isfinite(field).all()
 
 
-def test_watch_exit_codes(server, tmp_path):
+def test_watch_exit_codes(server, tmp_path, capsys):
     assert watch.main(["no-such-stream", "--url", server]) == watch.REJECTED
+    assert "has no stream 'no-such-stream'" in capsys.readouterr().err
+    clip = tmp_path / "clip.mp4"
+    clip.write_bytes(b"not read")
+    assert watch.main([str(clip), "--url", server]) == watch.REJECTED
+    assert "put it there and pass file:clip.mp4" in capsys.readouterr().err
     assert watch.main(["ftp://example.com/a.mp4", "--url", server]) == watch.REJECTED
     assert watch.main(["demo", "--url", "http://127.0.0.1:9", "--frames", "1"]) == watch.UNREACHABLE
     # A live source that cannot be reached: the stream errors or keeps reconnecting; either way no frames come.
