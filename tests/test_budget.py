@@ -39,12 +39,12 @@ def run(controller: BudgetController, cost_per_pixel: float, frames: int) -> lis
 
 def test_slow_steps_move_to_the_largest_size_that_holds():
     controller = BudgetController(LADDER, 0, fps=10, auto=True)
-    assert "measuring" in controller.note(10)
+    assert "measuring" in controller.note()
     per_pixel = 0.2 / pixels(LADDER[0])  # 200 ms at 160x120: twice ΔS
     run(controller, per_pixel, 200)
     fits = [i for i, size in enumerate(LADDER) if per_pixel * pixels(size) <= TARGET * 0.1]
     assert controller.index == fits[0], "not the largest size that keeps the budget"
-    assert controller.settled and "to keep 10 fps" in controller.note(10)
+    assert controller.settled and "to keep 10 fps" in controller.note()
 
 
 def test_room_grows_back_one_size_at_a_time_up_to_the_largest():
@@ -104,19 +104,21 @@ def test_when_even_the_smallest_size_is_too_slow_it_says_so():
     controller = BudgetController(LADDER, 0, fps=30, auto=True)
     run(controller, 1.0 / pixels(LADDER[-1]), 400)  # 1 s at the smallest size
     assert controller.index == len(LADDER) - 1
-    note = controller.note(30)
+    note = controller.note()
     assert note.startswith("cannot keep 30 fps") and "dropped" in note and "at most 0.8 fps" in note
-    assert controller.note(29.966484852467634).startswith("cannot keep 29.97 fps")  # a camera's NTSC rate, rounded
+    ntsc = BudgetController(LADDER, 0, fps=29.966484852467634, auto=True)  # a camera's NTSC rate, rounded
+    run(ntsc, 1.0 / pixels(LADDER[-1]), 400)
+    assert ntsc.note().startswith("cannot keep 29.97 fps")
 
 
 def test_a_fixed_size_never_moves_but_says_whether_it_holds():
     controller = BudgetController([(640, 480)], 0, fps=10, auto=False)
     assert run(controller, 1.4 / pixels((640, 480)), 100) == []
-    note = controller.note(10)
+    note = controller.note()
     assert note.startswith("640×480 as asked cannot keep 10 fps") and "93 % of frames" in note
     held = BudgetController([(64, 48)], 0, fps=10, auto=False)
     run(held, 0.03 / pixels((64, 48)), 100)
-    assert held.note(10).startswith("learning at 64×48 as asked, keeping 10 fps")
+    assert held.note().startswith("learning at 64×48 as asked, keeping 10 fps")
 
 
 def test_bad_start():
@@ -175,7 +177,7 @@ def test_a_flat_cost_learns_at_the_largest_size(work_s):
     assert controller.size == (640, 480)
     if work_s > TARGET / 30:
         assert len(visited) <= 3, "wandered down the ladder looking for a cheaper size"
-        note = controller.note(30)
+        note = controller.note()
         assert note.startswith("cannot keep 30 fps: even at 640×480")
         if work_s > 1 / 30:  # frames are lost
             assert "% of frames are dropped" in note and "at most 10.8 fps" in note
@@ -199,4 +201,22 @@ def test_a_host_bound_gpu_stream_keeps_its_size(work_s):
         noise = 1 + 0.02 * (frame * 7 % 5 - 2)
         moves.append(controller.observe(work_s * noise, 0.001 * noise))
     assert set(moves) == {None} and controller.size == (640, 480)
-    assert controller.note(30).startswith("cannot keep 30 fps: even at 640×480")
+    assert controller.note().startswith("cannot keep 30 fps: even at 640×480")
+
+
+def test_a_source_slower_than_its_rate_gives_each_frame_its_own_pace():
+    """A file that says 15 fps but sends a frame every 0.44 s: a step of 0.1 s at the largest size is far over the
+    rate said and well within the pace the source keeps, which the worker measures (``SourcePace``)."""
+    cost = 0.1 / pixels(LADDER[0])
+    said = BudgetController(LADDER, 0, fps=15, auto=True)
+    run(said, cost, 100)
+    assert said.index > 0
+    paced = BudgetController(LADDER, 0, fps=15, auto=True)
+    paced.pace(0.44)
+    assert run(paced, cost, 100) == [] and paced.settled and paced.source_slower
+    assert paced.note().startswith("learning at 160×120 to keep 2.273 fps (a frame's work takes 100 ms of 440 ms)")
+    assert paced.note().endswith("; the source sends that, though it says 15 fps")
+    paced.pace(0.46)  # within the source's jitter: ΔS and the note stay
+    assert paced.ds == 0.44
+    paced.pace(1 / 30)  # never shorter than the rate said
+    assert paced.ds == 1 / 15 and not paced.source_slower

@@ -111,7 +111,7 @@ def test_the_budget_moves_under_a_cap_at_once_and_back_to_its_size_when_it_lifts
     controller = BudgetController(LADDER, 2, fps=30, auto=True)
     assert controller.limit(0) is None and not controller.capped
     assert controller.limit(20) == 20 and controller.size == LADDER[20] and controller.capped
-    assert "motion is this fast" in controller.note(30)
+    assert "motion is this fast" in controller.note()
     assert controller.limit(10) == 10 and controller.capped  # partly lifted: as far as allowed
     assert controller.limit(0) == 2 and not controller.capped  # lifted: where the budget had it
     fixed = BudgetController([(640, 480)], 0, fps=30, auto=False)

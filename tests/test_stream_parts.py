@@ -38,7 +38,8 @@ def frame_learned(
 ) -> protocol.FrameLearned:
     w, h = learning_size
     return protocol.FrameLearned(frame=frame, loss=0.5, loss_zero=0.7, start_scored=start_scored, dp_s=0.02,
-                                 stage_dp_s=[0.01, None], work_s=0.03, capture_time=1.0, learning_size=learning_size,
+                                 stage_dp_s=[0.01, None], work_s=0.03, ds_s=0.04, capture_time=1.0,
+                                 learning_size=learning_size,
                                  flow_scale=2.0, flow=np.zeros((h, w, 2), np.float32), images={"overlay": b"jpeg"},
                                  scene_cut=cut)  # fmt: skip
 

@@ -113,4 +113,4 @@ class MessageDispatcher:
                 self.counts.metrics.versus_start.set(standing.ratio)
         if status.state != "running":
             status.set_state("running", None, "")
-        self.show_frame(self.frames.add(m, status.fps, self.counts.counters.dropped))
+        self.show_frame(self.frames.add(m, self.counts.counters.dropped))

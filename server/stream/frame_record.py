@@ -23,9 +23,10 @@ class FrameRecord:
         self.history: deque[dict] = deque(maxlen=HISTORY_POINTS)
         self.latest: tuple[int, FramePictures] | None = None  # the newest frame's index and pictures
 
-    def add(self, m: FrameLearned, fps: float, dropped: int) -> tuple[dict, FramePictures]:
+    def add(self, m: FrameLearned, dropped: int) -> tuple[dict, FramePictures]:
         """Record what the learner process sent for a frame; the viewers' message and the frame's pictures."""
-        ds, metrics = 1.0 / fps, self.metrics
+        ds, metrics = m.ds_s, self.metrics
+        metrics.frame_interval.set(ds)
         metrics.frames("processed").inc()
         metrics.step.observe(m.dp_s)
         metrics.work.observe(m.work_s)

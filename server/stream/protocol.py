@@ -87,6 +87,7 @@ class FrameLearned:
     dp_s: float  # the whole pipeline step
     stage_dp_s: list[float | None]
     work_s: float  # the frame's whole work (the frame budget)
+    ds_s: float  # ΔS, the time the frame had: 1/fps, or longer where the source sends fewer frames than it says
     capture_time: float
     learning_size: Size
     flow_scale: float

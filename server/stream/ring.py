@@ -140,8 +140,9 @@ class FrameRing:
         return dropped + 1  # could not even queue this one
 
     # -- worker side -----------------------------------------------------------------------------
-    def read(self, slots_queue: Any, timeout: float) -> tuple[np.ndarray, float, int] | None | bool:
-        """The next frame, its capture time and its shot; None on timeout; False when its slot was overwritten."""
+    def read(self, slots_queue: Any, timeout: float) -> tuple[np.ndarray, float, int, int] | None | bool:
+        """The next frame, its capture time, its shot and its sequence number (every frame written has the next one,
+        read or not); None on timeout; False when its slot was overwritten."""
         try:
             slot, seq = slots_queue.get(timeout=timeout)
         except queue.Empty:
@@ -152,7 +153,7 @@ class FrameRing:
         frame = self._pixels(slot, int(height), int(width)).copy()
         if self.header[slot, SEQ] != seq:
             return False
-        return frame, float(capture_time), int(shot)
+        return frame, float(capture_time), int(shot), seq
 
     # -- lifetime --------------------------------------------------------------------------------
     def close(self) -> None:

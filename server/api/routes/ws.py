@@ -7,7 +7,7 @@
      {"type": "frame", "frame": 812,          # true frame index (PARTIME: D-1 steps behind the newest input)
       "loss": 0.0412,                         # unsupervised flow loss of this frame
       "loss_zero": 0.0650,                    # the same loss for zero flow on the same pair (the baseline)
-      "dp_s": 0.031, "ds_s": 0.1,             # ΔP (whole pipeline step) and ΔS (1/fps), seconds
+      "dp_s": 0.031, "ds_s": 0.1,             # ΔP (whole pipeline step) and ΔS (1/fps or the source's pace), s
       "work_s": 0.045,                        # the worker's whole work on this frame (the budget it keeps)
       "stage_dp_s": [0.029, 0.030],           # ΔP of each stage in that step
       "capture_time": 1712345678.25,          # when the decoder captured the frame (Unix time, seconds)

@@ -48,6 +48,7 @@ WINDOW_S = 2.0  # seconds of frames per decision
 MIN_WINDOW = 6  # frames per decision at least (slow rates)
 RETRY_S = 15.0  # a size found too slow is not tried again for this long (doubled each time it is again)
 RETRY_MAX_S = 240.0  # the longest wait before a size that keeps failing is tried again
+PACE_STEP = 0.1  # the source's pace moves ΔS only when it differs from it by more than this share
 SAME_COST = 1.05  # predicted costs within this factor of the cheapest count as the same (measurements are noisy)
 
 
@@ -65,7 +66,8 @@ class BudgetController:
             raise ValueError(f"start {start} is not a size of the ladder {list(ladder)}")
         self.ladder = list(ladder)
         self.index = start
-        self.ds = 1.0 / fps
+        self.said = 1.0 / fps  # ΔS as the stream's rate has it
+        self.ds = self.said  # ΔS: the time a frame has (``pace``)
         self.auto = auto
         self.window = max(MIN_WINDOW, round(WINDOW_S * fps))
         self.clock = clock
@@ -84,6 +86,24 @@ class BudgetController:
     @property
     def size(self) -> Size:
         return self.ladder[self.index]
+
+    @property
+    def fps(self) -> float:
+        return 1.0 / self.ds
+
+    @property
+    def source_slower(self) -> bool:
+        """The source sends frames further apart than its rate says (``pace``)."""
+        return self.ds > self.said
+
+    def pace(self, interval: float | None) -> None:
+        """The source's own time between frames (``source_pace.SourcePace``): where it is longer than the stream's
+        rate says, each frame has that long. Moved only by more than ``PACE_STEP``, so that a source's jitter does not
+        rewrite the note every frame."""
+        ds = max(self.said, interval or 0.0)
+        if abs(ds / self.ds - 1) > PACE_STEP:
+            self.ds = ds
+            self.window = max(MIN_WINDOW, round(WINDOW_S / ds))
 
     def observe(self, work_s: float, step_s: float | None = None) -> int | None:
         """One frame's work at the current size (``step_s`` of it grows with the size: the pipeline step; default:
@@ -195,23 +215,25 @@ class BudgetController:
         self.seen = 0
         self.samples.clear()
 
-    def note(self, fps: float) -> str:
+    def note(self) -> str:
         """The state of the budget in words, as the API and the page show it."""
         w, h = self.size
-        ds_ms = self.ds * 1e3
+        fps, ds_ms = self.fps, self.ds * 1e3
         why = "; no larger while the motion is this fast (it would outrun the net's search)" if self.capped else ""
         if self.estimate is None:
             return f"learning at {w}×{h}; measuring what a frame costs{why}"
+        sent = f"; the source sends that, though it says {1 / self.said:.4g} fps" if self.source_slower else ""
         cost = f"a frame's work takes {self.estimate * 1e3:.0f} ms of {ds_ms:.0f} ms"
         if self.estimate <= TARGET * self.ds:
-            return f"learning at {w}×{h} {'to keep' if self.auto else 'as asked, keeping'} {fps:.4g} fps ({cost}){why}"
+            keep = "to keep" if self.auto else "as asked, keeping"
+            return f"learning at {w}×{h} {keep} {fps:.4g} fps ({cost}){why}{sent}"
         holdable = max(0.1, int(10 * TARGET / self.estimate) / 10)
         dropped = round(100 * (1 - self.ds / self.estimate)) if self.estimate > self.ds else 0
         headroom = f"over the {TARGET * 100:.0f} % a stream may take"  # no frame lost, but no room for jitter
         lost = f"so about {dropped} % of frames are dropped" if dropped else headroom
         if self.auto and (self.hopeless or self.index == len(self.ladder) - 1):
-            return f"cannot keep {fps:.4g} fps: even at {w}×{h} {cost}, {lost}; ask for at most {holdable:g} fps"
+            return f"cannot keep {fps:.4g} fps: even at {w}×{h} {cost}, {lost}; ask for at most {holdable:g} fps{sent}"
         if self.auto:
-            return f"learning at {w}×{h}: {cost}; a smaller size if that goes on"
+            return f"learning at {w}×{h}: {cost}; a smaller size if that goes on{sent}"
         return (f"{w}×{h} as asked cannot keep {fps:.4g} fps: {cost}, {lost}; use automatic sizing or at most "
-                f"{holdable:g} fps")  # fmt: skip
+                f"{holdable:g} fps{sent}")  # fmt: skip

@@ -66,6 +66,7 @@ from .device_io import FrameUpload, HostCopy, PendingCopy
 from .learner import CheckpointMismatch, Learner, LearnerConfig
 from .profile_cache import JsonCache, key
 from .reach import MotionCap
+from .source_pace import SourcePace
 from .start_score import Scoring, StartScorer
 from .versus_start import VersusStart
 
@@ -128,7 +129,7 @@ def run_learner_process(cfg: LearnerProcessConfig, ring_spec: RingSpec, slots: A
         out.put(LearnerFailed(errors.WORKER_FAILED, message))
         return
     loop = FrameLoop(cfg, learner, controller, ring, out, lambda size: sizes.put(size_key, list(size)))
-    ready = LearnerReady(learner.resumed_from, learner.lr, learner.pipe.balance, learner.size, controller.note(cfg.fps))
+    ready = LearnerReady(learner.resumed_from, learner.lr, learner.pipe.balance, learner.size, controller.note())
     out.put(ready)
     ring.set_ready()
     writer = CheckpointWriter(learner, out)
@@ -184,12 +185,12 @@ class FrameLoop:
         self.host = HostCopy(in_flight=max(1, self.lag))
         self.previous: torch.Tensor | None = None  # the previous frame at the learning size, on the learner's device
         self.previous_picture: np.ndarray | None = None
-        self.previous_time: float | None = None  # its capture time
+        self.pace = SourcePace()  # how often the source really sends frames: the frame budget's ΔS
         self.cuts = SceneCuts()  # a frame that begins a new shot is paired with itself: no flow, nothing to learn
         self.shot: int | None = None  # the decoder's shot of the previous frame (a looping file's restarts)
         self.pending: deque[InPipeline] = deque()  # frames inside the pipeline
         self.outgoing: deque[Outgoing] = deque()  # frames out of the pipeline, their results on the way (``lag``)
-        self.note = controller.note(cfg.fps)
+        self.note = controller.note()
         self.reserve = self._measure_pictures()  # what every picture of a frame costs, wanted or not
         self.start_scorer = StartScorer(VersusStart(), 1.0 / cfg.fps)
 
@@ -211,18 +212,19 @@ class FrameLoop:
             picture = cv2.resize(picture, (w, h), interpolation=cv2.INTER_AREA)
         return self.upload(picture)
 
-    def on_frame(self, picture: np.ndarray, capture_time: float, shot: int = 0) -> None:
+    def on_frame(self, picture: np.ndarray, capture_time: float, shot: int, seq: int) -> None:
+        """A frame as the ring hands it out (``FrameRing.read``): ``seq`` numbers every frame the decoder wrote."""
         start = time.perf_counter()
         restarted, self.shot = self.shot is not None and shot != self.shot, shot  # a looping file's first frame again
         cut = self.cuts(picture) or restarted
         current = self.scaled(picture)
         previous, self.previous, self.previous_picture = self.previous, current, picture
-        previous_time, self.previous_time = self.previous_time, capture_time
-        if previous is None or previous_time is None:
+        frames = self.pace.observe(capture_time, seq)
+        self.controller.pace(self.pace.interval)
+        if previous is None:
             return
         x = torch.cat([current if cut else previous, current])[None]
         learner = self.learner
-        frames = max(1, round((capture_time - previous_time) * self.cfg.fps))
         epochs, stepping = learner.pipe.epochs, time.perf_counter()
         loss_zero, r = learner.step(x)
         stepped = time.perf_counter() - stepping
@@ -291,8 +293,8 @@ class FrameLoop:
             loss = loss_zero = None
         self.out.put(FrameLearned(
             frame=r.frame, loss=loss, loss_zero=loss_zero, start_scored=start_scored, dp_s=r.step_seconds,
-            stage_dp_s=list(r.stage_seconds),
-            work_s=frame_work_s, capture_time=frame.capture_time, learning_size=(flow.shape[1], flow.shape[0]),
+            stage_dp_s=list(r.stage_seconds), work_s=frame_work_s, ds_s=self.controller.ds,
+            capture_time=frame.capture_time, learning_size=(flow.shape[1], flow.shape[0]),
             flow_scale=scale, flow=flow, images=images, scene_cut=frame.scene_cut,
         ))  # fmt: skip
         return work_s, pictures_s, waited_s, r.step_seconds
@@ -337,9 +339,9 @@ class FrameLoop:
         elif self.learner.compiled_ready:
             self._rebuild(self.learner.adopt_compiled)
             log.info("the learner's stages are compiled: it goes on with them at %dx%d", *self.learner.size)
-        elif controller.settled and self.cfg.auto and not controller.capped:  # a cap is the motion's, not the budget's
-            self.remember_size(controller.size)
-        note = controller.note(self.cfg.fps)
+        elif controller.settled and self.cfg.auto and not (controller.capped or controller.source_slower):
+            self.remember_size(controller.size)  # for the rate said; not a cap (the motion's) nor a slow source's
+        note = controller.note()
         if note != self.note or choice is not None:
             self.note = note
             self.out.put(BudgetChanged(controller.size, note))
