@@ -5,7 +5,7 @@
 1. text, JSON::
 
      {"type": "frame", "frame": 812,          # true frame index (PARTIME: D-1 steps behind the newest input)
-      "loss": 0.0412,                         # unsupervised flow loss of this frame
+      "loss": 0.0412,                         # the learner's loss on what this frame's step learned from
       "loss_zero": 0.0650,                    # the same loss for zero flow on the same pair (the baseline)
       "dp_s": 0.031, "ds_s": 0.1,             # ΔP (whole pipeline step) and ΔS (1/fps or the source's pace), s
       "work_s": 0.045,                        # the worker's whole work on this frame (the budget it keeps)
