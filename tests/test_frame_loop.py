@@ -152,6 +152,7 @@ def test_a_source_slower_than_its_rate_keeps_the_size_its_own_pace_holds(loop):
     assert loop.learner.size == largest and all(tuple(m.learning_size) == largest for m in frames)
     assert frames[0].ds_s == pytest.approx(1 / FPS) and frames[-1].ds_s == pytest.approx(1.0)
     assert "the source sends that, though it says 10 fps" in loop.note and loop.controller.settled
+    assert loop.start_scorer.frame_s == pytest.approx(1.0)  # the frozen start's scorings spaced by that time too
 
 
 def test_a_non_finite_loss_restores_the_last_good_weights_says_so_and_learns_on(loop):

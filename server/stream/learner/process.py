@@ -221,6 +221,7 @@ class FrameLoop:
         previous, self.previous, self.previous_picture = self.previous, current, picture
         frames = self.pace.observe(capture_time, seq)
         self.controller.pace(self.pace.interval)
+        self.start_scorer.frame_s = self.controller.ds  # the frozen start's share of a frame's time, as the budget's
         if previous is None:
             return
         x = torch.cat([current if cut else previous, current])[None]
