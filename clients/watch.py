@@ -164,6 +164,14 @@ def wanted_images(args: argparse.Namespace) -> list[str]:
     return [args.picture] * bool(args.save) + ["flo"] * bool(args.save_flow) or ["overlay"]
 
 
+def state_words(state: dict) -> str:
+    """A stream's state in words: the state, what the stream is doing, and why where an error says. A live source that
+    keeps failing only reconnects (no error state): its reason shows only here."""
+    phase, error = state.get("phase") or "", error_words(state.get("error"))
+    words = f"{phase} ({error})" if phase and error else phase or error
+    return f"stream {state.get('state')}{': ' + words if words else ''}"
+
+
 def budget_gist(message: dict) -> tuple:
     """A budget message's size and words without their measured numbers: a new size or verdict is worth a line, a
     new estimate of a frame's milliseconds is not."""
@@ -185,8 +193,7 @@ def follow(api: StreamApi, stream: dict, args: argparse.Namespace) -> int:
                     progress.done()
                     return fail(STREAM_FAILED, f"stream {stream['id']}: {error_words(item.get('error') or item)}")
                 if item.get("state"):
-                    words = item.get("phase") or error_words(item.get("error"))
-                    progress.say(f"stream {item['state']}{': ' + words if words else ''}")
+                    progress.say(state_words(item))
                 elif item.get("type") == "note":  # what the stream did on its own: went back to its best weights
                     progress.say(f"note: {item['note']}")
                 elif item.get("type") == "budget" and (gist := budget_gist(item)) != told_budget:
@@ -208,7 +215,10 @@ def follow(api: StreamApi, stream: dict, args: argparse.Namespace) -> int:
                 break
     except TimeoutError:
         progress.done()
-        return fail(NO_FRAMES, f"no frames for {args.idle_timeout:g} s from stream {stream['id']}")
+        why = f"no frames for {args.idle_timeout:g} s from stream {stream['id']}"
+        with contextlib.suppress(ApiError):
+            why += f"; {state_words(api.get(stream['id']))}"
+        return fail(NO_FRAMES, why)
     finally:
         if video is not None:
             video.close()

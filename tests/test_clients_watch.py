@@ -84,3 +84,17 @@ def test_watch_exit_codes(server, tmp_path, capsys):
     with pytest.raises(SystemExit) as usage:
         watch.main(["demo", "--frames", "0"])
     assert usage.value.code == watch.USAGE
+
+
+def test_a_state_says_what_the_stream_does_and_why():
+    """A live source that keeps failing only reconnects, never errors: its reason is shown beside the phase."""
+    error = {"code": "source_unreachable", "message": "cannot open the source: not found"}
+    reconnecting = {"state": "reconnecting", "phase": "opening the source", "error": error}
+    assert watch.state_words(reconnecting) == (
+        "stream reconnecting: opening the source (source unreachable: cannot open the source: not found)"
+    )
+    assert watch.state_words({"state": "starting", "phase": "opening the source", "error": None}) == (
+        "stream starting: opening the source"
+    )
+    assert watch.state_words({"state": "error", "phase": "", "error": error}).startswith("stream error: source unr")
+    assert watch.state_words({"state": "running"}) == "stream running"
