@@ -65,7 +65,7 @@ def test_a_lag_publishes_the_same_results_a_frame_later(tmp_path):
     pictures = np.random.default_rng(2).integers(0, 255, (8, DISPLAY[1], DISPLAY[0], 3), np.uint8)
     for i, picture in enumerate(pictures):
         for frame_loop in loops:
-            frame_loop.on_frame(picture, i / FPS, 0, i)
+            frame_loop.on_frame(picture, i / FPS, 0, i, i / FPS)
         at_once, later = ([m for m in fl.out if isinstance(m, FrameLearned)] for fl in loops)
         assert len(later) == max(0, len(at_once) - 1)
     assert len(later) >= 4
@@ -93,7 +93,7 @@ def test_slow_steps_shrink_the_learning_size_and_say_so(loop):
     rng = np.random.default_rng(0)
     pictures = rng.integers(0, 255, (40, DISPLAY[1], DISPLAY[0], 3), np.uint8)
     for i, picture in enumerate(pictures):
-        loop.on_frame(picture, i / FPS, 0, i)
+        loop.on_frame(picture, i / FPS, 0, i, i / FPS)
         if loop.learner.size != largest and all(isinstance(m, FrameLearned) for m in loop.out[-3:]):
             break
     others = [m for m in loop.out if not isinstance(m, FrameLearned)]
@@ -134,7 +134,7 @@ def test_the_budget_counts_what_the_host_spends_on_a_gpu_step_and_at_least_the_s
     loop.controller.observe = lambda work_s, step_s=None: seen.append(step_s) or observe(work_s, step_s)
     rng = np.random.default_rng(0)
     for i, picture in enumerate(rng.integers(0, 255, (8, DISPLAY[1], DISPLAY[0], 3), np.uint8)):
-        loop.on_frame(picture, i / FPS, 0, i)
+        loop.on_frame(picture, i / FPS, 0, i, i / FPS)
     frames = [m for m in loop.out if isinstance(m, FrameLearned)]
     assert frames and all(m.dp_s == 5.0 for m in frames)  # ΔP as the metrics show it: the step's own clock
     assert len(seen) == len(frames) and all((s >= 5.0) if shares_cores else (0.02 <= s < 2.0) for s in seen), seen
@@ -147,12 +147,22 @@ def test_a_source_slower_than_its_rate_keeps_the_size_its_own_pace_holds(loop):
     slow_steps(loop.learner, 0.3, largest)
     rng = np.random.default_rng(3)
     for i, picture in enumerate(rng.integers(0, 255, (16, DISPLAY[1], DISPLAY[0], 3), np.uint8)):
-        loop.on_frame(picture, float(i), 0, i)
+        loop.on_frame(picture, float(i), 0, i, float(i))
     frames = [m for m in loop.out if isinstance(m, FrameLearned)]
     assert loop.learner.size == largest and all(tuple(m.learning_size) == largest for m in frames)
     assert frames[0].ds_s == pytest.approx(1 / FPS) and frames[-1].ds_s == pytest.approx(1.0)
     assert "the source sends that, though it says 10 fps" in loop.note and loop.controller.settled
     assert loop.start_scorer.frame_s == pytest.approx(1.0)  # the frozen start's scorings spaced by that time too
+
+
+def test_a_decoder_slower_than_its_source_does_not_lengthen_the_budget(loop):
+    """Frames written a second apart (a decoder behind its file on busy cores) whose timestamps are the rate's: ΔS
+    stays the rate's, or a larger learning size would take more of the cores the decoder needs."""
+    rng = np.random.default_rng(4)
+    for i, picture in enumerate(rng.integers(0, 255, (12, DISPLAY[1], DISPLAY[0], 3), np.uint8)):
+        loop.on_frame(picture, float(i), 0, i, i / FPS)
+    frames = [m for m in loop.out if isinstance(m, FrameLearned)]
+    assert frames and all(m.ds_s == pytest.approx(1 / FPS) for m in frames) and not loop.controller.source_slower
 
 
 def test_a_non_finite_loss_restores_the_last_good_weights_says_so_and_learns_on(loop):
@@ -164,7 +174,7 @@ def test_a_non_finite_loss_restores_the_last_good_weights_says_so_and_learns_on(
     for i, picture in enumerate(pictures):
         if i == 4:
             loop.learner.poison_next = True
-        loop.on_frame(picture, i / FPS, 0, i)
+        loop.on_frame(picture, i / FPS, 0, i, i / FPS)
     (failure,) = [m for m in loop.out if isinstance(m, NonFiniteLoss)]
     assert failure.count == 1 and loop.learner.nonfinite == 1
     frames = [m for m in loop.out if isinstance(m, FrameLearned)]
@@ -180,7 +190,7 @@ def test_fast_motion_moves_a_large_learning_size_down_to_where_the_net_follows_i
     loop = make_loop(tmp_path, lag=0, display=(320, 240), init="pretrained")
     try:
         for i, picture in enumerate(pan(12)):
-            loop.on_frame(picture, i / FPS, 0, i)
+            loop.on_frame(picture, i / FPS, 0, i, i / FPS)
             if loop.learner.size != (320, 240):
                 break
         assert loop.learner.size == (160, 120), [m for m in loop.out if not isinstance(m, FrameLearned)]
@@ -199,7 +209,7 @@ def test_a_pan_seen_through_skipped_frames_is_as_slow_as_it_is(tmp_path):
     loop = make_loop(tmp_path, lag=0, display=(320, 240), init="pretrained")
     try:
         for i, picture in enumerate(pan(8)):
-            loop.on_frame(picture, 4 * i / FPS, 0, 4 * i)
+            loop.on_frame(picture, 4 * i / FPS, 0, 4 * i, 4 * i / FPS)
         frames = [m for m in loop.out if isinstance(m, FrameLearned)]
         assert len(frames) == 6 and all(tuple(m.learning_size) == (320, 240) for m in frames)  # 1 in the pipeline
         assert all(m.ds_s == pytest.approx(1 / FPS) for m in frames)  # frames the worker skipped: the source's rate
@@ -213,7 +223,7 @@ def test_a_looping_files_first_frame_again_is_paired_with_itself(loop):
     (the same scene): the decoder's shot count says it, and the frame is paired with itself, as at a cut."""
     pictures = views("astronaut", 4)
     for i, (picture, count) in enumerate(zip(pictures * 2, [0] * 4 + [1] * 4, strict=True)):
-        loop.on_frame(picture, i / FPS, count, i)
+        loop.on_frame(picture, i / FPS, count, i, i / FPS)
     frames = {m.frame: m for m in loop.out if isinstance(m, FrameLearned)}
     assert [frames[f].scene_cut for f in sorted(frames)] == [f == 3 for f in sorted(frames)]
     assert frames[3].loss_zero < 0.1 * min(frames[2].loss_zero, frames[4].loss_zero)
@@ -237,7 +247,7 @@ def test_a_frame_that_begins_a_new_shot_is_paired_with_itself(loop):
     """A cut from one photo to another: the first frame of the new shot has no flow to find, and nothing to learn."""
     pictures = views("astronaut", 3) + views("coffee", 3)
     for i, picture in enumerate(pictures + pictures[-1:]):
-        loop.on_frame(picture, i / FPS, 0, i)
+        loop.on_frame(picture, i / FPS, 0, i, i / FPS)
     frames = {m.frame: m for m in loop.out if isinstance(m, FrameLearned)}
     assert [frames[f].scene_cut for f in sorted(frames)] == [f == 2 for f in sorted(frames)]
     # Its pair is the frame and itself: zero flow explains it (the loss's floor), unlike its neighbours' pairs.
@@ -261,7 +271,7 @@ def test_the_frozen_start_scores_now_and_then_and_a_learner_behind_it_goes_back_
     loop.learner.start_score = lambda: StartScore(nn.Sequential(), torch.zeros(1), torch.zeros(1), explains_all)
     rng = np.random.default_rng(3)
     for i, picture in enumerate(rng.integers(0, 255, (12, DISPLAY[1], DISPLAY[0], 3), np.uint8)):
-        loop.on_frame(picture, i / FPS, 0, i)
+        loop.on_frame(picture, i / FPS, 0, i, i / FPS)
     frames = [m for m in loop.out if isinstance(m, FrameLearned)]
     scored = [(m.frame, m.start_scored.frame) for m in frames if m.start_scored is not None]
     assert scored and all(f % 2 == 1 and f == g for f, g in scored)  # the second pair fed, the fourth, ...: 1, 3, ...
@@ -291,7 +301,7 @@ def test_the_frozen_starts_layers_run_over_the_frames_after_the_one_it_scores(tm
     rng = np.random.default_rng(4)
     layers = len(learner.start)
     for i, picture in enumerate(rng.integers(0, 255, (layers + 5, DISPLAY[1], DISPLAY[0], 3), np.uint8)):
-        loop.on_frame(picture, i / FPS, 0, i)
+        loop.on_frame(picture, i / FPS, 0, i, i / FPS)
     frames = [m for m in loop.out if isinstance(m, FrameLearned)]
     carried = [m for m in frames if m.start_scored is not None]
     assert carried, "the start's scoring never came out"
@@ -320,7 +330,7 @@ def test_a_frame_whose_step_learned_from_a_pair_known_nowhere_has_no_loss_nor_sc
     loop.learner.start_score = lambda: StartScore(nn.Sequential(), torch.zeros(1), torch.zeros(1), explains_all)
     rng = np.random.default_rng(4)
     for i, picture in enumerate(rng.integers(0, 255, (16, DISPLAY[1], DISPLAY[0], 3), np.uint8)):
-        loop.on_frame(picture, i / FPS, 0, i)
+        loop.on_frame(picture, i / FPS, 0, i, i / FPS)
     frames = [m for m in loop.out if isinstance(m, FrameLearned)]
     # The service's made pairs: every second pair, four servings as made, then one known nowhere: pairs 8 and 9.
     none = [m.frame for m in frames if m.loss is None]

@@ -25,19 +25,19 @@ def frame(value: int) -> np.ndarray:
     return np.full((8, 8, 3), value, np.uint8)
 
 
-def test_frames_arrive_in_order_with_their_capture_time_shot_and_number(ring):
+def test_frames_arrive_in_order_with_their_times_shot_and_number(ring):
     q = CTX.Queue(ring.queue_size)
     for i in range(2):
-        assert ring.write(frame(i), 100.0 + i, q, shot=3 * i) == 0
+        assert ring.write(frame(i), 100.0 + i, 0.5 * i, q, shot=3 * i) == 0
     for i in range(2):
-        got, t, shot, seq = ring.read(q, timeout=5)
-        assert (got == i).all() and t == 100.0 + i and shot == 3 * i and seq == i
+        got, t, shot, seq, source_time = ring.read(q, timeout=5)
+        assert (got == i).all() and t == 100.0 + i and shot == 3 * i and seq == i and source_time == 0.5 * i
     assert ring.read(q, timeout=0.05) is None
 
 
 def test_a_full_queue_drops_the_oldest_unread_frame(ring):
     q = CTX.Queue(ring.queue_size)  # 2 unread frames at most
-    dropped = [ring.write(frame(i), float(i), q) for i in range(5)]
+    dropped = [ring.write(frame(i), float(i), float(i), q) for i in range(5)]
     assert sum(dropped) == 3
     got = [ring.read(q, timeout=5) for _ in range(2)]
     assert [int(g[0][0, 0, 0]) for g in got] == [3, 4]  # the newest survive
@@ -46,7 +46,7 @@ def test_a_full_queue_drops_the_oldest_unread_frame(ring):
 
 def test_an_overwritten_slot_is_reported_not_torn(ring):
     q = CTX.Queue(ring.queue_size)
-    ring.write(frame(1), 1.0, q)
+    ring.write(frame(1), 1.0, 1.0, q)
     slot, seq = q.get(timeout=5)
     ring.header[slot, 0] = seq + 4  # the writer lapped the reader on this slot
     stale = CTX.Queue(2)
@@ -59,7 +59,7 @@ def test_other_processes_attach_by_spec(ring):
     proc = CTX.Process(target=_write_one, args=(ring.spec, q))
     proc.start()
     proc.join(60)
-    got, t, shot, _ = ring.read(q, timeout=5)
+    got, t, shot, _, _ = ring.read(q, timeout=5)
     assert (got == 7).all() and t == 7.0 and shot == 0
     with pytest.raises(queue.Empty):
         q.get_nowait()
@@ -67,15 +67,15 @@ def test_other_processes_attach_by_spec(ring):
 
 def _write_one(spec, q) -> None:
     r = FrameRing.attach(spec)
-    r.write(frame(7), 7.0, q)
+    r.write(frame(7), 7.0, 7.0, q)
     r.close()
 
 
 def test_frames_of_any_size_within_the_capacity(ring):
     q = CTX.Queue(ring.queue_size)
     small = np.arange(4 * 6 * 3, dtype=np.uint8).reshape(4, 6, 3)
-    ring.write(small, 1.0, q)
-    got, _, _, _ = ring.read(q, timeout=5)
+    ring.write(small, 1.0, 1.0, q)
+    got = ring.read(q, timeout=5).pixels
     assert got.shape == (4, 6, 3) and np.array_equal(got, small)
     with pytest.raises(ValueError, match="does not fit"):
-        ring.write(np.zeros((9, 8, 3), np.uint8), 2.0, q)
+        ring.write(np.zeros((9, 8, 3), np.uint8), 2.0, 2.0, q)

@@ -19,15 +19,26 @@ import queue
 import time
 from dataclasses import dataclass
 from multiprocessing import shared_memory
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 POLL_S = 0.02
 WRITING = -1.0
-SEQ, CAPTURE, HEIGHT, WIDTH, SHOT = range(5)  # header columns of a slot
+SEQ, CAPTURE, SOURCE, HEIGHT, WIDTH, SHOT = range(6)  # header columns of a slot
+COLUMNS = 6
 NEXT_SEQ, FLAGS = -2, -1  # header rows after the slots: (next seq, ...) and the flags
 STOP, READY, WANTED = range(3)  # flag columns: stop requested, worker ready, pictures viewers want (a bit mask)
+
+
+class RingFrame(NamedTuple):
+    """A frame as the worker reads it."""
+
+    pixels: np.ndarray  # uint8 [H, W, 3]
+    capture_time: float  # when the decoder wrote it (Unix seconds): latency
+    shot: int  # the decoder's count of fresh starts (a looping file's restarts)
+    seq: int  # every frame the decoder wrote has the next number, read or not: the frames the worker skipped
+    source_time: float  # on the source's own clock (seconds, rising): its pace, whatever the decoder's speed
 
 
 @dataclass(frozen=True)
@@ -41,7 +52,8 @@ class RingSpec:
 
     @property
     def header_bytes(self) -> int:
-        return (self.slots + 2) * 5 * 8  # per slot (seq, capture time, height, width, shot); then (next seq), the flags
+        # Per slot (seq, capture time, source time, height, width, shot); then (next seq), the flags.
+        return (self.slots + 2) * COLUMNS * 8
 
     @property
     def frame_bytes(self) -> int:
@@ -53,7 +65,7 @@ class FrameRing:
         self.spec = spec
         self._shm = shm
         self._owner = owner
-        self.header = np.ndarray((spec.slots + 2, 5), np.float64, shm.buf, 0)
+        self.header = np.ndarray((spec.slots + 2, COLUMNS), np.float64, shm.buf, 0)
         self.frames = np.ndarray((spec.slots, spec.frame_bytes), np.uint8, shm.buf, spec.header_bytes)
 
     @classmethod
@@ -113,8 +125,9 @@ class FrameRing:
         return self.frames[slot, : height * width * 3].reshape(height, width, 3)
 
     # -- decoder side ----------------------------------------------------------------------------
-    def write(self, frame: np.ndarray, capture_time: float, slots_queue: Any, shot: int = 0) -> int:
-        """Publish ``frame`` (uint8 [H, W, 3], within the capacity) of ``shot``; return how many unread frames were
+    def write(self, frame: np.ndarray, capture_time: float, source_time: float, slots_queue: Any, shot: int = 0) -> int:
+        """Publish ``frame`` (uint8 [H, W, 3], within the capacity) of ``shot``, captured at ``capture_time`` (Unix
+        seconds) and at ``source_time`` on the source's own clock (seconds, rising); return how many unread frames were
         dropped to make room (0 or more)."""
         height, width = frame.shape[:2]
         if height * width * 3 > self.spec.frame_bytes:
@@ -124,7 +137,7 @@ class FrameRing:
         slot = seq % self.spec.slots
         self.header[slot, SEQ] = WRITING
         self._pixels(slot, height, width)[:] = frame
-        self.header[slot, CAPTURE:] = (capture_time, height, width, shot)
+        self.header[slot, CAPTURE:] = (capture_time, source_time, height, width, shot)
         self.header[slot, SEQ] = seq
         dropped = 0
         for _ in range(self.spec.slots):
@@ -140,20 +153,19 @@ class FrameRing:
         return dropped + 1  # could not even queue this one
 
     # -- worker side -----------------------------------------------------------------------------
-    def read(self, slots_queue: Any, timeout: float) -> tuple[np.ndarray, float, int, int] | None | bool:
-        """The next frame, its capture time, its shot and its sequence number (every frame written has the next one,
-        read or not); None on timeout; False when its slot was overwritten."""
+    def read(self, slots_queue: Any, timeout: float) -> RingFrame | None | bool:
+        """The next frame; None on timeout; False when its slot was overwritten."""
         try:
             slot, seq = slots_queue.get(timeout=timeout)
         except queue.Empty:
             return None
         if self.header[slot, SEQ] != seq:
             return False
-        capture_time, height, width, shot = self.header[slot, CAPTURE:]
+        capture_time, source_time, height, width, shot = self.header[slot, CAPTURE:]
         frame = self._pixels(slot, int(height), int(width)).copy()
         if self.header[slot, SEQ] != seq:
             return False
-        return frame, float(capture_time), int(shot), seq
+        return RingFrame(frame, float(capture_time), int(shot), seq, float(source_time))
 
     # -- lifetime --------------------------------------------------------------------------------
     def close(self) -> None:

@@ -212,14 +212,14 @@ class FrameLoop:
             picture = cv2.resize(picture, (w, h), interpolation=cv2.INTER_AREA)
         return self.upload(picture)
 
-    def on_frame(self, picture: np.ndarray, capture_time: float, shot: int, seq: int) -> None:
-        """A frame as the ring hands it out (``FrameRing.read``): ``seq`` numbers every frame the decoder wrote."""
+    def on_frame(self, picture: np.ndarray, capture_time: float, shot: int, seq: int, source_time: float) -> None:
+        """A frame as the ring hands it out (``ring.RingFrame``)."""
         start = time.perf_counter()
         restarted, self.shot = self.shot is not None and shot != self.shot, shot  # a looping file's first frame again
         cut = self.cuts(picture) or restarted
         current = self.scaled(picture)
         previous, self.previous, self.previous_picture = self.previous, current, picture
-        frames = self.pace.observe(capture_time, seq)
+        frames = self.pace.observe(source_time, seq)
         self.controller.pace(self.pace.interval)
         self.start_scorer.frame_s = self.controller.ds  # the frozen start's share of a frame's time, as the budget's
         if previous is None:

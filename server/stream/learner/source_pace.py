@@ -6,7 +6,10 @@ frame budget ΔS is its inverse. Some sources send fewer frames than they say: a
 lengthens its exposure in the dark. Judged against the rate said, such a stream was walked down to a smaller learning
 size while each frame had six times the time it needed. The ring numbers every frame the decoder writes, so the
 frames the worker skipped (it was behind, or rebuilding) are told apart from frames the source never sent: the time
-between two frames the worker got, over how many the decoder wrote between them, is the source's own interval.
+between two frames the worker got, over how many the decoder wrote between them, is the source's own interval. The
+time is the source's own clock (a file's timestamps, a live stream's, a browser webcam's arrivals), not when the
+decoder wrote the frame: a decoder slower than the source (a large file on busy cores) would otherwise lengthen ΔS,
+the learner would take a larger size and more of the cores, and the decoder fall further behind.
 """
 
 from __future__ import annotations
@@ -26,12 +29,12 @@ class SourcePace:
     the time back to the one ``SPAN`` frames before, over how many frames the decoder wrote between them."""
 
     def __init__(self) -> None:
-        self.frames: deque[tuple[float, int]] = deque(maxlen=RECENT + SPAN)  # capture times, ring sequence numbers
+        self.frames: deque[tuple[float, int]] = deque(maxlen=RECENT + SPAN)  # source times, ring sequence numbers
 
-    def observe(self, capture_time: float, seq: int) -> int:
+    def observe(self, source_time: float, seq: int) -> int:
         """A frame the worker got; how many frames of the stream it is after the one before (1: none skipped)."""
         frames = seq - self.frames[-1][1] if self.frames else 1
-        self.frames.append((capture_time, seq))
+        self.frames.append((source_time, seq))
         return frames
 
     @property

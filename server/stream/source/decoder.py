@@ -147,7 +147,7 @@ def _emit(
                 if delay > 0 and ring.sleep(delay):
                     return
             rgb = to_rgb(frame, width, height)  # only kept frames are converted
-            report.drop("worker_behind", ring.write(rgb, time.time(), slots, shot))
+            report.drop("worker_behind", ring.write(rgb, time.time(), t, slots, shot))
             report.position = position
         report.tick()
     report.send(SourceEnded())
