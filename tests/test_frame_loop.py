@@ -152,7 +152,7 @@ def test_a_source_slower_than_its_rate_keeps_the_size_its_own_pace_holds(loop):
     assert loop.learner.size == largest and all(tuple(m.learning_size) == largest for m in frames)
     assert frames[0].ds_s == pytest.approx(1 / FPS) and frames[-1].ds_s == pytest.approx(1.0)
     assert "the source sends that, though it says 10 fps" in loop.note and loop.controller.settled
-    assert loop.start_scorer.frame_s == pytest.approx(1.0)  # the frozen start's scorings spaced by that time too
+    assert loop.start_scorer.frame_s() == pytest.approx(1.0)  # the frozen start's scorings spaced by that time too
 
 
 def test_a_decoder_slower_than_its_source_does_not_lengthen_the_budget(loop):

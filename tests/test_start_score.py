@@ -60,7 +60,7 @@ class Learner:
 def test_a_scoring_begins_when_due_runs_over_the_frames_after_it_and_the_next_waits_for_it():
     """One layer a frame before any scoring was timed; the next scoring is due ``every`` pairs after the last began,
     and none begins while one is under way; the steady share is the last scoring's time over the pairs between two."""
-    learner, scorer = Learner(), StartScorer(VersusStart(every=2), frame_s=0.1)
+    learner, scorer = Learner(), StartScorer(VersusStart(every=2), frame_s=lambda: 0.1)
     steps = [scorer.after_step(learner.start_score) for _ in range(6)]
     begun = [i for i, (b, _, _) in enumerate(steps) if b is not None]
     done = [i for i, (_, d, _) in enumerate(steps) if d is not None]
@@ -71,7 +71,7 @@ def test_a_scoring_begins_when_due_runs_over_the_frames_after_it_and_the_next_wa
 
 
 def test_a_cancelled_scoring_never_comes_out():
-    learner, scorer = Learner(), StartScorer(VersusStart(every=1), frame_s=0.1)
+    learner, scorer = Learner(), StartScorer(VersusStart(every=1), frame_s=lambda: 0.1)
     begun, done, _ = scorer.after_step(learner.start_score)
     assert begun is not None and done is None
     scorer.cancel()

@@ -67,9 +67,8 @@ class BudgetController:
         self.ladder = list(ladder)
         self.index = start
         self.said = 1.0 / fps  # ΔS as the stream's rate has it
-        self.ds = self.said  # ΔS: the time a frame has (``pace``)
         self.auto = auto
-        self.window = max(MIN_WINDOW, round(WINDOW_S * fps))
+        self._time_frames(self.said)
         self.clock = clock
         self.samples: list[tuple[float, float]] = []
         self.seen = 0
@@ -102,8 +101,12 @@ class BudgetController:
         rewrite the note every frame."""
         ds = max(self.said, interval or 0.0)
         if abs(ds / self.ds - 1) > PACE_STEP:
-            self.ds = ds
-            self.window = max(MIN_WINDOW, round(WINDOW_S / ds))
+            self._time_frames(ds)
+
+    def _time_frames(self, ds: float) -> None:
+        """ΔS, the time a frame has, and the frames a decision looks at (``WINDOW_S`` of them)."""
+        self.ds = ds
+        self.window = max(MIN_WINDOW, round(WINDOW_S / ds))
 
     def observe(self, work_s: float, step_s: float | None = None) -> int | None:
         """One frame's work at the current size (``step_s`` of it grows with the size: the pipeline step; default:

@@ -192,7 +192,7 @@ class FrameLoop:
         self.outgoing: deque[Outgoing] = deque()  # frames out of the pipeline, their results on the way (``lag``)
         self.note = controller.note()
         self.reserve = self._measure_pictures()  # what every picture of a frame costs, wanted or not
-        self.start_scorer = StartScorer(VersusStart(), 1.0 / cfg.fps)
+        self.start_scorer = StartScorer(VersusStart(), lambda: controller.ds)
 
     def _measure_pictures(self) -> float:
         """The pictures' cost is part of the frame budget even while nobody watches: a viewer may join any time."""
@@ -221,7 +221,6 @@ class FrameLoop:
         previous, self.previous, self.previous_picture = self.previous, current, picture
         frames = self.pace.observe(source_time, seq)
         self.controller.pace(self.pace.interval)
-        self.start_scorer.frame_s = self.controller.ds  # the frozen start's share of a frame's time, as the budget's
         if previous is None:
             return
         x = torch.cat([current if cut else previous, current])[None]

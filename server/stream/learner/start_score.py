@@ -62,8 +62,8 @@ class StartScorer:
     each frame: the scorings' cost so far spread over the frames between two (``share_s``, seconds a frame), a layer
     at least, so that one scoring ends about when the next is due."""
 
-    def __init__(self, versus: VersusStart, frame_s: float) -> None:
-        self.versus, self.frame_s = versus, frame_s
+    def __init__(self, versus: VersusStart, frame_s: Callable[[], float]) -> None:
+        self.versus, self.frame_s = versus, frame_s  # a frame's time now (ΔS, as the budget keeps it)
         self.fed = 0  # pairs fed to the learner
         self.under_way: Scoring | None = None
         self.share_s = 0.0  # the last scoring's seconds over the frames up to the next: the budget's steady share
@@ -87,7 +87,7 @@ class StartScorer:
         if not done:
             return begun, None, spent_s
         cost_s = scoring.score.seconds
-        self.share_s = cost_s / self.versus.scored(scoring.fed, cost_s, self.frame_s)
+        self.share_s = cost_s / self.versus.scored(scoring.fed, cost_s, self.frame_s())
         self.under_way = None
         return begun, scoring, spent_s
 
