@@ -1,6 +1,7 @@
 """The decoder's frame selection (``server.stream.source.resample``, shared with ``bench.realflow``): timestamps in,
 frames out."""
 
+import queue
 import subprocess
 from fractions import Fraction
 from pathlib import Path
@@ -11,7 +12,10 @@ import numpy as np
 import pytest
 
 from models.streams import generate, write_mp4
-from server.stream.source.resample import FrameClock, Resampler, to_rgb, upright_size
+from server.stream.config import DecoderConfig
+from server.stream.source.decoder import Reporter, _container_frames
+from server.stream.source.resample import ContinuousClock, FrameClock, Resampler, to_rgb, upright_size
+from server.stream.source.sources import SourceSpec
 from testing.media import turned_copy
 from testing.sources import NO_FFMPEG
 
@@ -63,6 +67,46 @@ def test_good_presentation_timestamps_are_kept_even_when_reordered_decode_times_
     clock = FrameClock(1 / 30)
     times = [clock(stamped(p, d), i) for i, (p, d) in enumerate([(0, None), (33, 33), (67, 33), (100, 67)])]
     assert times == [0.0, 0.033, 0.067, 0.1]
+
+
+def test_a_clock_that_starts_afresh_mid_stream_continues_and_real_gaps_stay():
+    continuous = ContinuousClock(0.1)
+    times = [1000.0, 1000.1, 1000.2, 3.0, 3.1, 3.2, 9.0, 9.1, 5000.0, 5000.1]  # back, a 5.8 s gap (kept), forward
+    mended = [continuous(t) for t in times]
+    assert np.allclose(mended, [1000.0, 1000.1, 1000.2, 1000.3, 1000.4, 1000.5, 1006.3, 1006.4, 1006.5, 1006.6])
+    assert len(kept(mended, 10)) == len(times)
+    assert kept(times, 10) == [1000.0, 1000.1, 1000.2, 5000.0, 5000.1]  # as they were, the frames after the jump
+    # back were dropped until the old clock's time came round
+
+
+def joined_recordings(path: Path, fps: int = 10, frames: int = 20) -> Path:
+    """Two MPEG-TS recordings joined end to end (as a camera's segments are), the second's clock starting at 0 where
+    the first's ended at 1002 s: FFmpeg reads it as the 33-bit clock wrapping, 26.5 hours on."""
+    parts = []
+    for start in (1000, 0):
+        part = path.with_name(f"part{start}.ts")
+        with av.open(str(part), "w", format="mpegts") as container:
+            stream = container.add_stream("mpeg2video", rate=fps)
+            stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+            for i in range(frames):
+                frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 10 * i, np.uint8), format="rgb24")
+                frame.pts, frame.time_base = start * fps + i, Fraction(1, fps)
+                container.mux(stream.encode(frame))
+            container.mux(stream.encode())
+        parts.append(part.read_bytes())
+    path.write_bytes(b"".join(parts))
+    return path
+
+
+def test_the_decoder_reads_joined_recordings_as_one_stream_and_keeps_the_files_own_positions(tmp_path):
+    path = joined_recordings(tmp_path / "joined.ts")
+    cfg = DecoderConfig(SourceSpec("file", str(path), live=False), None, 30.0, 640, False, 5.0, 5.0)
+    with av.open(str(path)) as container:
+        frames = list(_container_frames(cfg, container, Reporter(queue.Queue())))
+    source_times, positions = np.array([f[1] for f in frames]), np.array([f[2] for f in frames])
+    assert len(frames) == 40
+    assert np.allclose(np.diff(source_times), 0.1)  # paced as one stream: no 26-hour wait before the second part
+    assert positions.max() - positions.min() > 3600  # a resume seeks to where the file itself has the frame
 
 
 def test_bad_rate():

@@ -33,7 +33,7 @@ from ..protocol import DecoderFailed, DecoderMessage, DecoderStats, SourceEnded,
 from ..ring import FrameRing, RingSpec
 from ..sizing import display_size, stream_fps
 from .http_io import DEMUXER_OPTIONS, HttpOpener
-from .resample import FrameClock, Resampler, to_rgb, upright_size
+from .resample import ContinuousClock, FrameClock, Resampler, to_rgb, upright_size
 from .sources import SourceSpec, check_host
 
 log = logging.getLogger(__name__)
@@ -239,6 +239,7 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
     skip_until = 0.0 if cfg.source.live else cfg.start_at_s
     offset, last, last_at, shot = 0.0, 0.0, time.monotonic(), 0
     step = 1.0 / float(stream.average_rate or 30)
+    continuous = ContinuousClock(step)  # the source time; the position stays the file's own (a resume seeks to it)
     try:
         while True:
             count, clock = 0, FrameClock(step)  # a loop starts the timestamps afresh
@@ -254,7 +255,7 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
                 if t < skip_until:
                     continue
                 last, count, last_at = t, count + 1, time.monotonic()
-                yield frame, offset + t, t, shot
+                yield frame, continuous(offset + t), t, shot
             if not cfg.loop or cfg.source.live or (count == 0 and not skip_until):
                 return  # the end (an empty video never loops)
             container.seek(0, stream=stream)

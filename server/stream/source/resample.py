@@ -32,6 +32,34 @@ class Resampler:
         return True
 
 
+#: A jump of the source's clock by more than this, either way, between two frames is a discontinuity, not time that
+#: passed (FFmpeg's ``dts_delta_threshold`` for formats with discontinuities: 10 s).
+DISCONTINUITY_S = 10.0
+
+
+class ContinuousClock:
+    """Source times made continuous across a discontinuity of the source's clock: a frame more than
+    ``DISCONTINUITY_S`` away from the one before follows it by the stream's nominal interval instead.
+
+    Why: recordings joined end to end (MPEG-TS files concatenated, a camera's segments, a live stream whose encoder
+    restarted) start their timestamps afresh mid-stream, and FFmpeg reads an MPEG-TS clock that went back as one that
+    wrapped, 26.5 hours on. Taken as they are, a jump forward made the decoder sleep that long before pacing a file's
+    next frame, and the stream ended as stalled; a jump back made the resampler drop every frame until the source's
+    clock caught up with the old one."""
+
+    def __init__(self, step: float) -> None:
+        self.step = step
+        self.shift = 0.0
+        self.last: float | None = None
+
+    def __call__(self, t: float) -> float:
+        """The continuous time of a frame at ``t`` on the source's clock (seconds)."""
+        if self.last is not None and abs(t + self.shift - self.last) > DISCONTINUITY_S:
+            self.shift = self.last + self.step - t
+        self.last = t + self.shift
+        return self.last
+
+
 class FrameClock:
     """Source times of decoded frames, chosen as FFmpeg's best-effort timestamp is (``guess_correct_pts``).
 
