@@ -54,7 +54,7 @@ from models.flow_nets import FLOW_NETS, INITS, build_flow_net
 from models.online import frame_pair, learning_for, online_pipeline, predict_then_learn, stream_pairs
 from pipeline_core import Pipeline
 from server.stream.sizing import NET_MULTIPLE, fit, made_for_side
-from server.stream.source.resample import ContinuousClock, FrameClock, Resampler, to_rgb, upright_size
+from server.stream.source.resample import ContinuousClock, FrameClock, Resampler, nominal_interval, to_rgb, upright_size
 from testing.report import Run, command_line
 
 MAX_FPS = 30.0  # default rate: the source's own, capped here
@@ -99,7 +99,7 @@ def load_clip(path: Path, fps: float, width: int, height: int) -> Clip:
     previous: np.ndarray | None = None
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
-        step = 1.0 / float(stream.average_rate or 30)
+        step = nominal_interval(stream)
         clock, continuous, grid = FrameClock(step), ContinuousClock(step), Resampler(fps)
         for index, frame in enumerate(container.decode(stream)):
             decoded += 1

@@ -33,7 +33,7 @@ from ..protocol import DecoderFailed, DecoderMessage, DecoderStats, SourceEnded,
 from ..ring import FrameRing, RingSpec
 from ..sizing import display_size, stream_fps
 from .http_io import DEMUXER_OPTIONS, HttpOpener
-from .resample import ContinuousClock, FrameClock, Resampler, to_rgb, upright_size
+from .resample import ContinuousClock, FrameClock, Resampler, nominal_interval, to_rgb, upright_size
 from .sources import SourceSpec, check_host
 
 log = logging.getLogger(__name__)
@@ -238,7 +238,7 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
     size: tuple[int, int] | None = None
     skip_until = 0.0 if cfg.source.live else cfg.start_at_s
     offset, last, last_at, shot = 0.0, 0.0, time.monotonic(), 0
-    step = 1.0 / float(stream.average_rate or 30)
+    step = nominal_interval(stream)
     continuous = ContinuousClock(step)  # the source time; the position stays the file's own (a resume seeks to it)
     try:
         while True:

@@ -32,6 +32,12 @@ class Resampler:
         return True
 
 
+def nominal_interval(stream: av.video.stream.VideoStream) -> float:
+    """Seconds between frames as ``stream`` states its rate (30 fps where it states none): what a frame with no
+    timestamp is spaced by, and how far a frame after a discontinuity follows the one before."""
+    return 1.0 / float(stream.average_rate or 30)
+
+
 #: A jump of the source's clock by more than this, either way, between two frames is a discontinuity, not time that
 #: passed (FFmpeg's ``dts_delta_threshold`` for formats with discontinuities: 10 s).
 DISCONTINUITY_S = 10.0
