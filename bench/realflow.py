@@ -93,7 +93,8 @@ def probe(path: Path) -> dict:
 def load_clip(path: Path, fps: float, width: int, height: int) -> Clip:
     """Decode once as the service would (``Resampler`` keeps the frames, ``to_rgb`` scales them), keeping the
     working-size frames and the pseudo ground truth between consecutive kept frames at full resolution, with where
-    it is consistent: a working-size pixel whose full-resolution pixels mostly pass the forward-backward test."""
+    it is consistent: a working-size pixel whose full-resolution pixels mostly pass the forward-backward test. Frames
+    that change size mid-clip are scaled to the first one's, as the service scales them to its picture."""
     reference = dis_refined()
     frames, flows, consistent, times, decoded, backwards, last = [], [], [], [], 0, 0, -np.inf
     previous: np.ndarray | None = None
@@ -107,7 +108,7 @@ def load_clip(path: Path, fps: float, width: int, height: int) -> Clip:
             backwards, last = backwards + (t < last), t
             if not grid.keep(t):
                 continue
-            full = to_rgb(frame)
+            full = to_rgb(frame) if previous is None else to_rgb(frame, previous.shape[1], previous.shape[0])
             if previous is not None:
                 forward = reference(previous, full)
                 passed = consistent_mask(forward, reference(full, previous)).astype(np.float32)

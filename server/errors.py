@@ -23,7 +23,6 @@ SOURCE_UNREACHABLE = "source_unreachable"
 NOT_FOUND = "not_found"
 NOT_VIDEO = "not_video"
 DECODE_ERROR = "decode_error"
-RESOLUTION_CHANGED = "resolution_changed"
 STALLED = "stalled"
 ENDED = "ended"
 WORKER_FAILED = "worker_failed"
@@ -40,7 +39,7 @@ BAD_FRAME = "bad_frame"
 INGEST_FLOOD = "ingest_flood"
 
 # Live sources retry these with back-off; every other run-time error is final.
-TRANSIENT = frozenset({SOURCE_UNREACHABLE, DECODE_ERROR, RESOLUTION_CHANGED, STALLED})
+TRANSIENT = frozenset({SOURCE_UNREACHABLE, DECODE_ERROR, STALLED})
 # Request-time refusals the decoder also meets at run time: a hop of the source (a redirect, a playlist entry) that
 # leads to a refused address or scheme. Counted like a refused request.
 REFUSED_HOP = frozenset({PRIVATE_ADDRESS, SCHEME_NOT_ALLOWED})

@@ -13,6 +13,7 @@ import pytest
 
 from models.streams import generate, write_mp4
 from server.stream.config import DecoderConfig
+from server.stream.protocol import SourceResized
 from server.stream.source.decoder import Reporter, _container_frames
 from server.stream.source.resample import ContinuousClock, FrameClock, Resampler, to_rgb, upright_size
 from server.stream.source.sources import SourceSpec
@@ -71,42 +72,65 @@ def test_good_presentation_timestamps_are_kept_even_when_reordered_decode_times_
 
 def test_a_clock_that_starts_afresh_mid_stream_continues_and_real_gaps_stay():
     continuous = ContinuousClock(0.1)
-    times = [1000.0, 1000.1, 1000.2, 3.0, 3.1, 3.2, 9.0, 9.1, 5000.0, 5000.1]  # back, a 5.8 s gap (kept), forward
+    # back, a 5.8 s gap (kept), forward, back by 1.6 s (a joined file's two seconds), back by 0.05 s (kept)
+    times = [1000.0, 1000.1, 1000.2, 3.0, 3.1, 3.2, 9.0, 9.1, 5000.0, 5000.1, 4998.5, 4998.6, 4998.55]
     mended = [continuous(t) for t in times]
-    assert np.allclose(mended, [1000.0, 1000.1, 1000.2, 1000.3, 1000.4, 1000.5, 1006.3, 1006.4, 1006.5, 1006.6])
-    assert len(kept(mended, 10)) == len(times)
+    expected = [1000.0, 1000.1, 1000.2, 1000.3, 1000.4, 1000.5, 1006.3, 1006.4, 1006.5, 1006.6, 1006.7, 1006.8, 1006.75]
+    assert np.allclose(mended, expected)
+    assert len(kept(mended[:-1], 10)) == len(times) - 1
     assert kept(times, 10) == [1000.0, 1000.1, 1000.2, 5000.0, 5000.1]  # as they were, the frames after the jump
     # back were dropped until the old clock's time came round
 
 
-def joined_recordings(path: Path, fps: int = 10, frames: int = 20) -> Path:
-    """Two MPEG-TS recordings joined end to end (as a camera's segments are), the second's clock starting at 0 where
-    the first's ended at 1002 s: FFmpeg reads it as the 33-bit clock wrapping, 26.5 hours on."""
-    parts = []
-    for start in (1000, 0):
-        part = path.with_name(f"part{start}.ts")
+Part = tuple[int, tuple[int, int]]  # a recording's first time (s) and its frames' size (width, height)
+
+
+def joined_recordings(path: Path, parts: tuple[Part, ...], fps: int = 10, frames: int = 20) -> Path:
+    """MPEG-TS recordings joined end to end, as a camera's segments are."""
+    data = []
+    for n, (start, (width, height)) in enumerate(parts):
+        part = path.with_name(f"part{n}.ts")
         with av.open(str(part), "w", format="mpegts") as container:
             stream = container.add_stream("mpeg2video", rate=fps)
-            stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+            stream.width, stream.height, stream.pix_fmt = width, height, "yuv420p"
             for i in range(frames):
-                frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), 10 * i, np.uint8), format="rgb24")
+                frame = av.VideoFrame.from_ndarray(np.full((height, width, 3), 10 * i, np.uint8), format="rgb24")
                 frame.pts, frame.time_base = start * fps + i, Fraction(1, fps)
                 container.mux(stream.encode(frame))
             container.mux(stream.encode())
-        parts.append(part.read_bytes())
-    path.write_bytes(b"".join(parts))
+        data.append(part.read_bytes())
+    path.write_bytes(b"".join(data))
     return path
 
 
-def test_the_decoder_reads_joined_recordings_as_one_stream_and_keeps_the_files_own_positions(tmp_path):
-    path = joined_recordings(tmp_path / "joined.ts")
+def decoded(path: Path) -> tuple[list, list]:
+    """What the decoder's frame iterator yields for the file at ``path``, and what it told the stream's work."""
     cfg = DecoderConfig(SourceSpec("file", str(path), live=False), None, 30.0, 640, False, 5.0, 5.0)
+    events: queue.Queue = queue.Queue()
     with av.open(str(path)) as container:
-        frames = list(_container_frames(cfg, container, Reporter(queue.Queue())))
+        frames = list(_container_frames(cfg, container, Reporter(events)))
+    return frames, [events.get() for _ in range(events.qsize())]
+
+
+def test_the_decoder_reads_joined_recordings_as_one_stream_and_keeps_the_files_own_positions(tmp_path):
+    # The second part's clock starts at 0 where the first's ended at 1002 s: FFmpeg reads it as the 33-bit clock
+    # wrapping, 26.5 hours on.
+    frames, _ = decoded(joined_recordings(tmp_path / "joined.ts", ((1000, (64, 48)), (0, (64, 48)))))
     source_times, positions = np.array([f[1] for f in frames]), np.array([f[2] for f in frames])
     assert len(frames) == 40
     assert np.allclose(np.diff(source_times), 0.1)  # paced as one stream: no 26-hour wait before the second part
     assert positions.max() - positions.min() > 3600  # a resume seeks to where the file itself has the frame
+    assert {f[3] for f in frames} == {0}  # one shot: the frames keep their size
+
+
+def test_frames_that_change_size_go_on_as_a_new_shot_said_once_per_size(tmp_path):
+    parts = ((0, (64, 48)), (2, (96, 72)), (4, (64, 48)), (6, (96, 72)))
+    frames, told = decoded(joined_recordings(tmp_path / "resized.ts", parts))
+    shots = [f[3] for f in frames]  # no pair across a change (FFmpeg loses a part's last frame or so at a change)
+    assert len(frames) > 70 and shots == sorted(shots) and set(shots) == {0, 1, 2, 3}
+    assert all(upright_size(frame) == parts[shot][1] for frame, _, _, shot in frames)
+    assert [m for m in told if isinstance(m, SourceResized)] == [SourceResized((64, 48), (96, 72), 2.0)]
+    assert to_rgb(frames[-1][0], 64, 48).shape == (48, 64, 3)  # scaled to the picture the first frame decided
 
 
 def test_bad_rate():

@@ -125,10 +125,15 @@ def test_runtime_source_errors(server, http_sources, media):
         assert message and not LEAKS.search(message) and str(media) not in message, f"error text leaks: {message!r}"
 
 
-def test_stream_end_resolution_change_and_stall(server, http_sources):
+def test_stream_end_size_change_and_stall(server, http_sources):
     info = _settles(server, "file:short.mp4", "ended", None)
-    assert info["counters"]["processed"] > 0
-    _settles(server, "file:resized.ts", "error", "resolution_changed")
+    assert info["counters"]["processed"] > 0 and info["notes"] == []
+    info = _settles(server, "file:one_frame.mp4", "ended", None)
+    assert info["counters"]["processed"] == 0 and "a single frame" in " ".join(info["notes"])
+    info = _settles(server, "file:resized.ts", "ended", None)  # its frames grow from 64x64 to 96x96 half-way
+    assert (info["width"], info["height"]) == (64, 64)  # the picture the first frame decided
+    assert info["counters"]["scene_cuts"] >= 1 and info["counters"]["decoded"] == 80
+    assert any("changed size from 64×64 to 96×96" in note for note in info["notes"]), info["notes"]
     _settles(server, f"{http_sources}/stall.ts", "reconnecting", "stalled")
 
 

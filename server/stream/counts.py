@@ -12,7 +12,7 @@ from .metrics import StreamMetrics
 class Counters(BaseModel):
     decoded: int = 0
     processed: int = 0
-    dropped: int = 0  # lost frames: worker_behind (the worker could not keep up), decode_error, resized
+    dropped: int = 0  # lost frames: worker_behind (the worker could not keep up), decode_error
     resampled: int = 0  # source frames skipped to hold the stream's fps
     reconnects: int = 0
     worker_restarts: int = 0

@@ -28,6 +28,7 @@ from .protocol import (
     Phase,
     SourceEnded,
     SourceOpened,
+    SourceResized,
     WentBackToBest,
 )
 from .restart_policy import Outcome
@@ -59,7 +60,16 @@ class MessageDispatcher:
                 counts.rate(m.fps)
                 rate = f" at {m.info['fps']:.4g} fps" if m.info.get("fps") else ""
                 status.set_phase(f"source open ({m.info['width']}×{m.info['height']}{rate}); starting the learner")
+            case SourceResized():
+                width, height = status.display or m.before  # the picture keeps the size the first frame decided
+                status.add_note(
+                    f"at {m.at_s:.1f} s the source's frames changed size from {m.before[0]}×{m.before[1]} to "
+                    f"{m.after[0]}×{m.after[1]}: they are scaled to the stream's picture ({width}×{height}), and "
+                    "the pair across the change is not learned from"
+                )
             case SourceEnded():
+                if counts.counters.decoded - counts.counters.resampled < 2:  # a still picture, a one-frame file
+                    status.add_note("the source ended after a single frame: flow needs two, so nothing was learned")
                 return Outcome("ended", errors.ENDED, "the source ended")
             case DecoderFailed():
                 return Outcome("decoder", m.code, m.message)

@@ -34,6 +34,16 @@ class DecoderStats:
 
 
 @dataclass(frozen=True)
+class SourceResized:
+    """Decoder -> work: the source's frames changed size (upright) at ``at_s`` seconds of the stream; they are scaled
+    to the picture's size from then on, and the first of them begins a new shot."""
+
+    before: Size
+    after: Size
+    at_s: float
+
+
+@dataclass(frozen=True)
 class SourceEnded:
     """Decoder -> work: a file (not looping) or a live source came to its end."""
 
@@ -163,7 +173,7 @@ class InjectFault:
     fault: str
 
 
-DecoderMessage = SourceOpened | DecoderStats | SourceEnded | DecoderFailed
+DecoderMessage = SourceOpened | DecoderStats | SourceResized | SourceEnded | DecoderFailed
 LearnerMessage = (
     Phase
     | LearnerReady

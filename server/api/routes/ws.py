@@ -14,7 +14,7 @@
       "latency_s": 0.152,                     # capture -> this message being sent
       "learning_size": [160, 120],            # the size the network learns at (the flow's own size)
       "flow_scale": 2.4,                      # speed at the rim of the colour wheel, pixels of the picture per frame
-      "dropped": 0}                           # frames the stream dropped so far (worker behind, resized)
+      "dropped": 0}                           # frames the stream dropped so far (worker behind, decode errors)
 
 2. binary: the picture(s). By default one JPEG, the picture's size: the frame tinted by the colours of its learned
    flow (hue = direction, saturation = speed, white = no motion; ``server/stream/pictures.py``).

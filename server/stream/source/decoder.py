@@ -29,7 +29,7 @@ import av
 
 from ... import errors
 from ...errors import SourceError, in_words
-from ..protocol import DecoderFailed, DecoderMessage, DecoderStats, SourceEnded, SourceOpened
+from ..protocol import DecoderFailed, DecoderMessage, DecoderStats, SourceEnded, SourceOpened, SourceResized
 from ..ring import FrameRing, RingSpec
 from ..sizing import display_size, stream_fps
 from .http_io import DEMUXER_OPTIONS, HttpOpener
@@ -235,7 +235,8 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
     stream = container.streams.video[0]
     if cfg.start_at_s > 0 and not cfg.source.live:
         container.seek(int(cfg.start_at_s / stream.time_base), stream=stream)
-    size: tuple[int, int] | None = None
+    size: tuple[int, int] | None = None  # the frames' upright size: a change begins a new shot
+    sizes: set[tuple[int, int]] = set()
     skip_until = 0.0 if cfg.source.live else cfg.start_at_s
     offset, last, last_at, shot = 0.0, 0.0, time.monotonic(), 0
     step = nominal_interval(stream)
@@ -244,18 +245,18 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
         while True:
             count, clock = 0, FrameClock(step)  # a loop starts the timestamps afresh
             for frame in _decoded(container, stream, report):
-                if size is None:
-                    size = (frame.width, frame.height)
-                elif size != (frame.width, frame.height):
-                    raise SourceError(
-                        errors.RESOLUTION_CHANGED,
-                        f"resolution changed mid-stream from {size[0]}x{size[1]} to {frame.width}x{frame.height}",
-                    )
-                t = clock(frame, count)
+                t, upright = clock(frame, count), upright_size(frame)
+                at = continuous(offset + t)
+                if size is not None and upright != size:  # scaled to the picture's size like every frame
+                    if upright not in sizes:  # said once per size, not on every loop of a file
+                        report.send(SourceResized(size, upright, at))
+                    shot += 1  # no pair across the change: another camera's segment, or another encoding of it
+                size = upright
+                sizes.add(upright)
                 if t < skip_until:
                     continue
                 last, count, last_at = t, count + 1, time.monotonic()
-                yield frame, continuous(offset + t), t, shot
+                yield frame, at, t, shot
             if not cfg.loop or cfg.source.live or (count == 0 and not skip_until):
                 return  # the end (an empty video never loops)
             container.seek(0, stream=stream)

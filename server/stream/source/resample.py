@@ -38,20 +38,23 @@ def nominal_interval(stream: av.video.stream.VideoStream) -> float:
     return 1.0 / float(stream.average_rate or 30)
 
 
-#: A jump of the source's clock by more than this, either way, between two frames is a discontinuity, not time that
-#: passed (FFmpeg's ``dts_delta_threshold`` for formats with discontinuities: 10 s).
+#: A jump of the source's clock between two frames forward by more than ``DISCONTINUITY_S`` or back by more than
+#: ``BACKWARD_S`` is a discontinuity, not time that passed: FFmpeg's rule for formats with discontinuities (its
+#: ``dts_delta_threshold``, 10 s either way, and a decode time 0.1 s before the last). Times that ``FrameClock`` chose
+#: go back only where a clock started afresh: a file's presentation times in decode order make it take the decode times.
 DISCONTINUITY_S = 10.0
+BACKWARD_S = 0.1
 
 
 class ContinuousClock:
-    """Source times made continuous across a discontinuity of the source's clock: a frame more than
-    ``DISCONTINUITY_S`` away from the one before follows it by the stream's nominal interval instead.
+    """Source times made continuous across a discontinuity of the source's clock: a frame that jumps from the one
+    before (``DISCONTINUITY_S``, ``BACKWARD_S``) follows it by the stream's nominal interval instead.
 
     Why: recordings joined end to end (MPEG-TS files concatenated, a camera's segments, a live stream whose encoder
-    restarted) start their timestamps afresh mid-stream, and FFmpeg reads an MPEG-TS clock that went back as one that
-    wrapped, 26.5 hours on. Taken as they are, a jump forward made the decoder sleep that long before pacing a file's
-    next frame, and the stream ended as stalled; a jump back made the resampler drop every frame until the source's
-    clock caught up with the old one."""
+    restarted) start their timestamps afresh mid-stream, and FFmpeg reads an MPEG-TS clock that went back far as one
+    that wrapped, 26.5 hours on. Taken as they are, a jump forward made the decoder sleep that long before pacing a
+    file's next frame, and the stream ended as stalled; a jump back made the resampler drop every frame until the
+    source's clock caught up with the old one."""
 
     def __init__(self, step: float) -> None:
         self.step = step
@@ -60,7 +63,7 @@ class ContinuousClock:
 
     def __call__(self, t: float) -> float:
         """The continuous time of a frame at ``t`` on the source's clock (seconds)."""
-        if self.last is not None and abs(t + self.shift - self.last) > DISCONTINUITY_S:
+        if self.last is not None and not -BACKWARD_S <= t + self.shift - self.last <= DISCONTINUITY_S:
             self.shift = self.last + self.step - t
         self.last = t + self.shift
         return self.last
