@@ -65,12 +65,21 @@ def test_token_is_required(server):
 
 
 class _Sources(http.server.BaseHTTPRequestHandler):
-    """/stall.ts sends the start of a stream, then nothing; anything else is a 404."""
+    """/stall.ts sends the start of a stream, then nothing; /short.mp4 is a file as a web server sends one; anything
+    else is a 404."""
 
     payload = b""
+    recording = b""
     release = threading.Event()
 
     def do_GET(self) -> None:  # noqa: N802 - the http.server API
+        if self.path == "/short.mp4":
+            self.send_response(200)
+            self.send_header("Content-Type", "video/mp4")
+            self.send_header("Content-Length", str(len(self.recording)))
+            self.end_headers()
+            self.wfile.write(self.recording)
+            return
         if self.path != "/stall.ts":
             self.send_error(404)
             return
@@ -88,6 +97,7 @@ class _Sources(http.server.BaseHTTPRequestHandler):
 @pytest.fixture(scope="module")
 def http_sources(media):
     _Sources.payload = (media / "resized.ts").read_bytes()[:20_000]
+    _Sources.recording = (media / "short.mp4").read_bytes()
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Sources)
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
@@ -134,6 +144,8 @@ def test_stream_end_size_change_and_stall(server, http_sources):
     assert (info["width"], info["height"]) == (64, 64)  # the picture the first frame decided
     assert info["counters"]["scene_cuts"] >= 1 and info["counters"]["decoded"] == 80
     assert any("changed size from 64×64 to 96×96" in note for note in info["notes"]), info["notes"]
+    info = _settles(server, f"{http_sources}/short.mp4", "ended", None)  # a recording: it ends, paced as a file is
+    assert info["source_info"]["duration_s"] > 0.5 and info["counters"]["reconnects"] == 0
     _settles(server, f"{http_sources}/stall.ts", "reconnecting", "stalled")
 
 

@@ -47,7 +47,8 @@ def frame_learned(
 EXAMPLES = [
     protocol.SourceOpened({"codec": "h264", "fps": 25.0, "width": 640, "height": 480}, 25.0, (640, 480)),
     protocol.DecoderStats(3, {"resample": 2}, 1.5),
-    protocol.SourceEnded(),
+    protocol.SourceResized((640, 480), (1280, 720), 12.5),
+    protocol.SourceEnded(live=False),
     protocol.DecoderFailed(errors.STALLED, "no data"),
     protocol.Phase("building the learner"),
     protocol.LearnerReady(10, 1e-4, [3, 2], (64, 48), "holds"),
@@ -87,7 +88,8 @@ def test_messages_cross_a_pickle_intact_and_are_frozen(message):
     [
         (Outcome("closing"), True, Verdict(False, "ended")),
         (Outcome("ended", errors.ENDED, "the source ended"), False, Verdict(False, "ended")),
-        (Outcome("ended", errors.ENDED, "the source ended"), True,
+        (Outcome("ended", errors.ENDED, "the source ended"), True, Verdict(False, "ended")),  # a URL of a recording
+        (Outcome("live_ended", errors.ENDED, "the source ended"), True,
          Verdict(True, "reconnecting", errors.ENDED, "the source ended", "reconnect")),
         (Outcome("decoder", errors.STALLED, "quiet"), True, Verdict(True, "reconnecting", errors.STALLED, "quiet",
                                                                     "reconnect")),
@@ -200,7 +202,8 @@ def test_a_frame_that_began_a_new_shot_is_counted_and_said(parts):
 
 def test_messages_that_end_a_generation_say_why(parts):
     d = parts.dispatcher
-    assert d.handle(protocol.SourceEnded()) == Outcome("ended", errors.ENDED, "the source ended")
+    assert d.handle(protocol.SourceEnded(live=False)) == Outcome("ended", errors.ENDED, "the source ended")
+    assert d.handle(protocol.SourceEnded(live=True)) == Outcome("live_ended", errors.ENDED, "the source ended")
     assert d.handle(protocol.DecoderFailed(errors.STALLED, "quiet")) == Outcome("decoder", errors.STALLED, "quiet")
     assert d.handle(protocol.LearnerFailed(errors.WORKER_FAILED, "x")) == Outcome("learner", errors.WORKER_FAILED, "x")
 
@@ -283,8 +286,8 @@ def test_the_decoder_reports_typed_stats():
     report = Reporter(type("Events", (), {"put": staticmethod(sent.append)})())
     report.decoded, report.position = 3, 1.25
     report.drop("resample", 2)
-    report.send(protocol.SourceEnded())
-    assert sent == [protocol.DecoderStats(3, {"resample": 2}, 1.25), protocol.SourceEnded()]
+    report.send(protocol.SourceEnded(live=False))
+    assert sent == [protocol.DecoderStats(3, {"resample": 2}, 1.25), protocol.SourceEnded(live=False)]
 
 
 # -- one source for a stream's settings -----------------------------------------------------------------------------
@@ -312,3 +315,18 @@ def test_the_api_shows_every_setting_it_does_not_track_itself():
     shown = shown_settings(stream_config(), StreamInfo.model_fields)
     assert shown == {"name": "cam", "source": "demo", "auto": False, "model": "fast", "init": "scratch",
                      "stages": 2, "schedule": "partime", "loop": True}  # fmt: skip
+
+
+def test_a_source_that_changes_size_or_holds_one_frame_says_so_once(parts):
+    d, status = parts.dispatcher, parts.status
+    d.handle(protocol.SourceOpened({"codec": "h264", "width": 640, "height": 480}, 25.0, (640, 480)))
+    for _ in range(2):  # the source read again after a reconnect says it again
+        d.handle(protocol.SourceResized((640, 480), (1280, 720), 12.5))
+    assert status.notes == [
+        "at 12.5 s the source's frames changed size from 640×480 to 1280×720: they are scaled to the stream's picture "
+        "(640×480), and the pair across the change is not learned from"
+    ]
+    assert [n["note"] for n in parts.notices if n["type"] == "note"] == status.notes
+    d.handle(protocol.DecoderStats(1))
+    d.handle(protocol.SourceEnded(live=False))
+    assert "after a single frame" in status.notes[-1]

@@ -70,7 +70,7 @@ class MessageDispatcher:
             case SourceEnded():
                 if counts.counters.decoded - counts.counters.resampled < 2:  # a still picture, a one-frame file
                     status.add_note("the source ended after a single frame: flow needs two, so nothing was learned")
-                return Outcome("ended", errors.ENDED, "the source ended")
+                return Outcome("live_ended" if m.live else "ended", errors.ENDED, "the source ended")
             case DecoderFailed():
                 return Outcome("decoder", m.code, m.message)
             case Phase():

@@ -45,7 +45,11 @@ class SourceResized:
 
 @dataclass(frozen=True)
 class SourceEnded:
-    """Decoder -> work: a file (not looping) or a live source came to its end."""
+    """Decoder -> work: the source came to its end. A live one may come back (the stream reconnects); a recording's
+    end (a file not looping, a URL whose source states its length: a file over HTTP, a finished HLS playlist) ends the
+    stream."""
+
+    live: bool
 
 
 @dataclass(frozen=True)

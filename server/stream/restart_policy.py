@@ -17,7 +17,7 @@ FINAL_LEARNER_CODES = frozenset({errors.CHECKPOINT_MISMATCH, errors.WORKER_FAILE
 class Outcome:
     """Why a generation ended."""
 
-    kind: Literal["closing", "decoder", "learner", "ended"]
+    kind: Literal["closing", "decoder", "learner", "ended", "live_ended"]  # ended: a recording came to its end
     code: str | None = None
     message: str = ""
 
@@ -43,9 +43,9 @@ def judge(outcome: Outcome, live: bool) -> Verdict:
             return Verdict(False, "error", outcome.code, outcome.message)
         halve = outcome.code == errors.WORKER_CRASHED
         return Verdict(True, "reconnecting", outcome.code, outcome.message, "learner_restart", halve)
-    if outcome.kind == "ended" and not live:
+    if outcome.kind == "ended":
         return Verdict(False, "ended")
-    retry = live and (outcome.kind == "ended" or outcome.code in errors.TRANSIENT)
+    retry = live and (outcome.kind == "live_ended" or outcome.code in errors.TRANSIENT)
     if not (retry or outcome.code == errors.DECODER_DIED):
         return Verdict(False, "error", outcome.code, outcome.message)
     code = outcome.code or errors.ENDED

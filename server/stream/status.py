@@ -71,5 +71,7 @@ class StreamStatus:
             self._announce(budget_notice(learning_size, note))
 
     def add_note(self, note: str) -> None:
-        self.notes.append(note)
-        self._announce(note_notice(note))
+        """Told once: a source read again after a reconnect says what it said before."""
+        if note not in self.notes:
+            self.notes.append(note)
+            self._announce(note_notice(note))

@@ -6,11 +6,13 @@ the stream's work then starts the learner process, which learns at a smaller siz
 
 Resampling is by timestamps (``resample.Resampler``, shared with ``bench.realflow``): a decoded frame is emitted
 when it falls on the next tick of the 1/fps grid (within a quarter tick), otherwise dropped and counted
-(``reason="resample"``); nothing is ever duplicated, so a slower source just yields fewer frames. Files are paced
-in real time (optionally looping); live sources (URLs, cameras, the browser webcam) arrive in real time by
-themselves. Frames go into the shared-memory ring; counts and state go to the stream's work on the ``events``
-queue. Failures end the process with an error event carrying a code from ``errors`` — the stream's work decides
-whether to reconnect.
+(``reason="resample"``); nothing is ever duplicated, so a slower source just yields fewer frames. Recordings are
+paced in real time: files (optionally looping) and URLs whose source states its length (a file over HTTP, a
+finished HLS playlist), which would otherwise arrive as fast as they download, and end the stream at their end;
+live sources (other URLs, cameras, the browser webcam) arrive in real time by themselves, and their end is retried.
+Frames go into the shared-memory ring; counts and state go to the stream's work on the ``events`` queue. Failures
+end the process with an error event carrying a code from ``errors`` — the stream's work decides whether to
+reconnect.
 """
 
 from __future__ import annotations
@@ -123,7 +125,7 @@ def _emit(
     """Pace and resample the frames into the ring at the picture's size. The first frame decides the picture's size
     and the rate (``opened``); frames wait there until the learner is ready."""
     grid: Resampler | None = None
-    wall0 = 0.0
+    wall0, recording = 0.0, not cfg.source.live
     for frame, t, position, shot in frames:
         if ring.stopping or os.getppid() != parent:
             return
@@ -133,6 +135,7 @@ def _emit(
             width, height = display_size(*upright, cfg.display_side)
             fps = stream_fps(cfg.fps, described.get("fps"), cfg.max_fps)
             info = {**described, "width": upright[0], "height": upright[1]}
+            recording = recording or described.get("duration_s") is not None
             report.send(SourceOpened(info, fps, (width, height)))
             grid = Resampler(fps)
             while not ring.ready:
@@ -142,7 +145,7 @@ def _emit(
         if not grid.keep(t):
             report.drop("resample")
         else:
-            if not cfg.source.live:  # pace files in real time
+            if recording:  # paced in real time
                 delay = wall0 + t - time.monotonic()
                 if delay > 0 and ring.sleep(delay):
                     return
@@ -150,7 +153,7 @@ def _emit(
             report.drop("worker_behind", ring.write(rgb, time.time(), t, slots, shot))
             report.position = position
         report.tick()
-    report.send(SourceEnded())
+    report.send(SourceEnded(live=not recording))
 
 
 # -- frame sources ------------------------------------------------------------------------------
@@ -209,7 +212,8 @@ def _describe(container: av.container.InputContainer) -> dict:
     vs = container.streams.video[0]
     rate = vs.average_rate or vs.guessed_rate
     fps = float(rate) if rate else None
-    return {"codec": vs.codec_context.name, "width": vs.width, "height": vs.height, "fps": fps}
+    duration = container.duration / av.time_base if container.duration else None  # a recording's length
+    return {"codec": vs.codec_context.name, "width": vs.width, "height": vs.height, "fps": fps, "duration_s": duration}
 
 
 def _decoded(container: av.container.InputContainer, stream: Any, report: Reporter) -> Iterator[av.VideoFrame]:
