@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import http.server
 import shutil
 import subprocess
+import tempfile
+import threading
 from pathlib import Path
 
 import psutil
@@ -59,3 +63,45 @@ class LiveSource:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class LiveHls:
+    """A live HLS source: ffmpeg playing a file in real time, looping, into a playlist of short segments that it keeps
+    rolling (as a live encoder does), served over HTTP on loopback. A viewer gets a segment at a time: seconds of
+    frames at once, then nothing."""
+
+    def __init__(self, video: Path, segment_s: float = 1.0) -> None:
+        self.video, self.segment_s = video, segment_s
+        self.dir = Path(tempfile.mkdtemp(prefix="live-hls-"))
+        self.proc: subprocess.Popen | None = None
+        self.httpd: http.server.ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.httpd is not None
+        return f"http://{HOST}:{self.httpd.server_address[1]}/live.m3u8"
+
+    def __enter__(self) -> LiveHls:
+        playlist = self.dir / "live.m3u8"
+        cmd = ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-re", "-stream_loop", "-1",
+               "-i", str(self.video), "-c:v", "libx264", "-g", "15", "-f", "hls", "-hls_time", str(self.segment_s),
+               "-hls_list_size", "4", "-hls_flags", "delete_segments", str(playlist)]  # fmt: skip
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        handler = functools.partial(_QuietFiles, directory=str(self.dir))
+        self.httpd = http.server.ThreadingHTTPServer((HOST, 0), handler)
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        until(lambda: playlist.exists() and playlist.read_text().count(".ts") >= 2, 30, "ffmpeg's first segments")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        if self.httpd is not None:
+            self.httpd.shutdown()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class _QuietFiles(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: object) -> None:
+        pass

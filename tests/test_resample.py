@@ -14,7 +14,7 @@ import pytest
 from models.streams import generate, write_mp4
 from server.stream.config import DecoderConfig
 from server.stream.protocol import SourceResized
-from server.stream.source.decoder import Reporter, _container_frames
+from server.stream.source.decoder import LATE_S, Reporter, Schedule, _container_frames
 from server.stream.source.resample import ContinuousClock, FrameClock, Resampler, to_rgb, upright_size
 from server.stream.source.sources import SourceSpec
 from testing.media import turned_copy
@@ -131,6 +131,15 @@ def test_frames_that_change_size_go_on_as_a_new_shot_said_once_per_size(tmp_path
     assert all(upright_size(frame) == parts[shot][1] for frame, _, _, shot in frames)
     assert [m for m in told if isinstance(m, SourceResized)] == [SourceResized((64, 48), (96, 72), 2.0)]
     assert to_rgb(frames[-1][0], 64, 48).shape == (48, 64, 3)  # scaled to the picture the first frame decided
+
+
+def test_a_paced_frame_waits_for_its_time_and_a_late_one_moves_the_schedule_on():
+    schedule = Schedule(10.0, now=100.0)
+    assert schedule.wait(10.5, now=100.1) == pytest.approx(0.4)
+    assert schedule.wait(11.0, now=101.0 + LATE_S / 2) == 0  # a little late: the schedule holds
+    assert schedule.wait(11.5, now=101.5) == 0  # back on time
+    assert schedule.wait(12.0, now=102.0 + 2 * LATE_S) == 0  # a segment that came late
+    assert schedule.wait(12.5, now=102.0 + 2 * LATE_S) == pytest.approx(0.5)  # its next frame keeps its interval
 
 
 def test_bad_rate():

@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import signal
+import time
 
 import cv2
 import numpy as np
@@ -22,7 +23,7 @@ from models.streams import generate
 from server.stream.flow_formats import read_flo, read_kitti_png
 from server.stream.pictures import OPACITY
 from testing.media import LOOP, SIZE
-from testing.sources import NO_FFMPEG, LiveSource
+from testing.sources import NO_FFMPEG, LiveHls, LiveSource
 from testing.viewers import watch, watch_images
 
 # Loops watched before the learner is judged against its frozen start: the first is where it learns most.
@@ -162,6 +163,21 @@ def test_live_mpegts_source_learns(server, media):
         assert loss < 0.9 * zero, f"not clearly better than zero flow: {loss:.4f} vs {zero:.4f}"
         assert server.stream(sid)["source_info"]["codec"] == "h264"
         delete(server, sid)
+
+
+# -- a live HLS source: a segment at a time ---------------------------------------------------------
+@pytest.mark.skipif(NO_FFMPEG is not None, reason=str(NO_FFMPEG))
+def test_live_hls_is_paced_so_its_segments_are_learned_from_not_dropped(server, media):
+    with LiveHls(media / "clip.mp4") as live:  # 15 fps in segments of 1 s
+        sid = create(server, source=live.url, name="hls", fps=15)["id"]
+        start = server.wait_for(sid, lambda i: i["counters"]["processed"] >= 5, what="the first frames learned")
+        time.sleep(6)
+        end = server.stream(sid)
+        delete(server, sid)
+    processed, dropped = (end["counters"][k] - start["counters"][k] for k in ("processed", "dropped"))
+    # Unpaced, the ring kept about two frames of each segment's fifteen (2 processed a second, 13 dropped).
+    assert processed >= 0.5 * 15 * 6 and dropped < processed, (processed, dropped)
+    assert end["source_info"]["container"] == "hls" and end["state"] == "running"
 
 
 # -- a live RTSP source -----------------------------------------------------------------------------

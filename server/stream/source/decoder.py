@@ -9,7 +9,8 @@ when it falls on the next tick of the 1/fps grid (within a quarter tick), otherw
 (``reason="resample"``); nothing is ever duplicated, so a slower source just yields fewer frames. Recordings are
 paced in real time: files (optionally looping) and URLs whose source states its length (a file over HTTP, a
 finished HLS playlist), which would otherwise arrive as fast as they download, and end the stream at their end;
-live sources (other URLs, cameras, the browser webcam) arrive in real time by themselves, and their end is retried.
+live sources arrive in real time by themselves, and their end is retried. Live HLS and DASH arrive a segment at a
+time and are paced as recordings are (``SEGMENTED_FORMATS``).
 Frames go into the shared-memory ring; counts and state go to the stream's work on the ``events`` queue. Failures
 end the process with an error event carrying a code from ``errors`` — the stream's work decides whether to
 reconnect.
@@ -44,6 +45,12 @@ log = logging.getLogger(__name__)
 # or truncated (decode_error), anything else is not a video at all (not_video).
 VIDEO_SIGNATURES = (b"\x1a\x45\xdf\xa3", b"RIFF", b"\x47", b"\x00\x00\x01\xba", b"OggS", b"FLV")
 STATS_PERIOD_S = 0.25
+#: Live sources delivered a segment at a time (seconds of frames at once, then nothing): paced by their timestamps as
+#: recordings are, or the ring would keep the last two frames of each segment and drop the rest.
+SEGMENTED_FORMATS = ("hls", "dash")
+#: A paced frame later than this (a segment that came late, a busy machine) moves the schedule on instead of rushing
+#: the frames after it out to catch up, which the ring would drop.
+LATE_S = 0.5
 MAX_BAD_PACKETS = 25  # corrupt packets in a row before a source counts as broken (decode_error)
 #: A decoded frame, its source time and position in the file (seconds), and its shot: how many times a looping file
 #: has started again (its first frame again follows its last: no motion between them).
@@ -92,6 +99,21 @@ class Reporter:
         self.events.put(message)
 
 
+class Schedule:
+    """When a paced frame is due on the monotonic clock: at its source time after the first frame's. A frame later
+    than ``LATE_S`` moves the schedule on by its lateness, so the frames after it keep their intervals."""
+
+    def __init__(self, t0: float, now: float) -> None:
+        self.wall0 = now - t0
+
+    def wait(self, t: float, now: float) -> float:
+        """Seconds until the frame at source time ``t`` is due (0: now)."""
+        delay = self.wall0 + t - now
+        if delay < -LATE_S:
+            self.wall0 -= delay
+        return max(delay, 0.0)
+
+
 def run_decoder(cfg: DecoderConfig, ring_spec: RingSpec, slots: Any, events: Any, ingest: Any) -> None:
     """Process entry point. Frames wait until the learner is ready (a ring flag); ``ingest`` carries webcam JPEGs."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the stream's work stops us through the ring's stop flag
@@ -125,7 +147,7 @@ def _emit(
     """Pace and resample the frames into the ring at the picture's size. The first frame decides the picture's size
     and the rate (``opened``); frames wait there until the learner is ready."""
     grid: Resampler | None = None
-    wall0, recording = 0.0, not cfg.source.live
+    schedule, recording, paced = Schedule(0.0, 0.0), not cfg.source.live, False  # decided by the first frame
     for frame, t, position, shot in frames:
         if ring.stopping or os.getppid() != parent:
             return
@@ -136,19 +158,18 @@ def _emit(
             fps = stream_fps(cfg.fps, described.get("fps"), cfg.max_fps)
             info = {**described, "width": upright[0], "height": upright[1]}
             recording = recording or described.get("duration_s") is not None
+            paced = recording or described.get("container") in SEGMENTED_FORMATS
             report.send(SourceOpened(info, fps, (width, height)))
             grid = Resampler(fps)
             while not ring.ready:
                 if ring.sleep(0.05):
                     return
-            wall0 = time.monotonic() - t
+            schedule = Schedule(t, time.monotonic())
         if not grid.keep(t):
             report.drop("resample")
         else:
-            if recording:  # paced in real time
-                delay = wall0 + t - time.monotonic()
-                if delay > 0 and ring.sleep(delay):
-                    return
+            if paced and (delay := schedule.wait(t, time.monotonic())) > 0 and ring.sleep(delay):
+                return
             rgb = to_rgb(frame, width, height)  # only kept frames are converted
             report.drop("worker_behind", ring.write(rgb, time.time(), t, slots, shot))
             report.position = position
@@ -213,7 +234,8 @@ def _describe(container: av.container.InputContainer) -> dict:
     rate = vs.average_rate or vs.guessed_rate
     fps = float(rate) if rate else None
     duration = container.duration / av.time_base if container.duration else None  # a recording's length
-    return {"codec": vs.codec_context.name, "width": vs.width, "height": vs.height, "fps": fps, "duration_s": duration}
+    return {"container": container.format.name, "codec": vs.codec_context.name, "width": vs.width,
+            "height": vs.height, "fps": fps, "duration_s": duration}  # fmt: skip
 
 
 def _decoded(container: av.container.InputContainer, stream: Any, report: Reporter) -> Iterator[av.VideoFrame]:
