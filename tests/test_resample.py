@@ -12,9 +12,10 @@ import numpy as np
 import pytest
 
 from models.streams import generate, write_mp4
+from server.errors import SourceError
 from server.stream.config import DecoderConfig
 from server.stream.protocol import SourceResized
-from server.stream.source.decoder import LATE_S, Reporter, Schedule, _container_frames
+from server.stream.source.decoder import LATE_S, Reporter, Schedule, _container_frames, _webcam_frames
 from server.stream.source.resample import ContinuousClock, FrameClock, Resampler, to_rgb, upright_size
 from server.stream.source.sources import SourceSpec
 from testing.media import turned_copy
@@ -131,6 +132,21 @@ def test_frames_that_change_size_go_on_as_a_new_shot_said_once_per_size(tmp_path
     assert all(upright_size(frame) == parts[shot][1] for frame, _, _, shot in frames)
     assert [m for m in told if isinstance(m, SourceResized)] == [SourceResized((64, 48), (96, 72), 2.0)]
     assert to_rgb(frames[-1][0], 64, 48).shape == (48, 64, 3)  # scaled to the picture the first frame decided
+
+
+def test_a_webcam_that_changes_its_mode_begins_a_new_shot(tmp_path):
+    jpegs: queue.Queue = queue.Queue()
+    for width, height in ((64, 48), (64, 48), (96, 72), (96, 72)):
+        jpegs.put(cv2.imencode(".jpg", np.zeros((height, width, 3), np.uint8))[1].tobytes())
+    cfg = DecoderConfig(SourceSpec("webcam", "", live=True), None, 30.0, 640, False, 5.0, 0.1)
+    events: queue.Queue = queue.Queue()
+    frames = []
+    with pytest.raises(SourceError):  # the browser sent nothing more: stalled
+        for frame in _webcam_frames(cfg, jpegs, type("Ring", (), {"stopping": False})(), Reporter(events)):
+            frames.append(frame)
+    assert [f[3] for f in frames] == [0, 0, 1, 1]
+    told = [m for m in (events.get() for _ in range(events.qsize())) if isinstance(m, SourceResized)]
+    assert [(m.before, m.after) for m in told] == [((64, 48), (96, 72))]
 
 
 def test_a_paced_frame_waits_for_its_time_and_a_late_one_moves_the_schedule_on():

@@ -99,6 +99,27 @@ class Reporter:
         self.events.put(message)
 
 
+class FrameSizes:
+    """The frames' upright size as they come. Frames of another size are scaled to the picture like every frame, but
+    begin a new shot: no pair across the change (another camera's segment, another encoding, a webcam's new mode).
+    Each new size is told to the stream's work once, not on every loop of a file."""
+
+    def __init__(self, report: Reporter) -> None:
+        self.report = report
+        self.size: tuple[int, int] | None = None
+        self.seen: set[tuple[int, int]] = set()
+
+    def changed(self, frame: av.VideoFrame, at: float) -> bool:
+        """Whether ``frame``, at ``at`` seconds of the stream, is of another size than the frame before."""
+        upright = upright_size(frame)
+        changed = self.size is not None and upright != self.size
+        if changed and upright not in self.seen:
+            self.report.send(SourceResized(self.size, upright, at))
+        self.size = upright
+        self.seen.add(upright)
+        return changed
+
+
 class Schedule:
     """When a paced frame is due on the monotonic clock: at its source time after the first frame's. A frame later
     than ``LATE_S`` moves the schedule on by its lateness, so the frames after it keep their intervals."""
@@ -183,7 +204,7 @@ def _frames(cfg: DecoderConfig, report: Reporter, ingest: Any, ring: FrameRing, 
     source says about itself (codec, nominal rate) once it is open."""
     if cfg.source.kind == "webcam":
         described["codec"] = "mjpeg"
-        yield from _webcam_frames(cfg, ingest, ring)
+        yield from _webcam_frames(cfg, ingest, ring, report)
         return
     with contextlib.ExitStack() as stack:
         opener = None
@@ -261,8 +282,7 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
     stream = container.streams.video[0]
     if cfg.start_at_s > 0 and not cfg.source.live:
         container.seek(int(cfg.start_at_s / stream.time_base), stream=stream)
-    size: tuple[int, int] | None = None  # the frames' upright size: a change begins a new shot
-    sizes: set[tuple[int, int]] = set()
+    sizes = FrameSizes(report)
     skip_until = 0.0 if cfg.source.live else cfg.start_at_s
     offset, last, last_at, shot = 0.0, 0.0, time.monotonic(), 0
     step = nominal_interval(stream)
@@ -271,14 +291,9 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
         while True:
             count, clock = 0, FrameClock(step)  # a loop starts the timestamps afresh
             for frame in _decoded(container, stream, report):
-                t, upright = clock(frame, count), upright_size(frame)
+                t = clock(frame, count)
                 at = continuous(offset + t)
-                if size is not None and upright != size:  # scaled to the picture's size like every frame
-                    if upright not in sizes:  # said once per size, not on every loop of a file
-                        report.send(SourceResized(size, upright, at))
-                    shot += 1  # no pair across the change: another camera's segment, or another encoding of it
-                size = upright
-                sizes.add(upright)
+                shot += sizes.changed(frame, at)
                 if t < skip_until:
                     continue
                 last, count, last_at = t, count + 1, time.monotonic()
@@ -301,10 +316,10 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
         raise SourceError(errors.DECODE_ERROR, f"decoding failed: {in_words(exc)}") from exc
 
 
-def _webcam_frames(cfg: DecoderConfig, ingest: Any, ring: FrameRing) -> Iterator[Frame]:
+def _webcam_frames(cfg: DecoderConfig, ingest: Any, ring: FrameRing, report: Reporter) -> Iterator[Frame]:
     """JPEGs pushed by a browser over ``/ws/streams/{id}/ingest``; their arrival time is their timestamp."""
     codec = av.CodecContext.create("mjpeg", "r")
-    t0 = time.monotonic()
+    t0, shot, sizes = time.monotonic(), 0, FrameSizes(report)
     while not ring.stopping:
         try:
             data = ingest.get(timeout=cfg.read_timeout_s)
@@ -316,4 +331,6 @@ def _webcam_frames(cfg: DecoderConfig, ingest: Any, ring: FrameRing) -> Iterator
             log.warning("a webcam frame did not decode: %s", exc)
             raise SourceError(errors.DECODE_ERROR, "a webcam frame is not a JPEG image") from exc
         for frame in decoded:
-            yield frame, time.monotonic() - t0, 0.0, 0
+            at = time.monotonic() - t0
+            shot += sizes.changed(frame, at)
+            yield frame, at, 0.0, shot
