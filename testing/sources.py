@@ -5,12 +5,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import http.server
+import itertools
 import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from pathlib import Path
 
+import cv2
+import numpy as np
 import psutil
 
 from testing.net import HOST, free_port
@@ -105,3 +109,42 @@ class LiveHls:
 class _QuietFiles(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         pass
+
+
+class LiveMjpeg:
+    """An IP camera's MJPEG over HTTP (``multipart/x-mixed-replace``) on loopback: ``frames`` (RGB) as JPEGs, looping,
+    ``fps`` a second. The stream states no rate, as such cameras' do not."""
+
+    def __init__(self, frames: np.ndarray, fps: float) -> None:
+        jpegs = [cv2.imencode(".jpg", cv2.cvtColor(f, cv2.COLOR_RGB2BGR))[1].tobytes() for f in frames]
+        stop = threading.Event()
+
+        class Camera(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the http.server API
+                self.send_response(200)
+                self.send_header("Content-Type", "multipart/x-mixed-replace; boundary=frame")
+                self.end_headers()
+                with contextlib.suppress(OSError):
+                    for i in itertools.count():
+                        if stop.is_set():
+                            return
+                        jpeg = jpegs[i % len(jpegs)]
+                        head = f"--frame\r\nContent-Type: image/jpeg\r\nContent-Length: {len(jpeg)}\r\n\r\n"
+                        self.wfile.write(head.encode() + jpeg + b"\r\n")
+                        time.sleep(1 / fps)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.stop = stop
+        self.httpd = http.server.ThreadingHTTPServer((HOST, 0), Camera)
+        self.httpd.daemon_threads = True
+        self.url = f"http://{HOST}:{self.httpd.server_address[1]}/camera.mjpg"
+
+    def __enter__(self) -> LiveMjpeg:
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.httpd.shutdown()

@@ -23,7 +23,7 @@ from models.streams import generate
 from server.stream.flow_formats import read_flo, read_kitti_png
 from server.stream.pictures import OPACITY
 from testing.media import LOOP, SIZE
-from testing.sources import NO_FFMPEG, LiveHls, LiveSource
+from testing.sources import NO_FFMPEG, LiveHls, LiveMjpeg, LiveSource
 from testing.viewers import watch, watch_images
 
 # Loops watched before the learner is judged against its frozen start: the first is where it learns most.
@@ -178,6 +178,16 @@ def test_live_hls_is_paced_so_its_segments_are_learned_from_not_dropped(server, 
     # Unpaced, the ring kept about two frames of each segment's fifteen (2 processed a second, 13 dropped).
     assert processed >= 0.5 * 15 * 6 and dropped < processed, (processed, dropped)
     assert end["source_info"]["container"] == "hls" and end["state"] == "running"
+
+
+# -- an IP camera's MJPEG over HTTP, which states no rate ------------------------------------------------
+def test_a_camera_that_states_no_rate_is_timed_by_its_frames_arrival(server):
+    with LiveMjpeg(generate(SIZE, 60, seed=3).frames, fps=10) as camera:
+        sid = create(server, source=camera.url, name="mjpeg")["id"]
+        frames = watch(server, sid, 40)
+        delete(server, sid)
+    # FFmpeg numbers its frames at 25 fps, a rate it guessed; the frames come every 0.1 s, and so ΔS reads.
+    assert frames[-1][0]["ds_s"] == pytest.approx(0.1, rel=0.2), [m["ds_s"] for m, _ in frames]
 
 
 # -- a live RTSP source -----------------------------------------------------------------------------

@@ -286,12 +286,15 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
     skip_until = 0.0 if cfg.source.live else cfg.start_at_s
     offset, last, last_at, shot = 0.0, 0.0, time.monotonic(), 0
     step = nominal_interval(stream)
+    # A live stream that states no rate (MJPEG over HTTP) has its frames numbered by FFmpeg at a rate it guessed (25
+    # fps, whatever the camera sends): their arrival is their time, as a webcam's is.
+    arrival, opened = cfg.source.live and not stream.average_rate, time.monotonic()
     continuous = ContinuousClock(step)  # the source time; the position stays the file's own (a resume seeks to it)
     try:
         while True:
             count, clock = 0, FrameClock(step)  # a loop starts the timestamps afresh
             for frame in _decoded(container, stream, report):
-                t = clock(frame, count)
+                t = time.monotonic() - opened if arrival else clock(frame, count)
                 at = continuous(offset + t)
                 shot += sizes.changed(frame, at)
                 if t < skip_until:
