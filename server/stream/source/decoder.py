@@ -10,10 +10,9 @@ when it falls on the next tick of the 1/fps grid (within a quarter tick), otherw
 paced in real time: files (optionally looping) and URLs whose source states its length (a file over HTTP, a
 finished HLS playlist), which would otherwise arrive as fast as they download, and end the stream at their end;
 live sources arrive in real time by themselves, and their end is retried. Live HLS and DASH arrive a segment at a
-time and are paced as recordings are (``SEGMENTED_FORMATS``).
-Frames go into the shared-memory ring; counts and state go to the stream's work on the ``events`` queue. Failures
-end the process with an error event carrying a code from ``errors`` — the stream's work decides whether to
-reconnect.
+time and are paced as recordings are (``SEGMENTED_FORMATS``). Frames go into the shared-memory ring; counts and
+state go to the stream's work on the ``events`` queue. Failures end the process with an error event carrying a code
+from ``errors`` — the stream's work decides whether to reconnect.
 """
 
 from __future__ import annotations
