@@ -6,7 +6,12 @@ private address that a redirect or a playlist must not reach.
 
 from __future__ import annotations
 
+import http.server
+import shutil
 import socket
+import ssl
+import subprocess
+import threading
 from ipaddress import ip_network
 
 import av
@@ -92,3 +97,21 @@ def test_the_connection_goes_to_the_address_that_was_checked(sites, opener, monk
     port = sites.allowed.url.rsplit(":", 1)[1]
     with opener.open(f"http://video.test:{port}/clip.ts") as body:
         assert body.read() == (sites.root / "clip.ts").read_bytes()
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
+def test_a_server_whose_certificate_is_not_trusted_says_so(tmp_path, opener):
+    """An IP camera's self-signed certificate: the server answers, and the error must not say it does not."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=camera"], check=True, capture_output=True)  # fmt: skip
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.2", 0), http.server.BaseHTTPRequestHandler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        error = refused(opener, f"https://127.0.0.2:{httpd.server_address[1]}/live.ts")
+    finally:
+        httpd.shutdown()
+    assert "answers, but its TLS certificate is not trusted (self-signed certificate)" in error.message, error.message

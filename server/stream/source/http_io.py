@@ -11,6 +11,7 @@ host is resolved, all its addresses must pass the ``AddressPolicy``, and the con
 from __future__ import annotations
 
 import io
+import ssl
 from types import TracebackType
 
 import httpx
@@ -61,7 +62,7 @@ class HttpOpener:
     def _get(self, url: httpx.URL) -> httpx.Response:
         if url.scheme not in HTTP_SCHEMES:
             raise SourceError(errors.SCHEME_NOT_ALLOWED, f"only http and https are followed, not {url.scheme!r}")
-        addresses = check_host(url.host, self.policy)
+        addresses, tls = check_host(url.host, self.policy), None
         for address in addresses:  # every one was checked; the first that answers serves
             request = self._client.build_request(
                 "GET",
@@ -72,10 +73,14 @@ class HttpOpener:
             try:
                 response = self._client.send(request, stream=True)
                 break
-            except httpx.TransportError:
+            except httpx.TransportError as exc:
+                tls = tls or tls_problem(exc)
                 continue
         else:
-            raise SourceError(errors.SOURCE_UNREACHABLE, f"{url.netloc.decode('ascii')} does not answer")
+            where = url.netloc.decode("ascii")
+            raise SourceError(
+                errors.SOURCE_UNREACHABLE, f"{where} answers, but {tls}" if tls else f"{where} does not answer"
+            )
         if response.status_code >= 400:
             response.close()
             code = errors.NOT_FOUND if response.status_code == 404 else errors.SOURCE_UNREACHABLE
@@ -90,6 +95,19 @@ class HttpOpener:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
+
+
+def tls_problem(exc: BaseException) -> str | None:
+    """What TLS refused in ``exc``'s chain, in words (a camera's self-signed certificate is the common case), or
+    None: a server that answers but is not trusted must not read as one that does not answer."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return f"its TLS certificate is not trusted ({seen.verify_message})"
+        if isinstance(seen, ssl.SSLError):
+            return "the TLS handshake with it failed"
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 class Body(io.RawIOBase):
