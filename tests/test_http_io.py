@@ -99,19 +99,35 @@ def test_the_connection_goes_to_the_address_that_was_checked(sites, opener, monk
         assert body.read() == (sites.root / "clip.ts").read_bytes()
 
 
-@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
-def test_a_server_whose_certificate_is_not_trusted_says_so(tmp_path, opener):
-    """An IP camera's self-signed certificate: the server answers, and the error must not say it does not."""
+@pytest.fixture
+def tls_site(tmp_path):
+    """A TLS server on 127.0.0.2 with a self-signed certificate for that address (an IP camera's): its URL and the
+    certificate."""
+    if shutil.which("openssl") is None:
+        pytest.skip("needs the openssl command to make a certificate")
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
     subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
-                    "-days", "1", "-subj", "/CN=camera"], check=True, capture_output=True)  # fmt: skip
+                    "-days", "1", "-subj", "/CN=camera", "-addext", "subjectAltName=IP:127.0.0.2"],
+                   check=True, capture_output=True)  # fmt: skip
     httpd = http.server.ThreadingHTTPServer(("127.0.0.2", 0), http.server.BaseHTTPRequestHandler)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        error = refused(opener, f"https://127.0.0.2:{httpd.server_address[1]}/live.ts")
-    finally:
-        httpd.shutdown()
+    yield f"https://127.0.0.2:{httpd.server_address[1]}/live.ts", cert
+    httpd.shutdown()
+
+
+def test_a_server_whose_certificate_is_not_trusted_says_so(tls_site, opener):
+    """The server answers, and the error must not say it does not."""
+    error = refused(opener, tls_site[0])
     assert "answers, but its TLS certificate is not trusted (self-signed certificate)" in error.message, error.message
+
+
+def test_an_authority_the_machine_trusts_is_trusted(tls_site, monkeypatch):
+    """A private authority added to the machine's trust (here ``SSL_CERT_FILE``, as OpenSSL reads it) opens."""
+    url, cert = tls_site
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    with HttpOpener(POLICY, open_timeout_s=5, read_timeout_s=5) as opener:
+        error = refused(opener, url)
+    assert error.message.endswith("the server answered HTTP 501"), error.message  # TLS passed: the server's answer

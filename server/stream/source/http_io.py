@@ -14,6 +14,7 @@ import io
 import ssl
 from types import TracebackType
 
+import certifi
 import httpx
 
 from ... import errors
@@ -37,6 +38,7 @@ class HttpOpener:
             follow_redirects=False,
             trust_env=False,  # no proxy from the environment: the policy is about where this process connects
             timeout=httpx.Timeout(read_timeout_s, connect=open_timeout_s),
+            verify=trusted_authorities(),
             limits=httpx.Limits(max_keepalive_connections=0),
         )
 
@@ -95,6 +97,15 @@ class HttpOpener:
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
+
+
+def trusted_authorities() -> ssl.SSLContext:
+    """Mozilla's certificate authorities (certifi, httpx's own default) and the machine's: its store, where an admin
+    adds a private authority (``update-ca-certificates``), and ``SSL_CERT_FILE`` / ``SSL_CERT_DIR`` as OpenSSL reads
+    them. httpx alone, with ``trust_env`` off, would trust certifi's only."""
+    context = ssl.create_default_context(cafile=certifi.where())
+    context.load_default_certs()
+    return context
 
 
 def tls_problem(exc: BaseException) -> str | None:
