@@ -1,4 +1,5 @@
-"""Live video sources on loopback, played by Debian's ffmpeg, for tests and benchmarks of live streams."""
+"""Live video sources on loopback, for tests and benchmarks of live streams: MPEG-TS over HTTP and HLS played by
+Debian's ffmpeg, and an IP camera's MJPEG."""
 
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ class LiveHls:
 
     def __init__(self, video: Path, segment_s: float = 1.0) -> None:
         self.video, self.segment_s = video, segment_s
-        self.dir = Path(tempfile.mkdtemp(prefix="live-hls-"))
+        self.dir: Path | None = None  # made on entering
         self.proc: subprocess.Popen | None = None
         self.httpd: http.server.ThreadingHTTPServer | None = None
 
@@ -86,6 +87,7 @@ class LiveHls:
         return f"http://{HOST}:{self.httpd.server_address[1]}/live.m3u8"
 
     def __enter__(self) -> LiveHls:
+        self.dir = Path(tempfile.mkdtemp(prefix="live-hls-"))
         playlist = self.dir / "live.m3u8"
         cmd = ["ffmpeg", "-nostdin", "-hide_banner", "-loglevel", "error", "-re", "-stream_loop", "-1",
                "-i", str(self.video), "-c:v", "libx264", "-g", "15", "-f", "hls", "-hls_time", str(self.segment_s),
@@ -103,7 +105,8 @@ class LiveHls:
             self.proc.wait(10)
         if self.httpd is not None:
             self.httpd.shutdown()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class _QuietFiles(http.server.SimpleHTTPRequestHandler):
