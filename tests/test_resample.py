@@ -1,6 +1,7 @@
 """The decoder's frame selection (``server.stream.source.resample``, shared with ``bench.realflow``): timestamps in,
 frames out."""
 
+import itertools
 import queue
 import subprocess
 from fractions import Fraction
@@ -122,6 +123,17 @@ def test_the_decoder_reads_joined_recordings_as_one_stream_and_keeps_the_files_o
     assert np.allclose(np.diff(source_times), 0.1)  # paced as one stream: no 26-hour wait before the second part
     assert positions.max() - positions.min() > 3600  # a resume seeks to where the file itself has the frame
     assert {f[3] for f in frames} == {0}  # one shot: the frames keep their size
+
+
+def test_a_looping_file_goes_on_by_one_interval_wherever_its_clock_starts(tmp_path):
+    # MPEG-TS files start their clock where the recording did (here at 2 s): the seam was a 2.1 s pause.
+    path = joined_recordings(tmp_path / "loop.ts", ((2, (64, 48)),))
+    cfg = DecoderConfig(SourceSpec("file", str(path), live=False), None, 30.0, 640, True, 5.0, 5.0)
+    with av.open(str(path)) as container:
+        frames = list(itertools.islice(_container_frames(cfg, container, Reporter(queue.Queue())), 45))
+    assert np.allclose(np.diff([f[1] for f in frames]), 0.1)  # paced as one stream across both seams
+    assert [f[3] for f in frames] == [0] * 20 + [1] * 20 + [2] * 5  # each start again a new shot
+    assert frames[20][2] == frames[0][2]  # the position is the file's own
 
 
 def test_frames_that_change_size_go_on_as_a_new_shot_said_once_per_size(tmp_path):

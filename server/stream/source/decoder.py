@@ -283,7 +283,7 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
         container.seek(int(cfg.start_at_s / stream.time_base), stream=stream)
     sizes = FrameSizes(report)
     skip_until = 0.0 if cfg.source.live else cfg.start_at_s
-    offset, last, last_at, shot = 0.0, 0.0, time.monotonic(), 0
+    last_at, shot = time.monotonic(), 0
     step = nominal_interval(stream)
     # A live stream that states no rate (MJPEG over HTTP) has its frames numbered by FFmpeg at a rate it guessed (25
     # fps, whatever the camera sends): their arrival is their time, as a webcam's is.
@@ -294,16 +294,17 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
             count, clock = 0, FrameClock(step)  # a loop starts the timestamps afresh
             for frame in _decoded(container, stream, report):
                 t = time.monotonic() - opened if arrival else clock(frame, count)
-                at = continuous(offset + t)
+                at = continuous(t)
                 shot += sizes.changed(frame, at)
                 if t < skip_until:
                     continue
-                last, count, last_at = t, count + 1, time.monotonic()
+                count, last_at = count + 1, time.monotonic()
                 yield frame, at, t, shot
             if not cfg.loop or cfg.source.live or (count == 0 and not skip_until):
                 return  # the end (an empty video never loops)
             container.seek(0, stream=stream)
-            offset, shot = offset + last + step, shot + 1
+            continuous.restart()
+            shot += 1
             skip_until = 0.0
     except SourceError:
         raise

@@ -48,7 +48,8 @@ BACKWARD_S = 0.1
 
 class ContinuousClock:
     """Source times made continuous across a discontinuity of the source's clock: a frame that jumps from the one
-    before (``DISCONTINUITY_S``, ``BACKWARD_S``) follows it by the stream's nominal interval instead.
+    before (``DISCONTINUITY_S``, ``BACKWARD_S``), or the first after ``restart``, follows it by the stream's nominal
+    interval instead.
 
     Why: recordings joined end to end (MPEG-TS files concatenated, a camera's segments, a live stream whose encoder
     restarted) start their timestamps afresh mid-stream, and FFmpeg reads an MPEG-TS clock that went back far as one
@@ -60,11 +61,19 @@ class ContinuousClock:
         self.step = step
         self.shift = 0.0
         self.last: float | None = None
+        self.restarted = False
+
+    def restart(self) -> None:
+        """The source starts again (a looping file's first frame follows its last), wherever its clock stands."""
+        self.restarted = True
 
     def __call__(self, t: float) -> float:
         """The continuous time of a frame at ``t`` on the source's clock (seconds)."""
-        if self.last is not None and not -BACKWARD_S <= t + self.shift - self.last <= DISCONTINUITY_S:
-            self.shift = self.last + self.step - t
+        if self.last is not None:
+            jump = t + self.shift - self.last
+            if self.restarted or not -BACKWARD_S <= jump <= DISCONTINUITY_S:
+                self.shift = self.last + self.step - t
+        self.restarted = False
         self.last = t + self.shift
         return self.last
 
