@@ -13,6 +13,9 @@ import numpy as np
 
 PICTURES = ("overlay", "frame", "flow")  # what --save can record
 MILLISECOND = Fraction(1, 1000)
+#: A picture whose shape is within this share of the video's is stretched onto it: the learning sizes' rounding to
+#: multiples of 8 changes their shape by a few per cent. Beyond it (a phone turned) it is fitted in, between bars.
+SAME_SHAPE = 0.1
 
 
 def decode_jpeg(data: bytes) -> np.ndarray:
@@ -47,7 +50,7 @@ class VideoRecorder:
             self.stream.codec_context.time_base = self.stream.time_base = MILLISECOND
             self.start = capture_time
         if rgb.shape[:2] != (self.stream.height, self.stream.width):
-            rgb = cv2.resize(rgb, (self.stream.width, self.stream.height))
+            rgb = fitted(rgb, self.stream.width, self.stream.height)
         frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
         frame.pts = self.last_pts = max(round((capture_time - self.start) * 1000), self.last_pts + 1)
         frame.time_base = MILLISECOND
@@ -59,6 +62,20 @@ class VideoRecorder:
             self.container.mux(self.stream.encode(None))
             self.container.close()
             self.container = None
+
+
+def fitted(rgb: np.ndarray, width: int, height: int) -> np.ndarray:
+    """``rgb`` on a ``width`` x ``height`` picture: stretched where its shape is about the same (``SAME_SHAPE``), else
+    scaled to fit and centred between black bars, as players show a video turned on its side."""
+    h, w = rgb.shape[:2]
+    if abs(np.log(w * height / (h * width))) <= SAME_SHAPE:
+        return cv2.resize(rgb, (width, height))
+    scale = min(width / w, height / h)
+    inner = cv2.resize(rgb, (max(1, round(w * scale)), max(1, round(h * scale))))
+    out = np.zeros((height, width, 3), np.uint8)
+    top, left = (height - inner.shape[0]) // 2, (width - inner.shape[1]) // 2
+    out[top : top + inner.shape[0], left : left + inner.shape[1]] = inner
+    return out
 
 
 class FlowFiles:

@@ -127,6 +127,21 @@ def test_a_recording_lasts_as_long_as_the_frames_took(tmp_path):
     assert np.allclose(times, captured - captured[0], atol=0.002)
 
 
+def test_a_recording_shows_a_picture_turned_on_its_side_between_bars(tmp_path):
+    """A stream whose source turned (a phone on its side) sends pictures of another shape: the video, one size for
+    good, shows them whole and unsquashed, between black bars; a picture rounded a little differently is stretched."""
+    video = VideoRecorder(tmp_path / "turned.mp4", fps=10)
+    video.write(np.full((48, 64, 3), 200, np.uint8), 0.0)
+    video.write(np.full((50, 64, 3), 200, np.uint8), 0.1)  # the same shape, rounded another way
+    video.write(np.full((64, 48, 3), 200, np.uint8), 0.2)  # turned
+    video.close()
+    with av.open(str(tmp_path / "turned.mp4")) as container:
+        same, _, turned = (f.to_ndarray(format="rgb24").mean(axis=(0, 2)) for f in container.decode(video=0))
+    assert same.min() > 180  # stretched: no bar
+    assert turned[:4].max() < 20 and turned[-4:].max() < 20 and turned[30:34].min() > 180  # 36 wide, centred
+    assert (turned > 100).sum() == pytest.approx(36, abs=2)
+
+
 def test_watch_says_the_budget_and_the_streams_notes(play, capsys):
     """`overtime watch` prints, above its progress line, each new learning size or verdict of the frame budget (not
     every new estimate of a frame's milliseconds) and each thing the stream did on its own."""
