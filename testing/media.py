@@ -25,8 +25,9 @@ def make_video(path: Path, frames: int = 60, size: int = SIZE, fps: int = 15, se
 
 def make_media(work: Path) -> Path:
     """Every clip the server tests stream, under ``work/media`` (the server's media root): good files at several
-    rates and shapes, a loop, a single frame, a non-video, a truncated file, one whose frame size changes mid-stream
-    and, where ffmpeg is installed, a portrait video stored turned (``turned_copy``)."""
+    rates and shapes, a loop, a single frame, a non-video, a truncated file, one whose frame size changes mid-stream,
+    one whose frames turn from square to portrait and, where ffmpeg is installed, a portrait video stored turned
+    (``turned_copy``)."""
     media = work / "media"
     media.mkdir()
     frames = generate(SIZE, 300, seed=1).frames
@@ -43,6 +44,9 @@ def make_media(work: Path) -> Path:
     big = np.stack([cv2.resize(f, (96, 96)) for f in frames[40:80]])
     write_mp4(big, work / "b.ts", fps=25)
     (media / "resized.ts").write_bytes((work / "a.ts").read_bytes() + (work / "b.ts").read_bytes())
+    tall = np.stack([cv2.resize(f, (48, 96)) for f in frames[80:120]])
+    write_mp4(tall, work / "c.ts", fps=25)
+    (media / "turned.ts").write_bytes((work / "a.ts").read_bytes() + (work / "c.ts").read_bytes())
     if shutil.which("ffmpeg"):  # a phone's portrait video: landscape pictures marked to be turned a quarter
         write_mp4(np.stack([cv2.resize(f, (96, 64)) for f in frames[:60]]), work / "landscape.mp4", fps=15)
         turned_copy(work / "landscape.mp4", media / "portrait.mp4", 90)

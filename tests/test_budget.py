@@ -37,6 +37,19 @@ def run(controller: BudgetController, cost_per_pixel: float, frames: int) -> lis
     return moves
 
 
+def test_a_ladder_of_another_shape_goes_on_at_about_the_same_cost():
+    controller = BudgetController(LADDER, 2, fps=10, auto=True)  # 128x96
+    assert run(controller, 0.08 / pixels(controller.size), WARMUP_FRAMES + controller.window) == []  # it holds
+    (width, height), turned = controller.size, learning_ladder((120, 160), 160)  # the picture turned
+    assert controller.estimate is not None and (height, width) in turned
+    controller.new_ladder(turned)
+    assert controller.size == (height, width) and controller.estimate is None  # the same pixels, measured afresh
+    controller.new_ladder(learning_ladder((208, 120), 208))  # a wider picture: the most pixels no more than those
+    assert pixels(controller.size) <= width * height < pixels(controller.ladder[controller.index - 1])
+    controller.new_ladder(turned)
+    assert controller.note() == f"learning at {controller.size[0]}×{controller.size[1]}; measuring what a frame costs"
+
+
 def test_slow_steps_move_to_the_largest_size_that_holds():
     controller = BudgetController(LADDER, 0, fps=10, auto=True)
     assert "measuring" in controller.note()

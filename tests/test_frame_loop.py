@@ -24,7 +24,7 @@ from server.stream.learner.profile_cache import JsonCache, key
 from server.stream.learner.start_score import StartScore
 from server.stream.learner.versus_start import VersusStart
 from server.stream.protocol import BudgetChanged, FrameLearned, FramesDropped, NonFiniteLoss, WentBackToBest
-from server.stream.sizing import learning_ladder
+from server.stream.sizing import LearningSizes
 
 DISPLAY = (128, 96)
 FPS = 10.0
@@ -39,9 +39,9 @@ class Out(list):
 
 
 def make_loop(directory, lag: int, auto: bool = True, display=DISPLAY, init: str = "scratch") -> FrameLoop:
-    ladder = tuple(learning_ladder(display, max(display)))
     lc = LearnerConfig("slow", "fast", init, 2, None, "partime", None, directory / "slow.pt")
-    cfg = LearnerProcessConfig(lc, display, FPS, ladder, auto, 60.0, 80, None)
+    cfg = LearnerProcessConfig(lc, display, FPS, LearningSizes(max(display), False, None, None, auto), 60.0, 80, None)
+    ladder = cfg.ladder
     splits = JsonCache(directory / "splits.json")
     layers = len(FLOW_NETS["fast"]())
     splits.put(key("fast", ladder[0], 2, "cpu"), [layers - layers // 2, layers // 2])  # known: no profiling here
@@ -216,6 +216,26 @@ def test_a_pan_seen_through_skipped_frames_is_as_slow_as_it_is(tmp_path):
         assert np.percentile(np.hypot(*frames[-1].flow.transpose(2, 0, 1)), 50) > 12  # the net saw 24 px a pair
     finally:
         loop.learner.pipe.close()
+
+
+def test_a_picture_turned_on_its_side_is_learned_at_its_own_shape_from_the_same_weights(loop):
+    """A phone turned mid-stream: the decoder sends pictures of the new shape (``sizing.picture_for``), and the learner
+    goes on at the learning size of that shape, not squashed into the old one, from the weights it had."""
+    landscape = views("astronaut", 4)
+    portrait = [np.ascontiguousarray(np.rot90(picture)) for picture in views("coffee", 4)]
+    for i, (picture, shot) in enumerate(zip(landscape + portrait, [0] * 4 + [1] * 4, strict=True)):
+        loop.on_frame(picture, i / FPS, shot, i, i / FPS)
+    for r in loop.learner.pipe.flush():
+        loop._send_off(r)
+    while loop.outgoing:
+        loop._publish(loop.outgoing.popleft(), time.perf_counter())
+    frames = {m.frame: m for m in loop.out if isinstance(m, FrameLearned)}
+    assert [frames[f].scene_cut for f in sorted(frames)] == [f == 3 for f in sorted(frames)]
+    assert {tuple(frames[f].learning_size) for f in frames if f < 3} == {DISPLAY}
+    assert {tuple(frames[f].learning_size) for f in frames if f >= 3} == {DISPLAY[::-1]}
+    assert frames[6].flow.shape == (DISPLAY[0], DISPLAY[1], 2) and np.isfinite(frames[6].loss)
+    assert [tuple(m.learning_size) for m in loop.out if isinstance(m, BudgetChanged)] == [DISPLAY[::-1]]
+    assert loop.controller.ladder[0] == DISPLAY[::-1] and loop.display == DISPLAY[::-1]
 
 
 def test_a_looping_files_first_frame_again_is_paired_with_itself(loop):

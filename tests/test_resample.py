@@ -2,6 +2,7 @@
 frames out."""
 
 import itertools
+import os
 import queue
 import subprocess
 from fractions import Fraction
@@ -16,7 +17,15 @@ from models.streams import generate, write_mp4
 from server.errors import SourceError
 from server.stream.config import DecoderConfig
 from server.stream.protocol import SourceResized
-from server.stream.source.decoder import LATE_S, Reporter, Schedule, _container_frames, _webcam_frames
+from server.stream.source.decoder import (
+    LATE_S,
+    Reporter,
+    Schedule,
+    _container_frames,
+    _describe,
+    _emit,
+    _webcam_frames,
+)
 from server.stream.source.resample import ContinuousClock, FrameClock, Resampler, to_rgb, upright_size
 from server.stream.source.sources import SourceSpec
 from testing.media import turned_copy
@@ -136,29 +145,65 @@ def test_a_looping_file_goes_on_by_one_interval_wherever_its_clock_starts(tmp_pa
     assert frames[20][2] == frames[0][2]  # the position is the file's own
 
 
+class Written:
+    """A frame ring's stand-in: what the decoder writes into it (the picture's size and the shot), at once."""
+
+    stopping, ready = False, True
+
+    def __init__(self) -> None:
+        self.frames: list[tuple[tuple[int, int], int]] = []
+
+    def sleep(self, seconds: float) -> bool:
+        return False  # no pacing: the test reads the decisions, not the clock
+
+    def write(self, rgb: np.ndarray, capture_time: float, source_time: float, slots: object, shot: int = 0) -> int:
+        self.frames.append(((rgb.shape[1], rgb.shape[0]), shot))
+        return 0
+
+
+def emitted(path: Path) -> tuple[list, list]:
+    """What the decoder writes into the ring for the file at ``path`` (``Written``), and what it told the stream's
+    work."""
+    cfg = DecoderConfig(SourceSpec("file", str(path), live=False), None, 30.0, 640, False, 5.0, 5.0)
+    events: queue.Queue = queue.Queue()
+    report, ring = Reporter(events), Written()
+    with av.open(str(path)) as container:
+        _emit(cfg, _container_frames(cfg, container, report), _describe(container), ring, None, report, os.getppid())
+    return ring.frames, [events.get() for _ in range(events.qsize())]
+
+
 def test_frames_that_change_size_go_on_as_a_new_shot_said_once_per_size(tmp_path):
     parts = ((0, (64, 48)), (2, (96, 72)), (4, (64, 48)), (6, (96, 72)))
-    frames, told = decoded(joined_recordings(tmp_path / "resized.ts", parts))
-    shots = [f[3] for f in frames]  # no pair across a change (FFmpeg loses a part's last frame or so at a change)
+    frames, told = emitted(joined_recordings(tmp_path / "resized.ts", parts))
+    shots = [shot for _, shot in frames]  # no pair across a change (FFmpeg loses a part's last frame or so there)
     assert len(frames) > 70 and shots == sorted(shots) and set(shots) == {0, 1, 2, 3}
-    assert all(upright_size(frame) == parts[shot][1] for frame, _, _, shot in frames)
-    assert [m for m in told if isinstance(m, SourceResized)] == [SourceResized((64, 48), (96, 72), 2.0)]
-    assert to_rgb(frames[-1][0], 64, 48).shape == (48, 64, 3)  # scaled to the picture the first frame decided
+    assert {size for size, _ in frames} == {(64, 48)}  # of the same shape: scaled to the picture the first decided
+    assert [m for m in told if isinstance(m, SourceResized)] == [SourceResized((64, 48), (96, 72), 2.0, (64, 48), True)]
 
 
-def test_a_webcam_that_changes_its_mode_begins_a_new_shot(tmp_path):
+def test_frames_of_another_shape_turn_the_picture(tmp_path):
+    # A phone turned on its side and back: squashed into the first frame's picture, a portrait's motion would be
+    # learned and shown warped.
+    parts = ((0, (64, 48)), (2, (48, 64)), (4, (64, 48)))
+    frames, told = emitted(joined_recordings(tmp_path / "turned.ts", parts))
+    sizes = {shot: size for size, shot in frames}
+    assert sizes == {0: (64, 48), 1: (48, 64), 2: (64, 48)}
+    assert [m for m in told if isinstance(m, SourceResized)] == [
+        SourceResized((64, 48), (48, 64), 2.0, (48, 64), True),
+        SourceResized((48, 64), (64, 48), 4.0, (64, 48), False),  # a size seen before: said, not noted again
+    ]
+
+
+def test_a_webcams_jpegs_decode_at_each_size_it_sends(tmp_path):
     jpegs: queue.Queue = queue.Queue()
     for width, height in ((64, 48), (64, 48), (96, 72), (96, 72)):
         jpegs.put(cv2.imencode(".jpg", np.zeros((height, width, 3), np.uint8))[1].tobytes())
     cfg = DecoderConfig(SourceSpec("webcam", "", live=True), None, 30.0, 640, False, 5.0, 0.1)
-    events: queue.Queue = queue.Queue()
     frames = []
     with pytest.raises(SourceError):  # the browser sent nothing more: stalled
-        for frame in _webcam_frames(cfg, jpegs, type("Ring", (), {"stopping": False})(), Reporter(events)):
+        for frame in _webcam_frames(cfg, jpegs, type("Ring", (), {"stopping": False})()):
             frames.append(frame)
-    assert [f[3] for f in frames] == [0, 0, 1, 1]
-    told = [m for m in (events.get() for _ in range(events.qsize())) if isinstance(m, SourceResized)]
-    assert [(m.before, m.after) for m in told] == [((64, 48), (96, 72))]
+    assert [upright_size(f[0]) for f in frames] == [(64, 48), (64, 48), (96, 72), (96, 72)]  # then as a file's
 
 
 def test_a_paced_frame_waits_for_its_time_and_a_late_one_moves_the_schedule_on():

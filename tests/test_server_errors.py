@@ -144,6 +144,11 @@ def test_stream_end_size_change_and_stall(server, http_sources):
     assert (info["width"], info["height"]) == (64, 64)  # the picture the first frame decided
     assert info["counters"]["scene_cuts"] >= 1 and info["counters"]["decoded"] == 80
     assert any("changed size from 64×64 to 96×96" in note for note in info["notes"]), info["notes"]
+    info = _settles(server, "file:turned.ts", "ended", None)  # square frames, then portrait ones (a phone turned)
+    assert (info["width"], info["height"]) == (48, 96)  # the picture took the portrait's shape, not squashed
+    learning = info["learning_size"]
+    assert learning["height"] == 2 * learning["width"] and info["counters"]["processed"] > 40
+    assert any("the stream's picture takes their shape (48×96)" in note for note in info["notes"]), info["notes"]
     info = _settles(server, f"{http_sources}/short.mp4", "ended", None)  # a recording: it ends, paced as a file is
     assert info["source_info"]["duration_s"] > 0.5 and info["counters"]["reconnects"] == 0
     _settles(server, f"{http_sources}/stall.ts", "reconnecting", "stalled")

@@ -12,12 +12,15 @@ from server.stream.sizing import (
     FALLBACK_FPS,
     MADE_FOR_PIXELS,
     NET_MULTIPLE,
+    LearningSizes,
     display_size,
     fit,
     learning_ladder,
     learning_size,
     made_for_side,
     parse_size,
+    picture_for,
+    same_shape,
     stream_fps,
 )
 
@@ -91,3 +94,19 @@ def test_a_size_on_a_command_line_is_two_positive_sides_or_one_for_a_square():
     for bad, words in (("640x", "WIDTHxHEIGHT"), ("big", "WIDTHxHEIGHT"), ("0x480", "positive"), ("-8x8", "positive")):
         with pytest.raises(argparse.ArgumentTypeError, match=words):
             parse_size(bad)
+
+
+def test_frames_of_the_same_shape_keep_the_picture_and_another_shape_gets_its_own():
+    assert same_shape((641, 479), (640, 480)) and same_shape((1280, 720), (426, 240))
+    assert not same_shape((640, 480), (1280, 720)) and not same_shape((640, 480), (480, 640))
+    assert picture_for((1920, 1080), None, 640) == (640, 360)  # the first frame decides
+    assert picture_for((1280, 720), (640, 360), 640) == (640, 360)  # another rendition: scaled to it
+    assert picture_for((720, 1280), (640, 360), 640) == (360, 640)  # a phone turned: a picture of its own
+
+
+def test_the_learning_sizes_follow_the_pictures_shape():
+    cpu = LearningSizes(None, False, None, None, True)
+    assert cpu.ladder((640, 480))[0] == (160, 120) and cpu.ladder((480, 640))[0] == (120, 160)
+    assert LearningSizes(None, True, None, None, True).ladder((480, 640))[0] == (480, 640)  # a GPU: the picture's own
+    assert LearningSizes(None, False, 128, None, False).ladder((480, 640)) == ((128, 168),)  # width alone keeps shape
+    assert LearningSizes(None, False, 128, 96, False).ladder((480, 640)) == ((128, 96),)  # both: as asked

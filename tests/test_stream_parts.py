@@ -47,7 +47,7 @@ def frame_learned(
 EXAMPLES = [
     protocol.SourceOpened({"codec": "h264", "fps": 25.0, "width": 640, "height": 480}, 25.0, (640, 480)),
     protocol.DecoderStats(3, {"resample": 2}, 1.5),
-    protocol.SourceResized((640, 480), (1280, 720), 12.5),
+    protocol.SourceResized((640, 480), (1280, 960), 12.5, (640, 480), True),
     protocol.SourceEnded(live=False),
     protocol.DecoderFailed(errors.STALLED, "no data"),
     protocol.Phase("building the learner"),
@@ -321,11 +321,19 @@ def test_a_source_that_changes_size_or_holds_one_frame_says_so_once(parts):
     d, status = parts.dispatcher, parts.status
     d.handle(protocol.SourceOpened({"codec": "h264", "width": 640, "height": 480}, 25.0, (640, 480)))
     for _ in range(2):  # the source read again after a reconnect says it again
-        d.handle(protocol.SourceResized((640, 480), (1280, 720), 12.5))
+        d.handle(protocol.SourceResized((640, 480), (1280, 960), 12.5, (640, 480), True))
     assert status.notes == [
-        "at 12.5 s the source's frames changed size from 640×480 to 1280×720: they are scaled to the stream's picture "
+        "at 12.5 s the source's frames changed size from 640×480 to 1280×960: they are scaled to the stream's picture "
         "(640×480), and the pair across the change is not learned from"
     ]
+    assert status.display == (640, 480)
+    d.handle(protocol.SourceResized((1280, 960), (720, 1280), 20.0, (360, 640), True))  # a phone turned
+    assert status.display == (360, 640) and status.notes[-1] == (
+        "at 20.0 s the source's frames changed size from 1280×960 to 720×1280: the stream's picture takes their shape "
+        "(360×640), and the pair across the change is not learned from"
+    )
+    d.handle(protocol.SourceResized((720, 1280), (640, 480), 30.0, (640, 480), False))  # and back: no new size
+    assert status.display == (640, 480) and len(status.notes) == 2
     assert [n["note"] for n in parts.notices if n["type"] == "note"] == status.notes
     d.handle(protocol.DecoderStats(1))
     d.handle(protocol.SourceEnded(live=False))

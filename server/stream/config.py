@@ -14,7 +14,7 @@ from ..settings import Settings
 from .checkpoints import Location, checkpoint_path
 from .learner.learner import LearnerConfig
 from .learner.process import LearnerProcessConfig
-from .sizing import Size, learning_ladder, learning_size, made_for_side
+from .sizing import LearningSizes, Size
 from .source.decoder import DecoderConfig
 from .source.sources import SourceSpec
 
@@ -79,9 +79,6 @@ def learner_process_config(
     ``SourceOpened``); ``lr`` is the rate in force (halved after a crash)."""
     s = settings
     gpu = on_gpu(cfg.devices)
-    side = s.learning_side or (max(display) if gpu else made_for_side(*display))
-    largest = learning_size(display, cfg.width, cfg.height, side)
-    ladder = tuple(learning_ladder(largest, max(largest))) if cfg.auto else (largest,)
     learner = LearnerConfig(
         name=cfg.name,
         model=cfg.model,
@@ -97,8 +94,7 @@ def learner_process_config(
         learner=learner,
         display=display,
         fps=fps,
-        ladder=ladder,
-        auto=cfg.auto,
+        sizes=LearningSizes(s.learning_side, gpu, cfg.width, cfg.height, cfg.auto),
         checkpoint_interval_s=s.checkpoint_interval_s,
         jpeg_quality=s.jpeg_quality,
         cache_dir=s.cache_dir,

@@ -61,12 +61,18 @@ class MessageDispatcher:
                 rate = f" at {m.info['fps']:.4g} fps" if m.info.get("fps") else ""
                 status.set_phase(f"source open ({m.info['width']}×{m.info['height']}{rate}); starting the learner")
             case SourceResized():
-                width, height = status.display or m.before  # the picture keeps the size the first frame decided
-                status.add_note(
-                    f"at {m.at_s:.1f} s the source's frames changed size from {m.before[0]}×{m.before[1]} to "
-                    f"{m.after[0]}×{m.after[1]}: they are scaled to the stream's picture ({width}×{height}), and "
-                    "the pair across the change is not learned from"
-                )
+                picture, before = tuple(m.picture), status.display
+                status.display = picture
+                if m.first_time:
+                    shown = (
+                        f"they are scaled to the stream's picture ({picture[0]}×{picture[1]})"
+                        if picture == before
+                        else f"the stream's picture takes their shape ({picture[0]}×{picture[1]})"
+                    )
+                    status.add_note(
+                        f"at {m.at_s:.1f} s the source's frames changed size from {m.before[0]}×{m.before[1]} to "
+                        f"{m.after[0]}×{m.after[1]}: {shown}, and the pair across the change is not learned from"
+                    )
             case SourceEnded():
                 if counts.counters.decoded - counts.counters.resampled < 2:  # a still picture, a one-frame file
                     status.add_note("the source ended after a single frame: flow needs two, so nothing was learned")

@@ -35,12 +35,16 @@ class DecoderStats:
 
 @dataclass(frozen=True)
 class SourceResized:
-    """Decoder -> work: the source's frames changed size (upright) at ``at_s`` seconds of the stream; they are scaled
-    to the picture's size from then on, and the first of them begins a new shot."""
+    """Decoder -> work: the source's frames changed size (upright) at ``at_s`` seconds of the stream; they are shown in
+    ``picture`` from then on (the picture before where their shape is the same: ``sizing.picture_for``), and the
+    first of them begins a new shot. ``first_time``: the stream has not had frames of this size before (a looping
+    file's second size has, at every loop)."""
 
     before: Size
     after: Size
     at_s: float
+    picture: Size
+    first_time: bool
 
 
 @dataclass(frozen=True)

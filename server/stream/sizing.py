@@ -8,6 +8,8 @@ the network learns at the largest size the frame budget allows. Both keep the so
 from __future__ import annotations
 
 import argparse
+import math
+from dataclasses import dataclass
 
 #: The flow nets work on sides that divide by 8 (the service's net's coarsest level is 1/8 of the frame).
 NET_MULTIPLE = 8
@@ -24,6 +26,9 @@ MIN_LEARNING_SIDE = 64
 FALLBACK_FPS = 10.0
 #: A nominal rate outside this range is a broken header, not a rate.
 PLAUSIBLE_FPS = (0.5, 240.0)
+#: Pictures whose aspect ratios differ by at most this share have the same shape: the rounding of a size (641x479 is
+#: 640x480's) or of one rendition to another (1280x720 and 426x240, 0.2 %). 4:3 against 16:9 differ by a third.
+SAME_SHAPE = 0.03
 
 Size = tuple[int, int]  # (width, height)
 
@@ -69,6 +74,20 @@ def display_size(width: int, height: int, max_side: int) -> Size:
     return fit(width, height, min(max(width, height), max_side), 2)
 
 
+def same_shape(a: Size, b: Size) -> bool:
+    """Whether two sizes have the same aspect ratio, to ``SAME_SHAPE``."""
+    return abs(math.log(a[0] * b[1] / (a[1] * b[0]))) <= SAME_SHAPE
+
+
+def picture_for(upright: Size, picture: Size | None, max_side: int) -> Size:
+    """The picture a frame of ``upright`` size is shown in, where the stream's picture is ``picture`` (None: it is the
+    first frame). A frame of the picture's shape is scaled to it (another rendition of the same camera); one of another
+    shape, a phone turned or another camera's, gets a picture of its own (``display_size``): scaled into the old one
+    it would be squashed, and a flow learned from it warped."""
+    fitted = display_size(*upright, max_side)
+    return picture if picture is not None and same_shape(fitted, picture) else fitted
+
+
 def learning_size(display: Size, width: int | None, height: int | None, side: int) -> Size:
     """The largest learning size of a stream: ``width`` x ``height`` when both are given, one of them with the
     picture's aspect ratio, or the picture's aspect ratio with a long side of ``side`` (never above the picture's)."""
@@ -92,6 +111,25 @@ def learning_ladder(display: Size, largest_side: int) -> list[Size]:
         if size not in ladder:
             ladder.append(size)
     return ladder
+
+
+@dataclass(frozen=True)
+class LearningSizes:
+    """How a stream's learning sizes follow from its picture (picklable: the learner process makes them again when
+    the picture turns): ``side`` the largest long side asked for (None: the picture's own on a GPU, ``made_for_side``
+    on CPU), ``width`` / ``height`` as the stream asked, ``auto`` whether the budget may move along the ladder."""
+
+    side: int | None
+    gpu: bool
+    width: int | None
+    height: int | None
+    auto: bool
+
+    def ladder(self, display: Size) -> tuple[Size, ...]:
+        """The learning sizes, largest first, for a picture of ``display``: one size where it is fixed."""
+        side = self.side or (max(display) if self.gpu else made_for_side(*display))
+        largest = learning_size(display, self.width, self.height, side)
+        return tuple(learning_ladder(largest, max(largest))) if self.auto else (largest,)
 
 
 def stream_fps(requested: float | None, source_fps: float | None, max_fps: float) -> float:

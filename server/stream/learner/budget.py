@@ -218,6 +218,16 @@ class BudgetController:
         self.seen = 0
         self.samples.clear()
 
+    def new_ladder(self, ladder: Sequence[Size]) -> None:
+        """The sizes of a picture of another shape: the stream goes on at the one with the most pixels no more than the
+        current size's (about its cost); what was measured at the old sizes is dropped, the source's pace kept."""
+        here = pixels(self.size)
+        self.ladder = list(ladder)
+        self._steps.clear()
+        self._too_slow.clear()
+        self.top, self.resume, self.hopeless, self.settled = 0, None, False, False
+        self._move(next((i for i, size in enumerate(self.ladder) if pixels(size) <= here), len(self.ladder) - 1))
+
     def note(self) -> str:
         """The state of the budget in words, as the API and the page show it."""
         w, h = self.size

@@ -10,8 +10,9 @@ step and per stage, the whole frame's work, and the frame's capture time. On a G
 so that the host's part of a frame runs while the device learns the next (``FrameLoop``). The budget controller
 (``budget.py``) sees every frame's work and may move the learning size, under the cap that keeps the motion within the
 net's reach (``reach.py``, which sees every frame's flow); the learner then rebuilds its pipeline at the new size with
-the same weights. It checkpoints atomically every N seconds, on request and on stop, each written beside the frames
-that follow (``checkpoint_writer.py``); a non-finite loss restores the last checkpoint and halves the learning rate.
+the same weights, as it does at the sizes of a new shape when the source turns its picture. It checkpoints
+atomically every N seconds, on request and on stop, each written beside the frames that follow
+(``checkpoint_writer.py``); a non-finite loss restores the last checkpoint and halves the learning rate.
 
 Threads: one intra-op thread here (each pipeline stage one of its own): on the shared 2-core machine under load two
 per op made the layer profiling at start 37 s, not 1.9 s (OpenMP spins); ``bench.learning_step`` compares steady steps.
@@ -59,7 +60,7 @@ from ..protocol import (
     WentBackToBest,
 )
 from ..ring import FrameRing, RingSpec
-from ..sizing import Size, made_for_side
+from ..sizing import LearningSizes, Size, made_for_side
 from .budget import BudgetController
 from .checkpoint_writer import CheckpointWriter
 from .device_io import FrameUpload, HostCopy, PendingCopy
@@ -80,13 +81,21 @@ class LearnerProcessConfig:
     """What the learner process needs (picklable): built by ``stream.config.learner_process_config``."""
 
     learner: LearnerConfig
-    display: Size  # the picture's size (the decoder's frames)
+    display: Size  # the picture's size (the decoder's frames), as the source opened
     fps: float
-    ladder: tuple[Size, ...]  # learning sizes, largest first; one size when the size is fixed
-    auto: bool
+    sizes: LearningSizes  # the learning sizes for a picture
     checkpoint_interval_s: float
     jpeg_quality: int
     cache_dir: Path | None
+
+    @property
+    def ladder(self) -> tuple[Size, ...]:
+        """The learning sizes for the picture the source opened with, largest first (one where the size is fixed)."""
+        return self.sizes.ladder(self.display)
+
+    @property
+    def auto(self) -> bool:
+        return self.sizes.auto
 
 
 def run_learner_process(cfg: LearnerProcessConfig, ring_spec: RingSpec, slots: Any, out: Any, control: Any) -> None:
@@ -178,6 +187,7 @@ class FrameLoop:
         self.remember_size = remember_size
         self.painter = Painter(cfg.jpeg_quality)
         self.scale = FlowScale()
+        self.display = cfg.display  # the picture's size now: the source may turn it (``_new_picture``)
         self.reach = MotionCap(cfg.ladder, made_for_side(*cfg.display))
         self.upload = FrameUpload(learner.device)
         self.lag = (1 if learner.device.type == "cuda" else 0) if lag is None else lag
@@ -216,7 +226,10 @@ class FrameLoop:
         """A frame as the ring hands it out (``ring.RingFrame``)."""
         start = time.perf_counter()
         restarted, self.shot = self.shot is not None and shot != self.shot, shot  # a looping file's first frame again
-        cut = self.cuts(picture) or restarted
+        turned = (picture.shape[1], picture.shape[0]) != self.display
+        if turned:
+            self._new_picture((picture.shape[1], picture.shape[0]))
+        cut = self.cuts(picture) or restarted or turned
         current = self.scaled(picture)
         previous, self.previous, self.previous_picture = self.previous, current, picture
         frames = self.pace.observe(source_time, seq)
@@ -242,6 +255,18 @@ class FrameLoop:
                 work_s += self.start_scorer.share_s - start_s - pictures_s + self.reserve
                 self._keep_budget(work_s, stepped + waited_s, dp_s)
                 stepped = start_s = 0.0  # counted once
+
+    def _new_picture(self, display: Size) -> None:
+        """The source's picture changed shape (a phone turned on its side, another camera): the learner goes on from
+        the same weights at the sizes of the new shape, the one closest in cost to where it was (``BudgetController
+        .new_ladder``); its first frame is paired with itself, as the decoder began a new shot there."""
+        self.display = display
+        ladder = self.cfg.sizes.ladder(display)
+        self.controller.new_ladder(ladder)
+        self.reach = MotionCap(ladder, made_for_side(*display))
+        self._rebuild(lambda: self.learner.resize(self.controller.size))
+        self.note = self.controller.note()
+        self.out.put(BudgetChanged(self.controller.size, self.note))
 
     def _send_off(self, r: StepResult) -> None:
         """Queue the copies to the host of what left the pipeline for the oldest frame inside it."""
@@ -339,12 +364,20 @@ class FrameLoop:
         elif self.learner.compiled_ready:
             self._rebuild(self.learner.adopt_compiled)
             log.info("the learner's stages are compiled: it goes on with them at %dx%d", *self.learner.size)
-        elif controller.settled and self.cfg.auto and not (controller.capped or controller.source_slower):
-            self.remember_size(controller.size)  # for the rate said; not a cap (the motion's) nor a slow source's
+        elif self._size_to_remember():
+            self.remember_size(controller.size)
         note = controller.note()
         if note != self.note or choice is not None:
             self.note = note
             self.out.put(BudgetChanged(controller.size, note))
+
+    def _size_to_remember(self) -> bool:
+        """Whether the size the budget settled on is worth remembering for the stream's next start: one it chose
+        (automatic sizing) for the rate said, not a cap's (the motion's) nor a slow source's, and for the picture the
+        source opens with."""
+        c = self.controller
+        chosen = c.settled and self.cfg.auto and not (c.capped or c.source_slower)
+        return chosen and self.display == self.cfg.display
 
     def _rebuild(self, rebuild: Callable[[], None]) -> None:
         """A new pipeline for the learner (another size, compiled stages): the frames inside the old one come out

@@ -2,7 +2,8 @@
 
 The first decoded frame decides both (``sizing``): the picture keeps the source's size up to a long side of
 ``display_side``, and the rate is the one asked for or the source's own (capped); the ``opened`` event says so, and
-the stream's work then starts the learner process, which learns at a smaller size of its own.
+the stream's work then starts the learner process, which learns at a smaller size of its own. Frames of another shape
+later (a phone turned) get a picture of their own (``FrameSizes``).
 
 Resampling is by timestamps (``resample.Resampler``, shared with ``bench.realflow``): a decoded frame is emitted
 when it falls on the next tick of the 1/fps grid (within a quarter tick), otherwise dropped and counted
@@ -33,7 +34,7 @@ from ... import errors
 from ...errors import SourceError, in_words
 from ..protocol import DecoderFailed, DecoderMessage, DecoderStats, SourceEnded, SourceOpened, SourceResized
 from ..ring import FrameRing, RingSpec
-from ..sizing import display_size, stream_fps
+from ..sizing import Size, picture_for, stream_fps
 from .http_io import DEMUXER_OPTIONS, HttpOpener
 from .resample import ContinuousClock, FrameClock, Resampler, nominal_interval, to_rgb, upright_size
 from .sources import SourceSpec, check_host
@@ -99,21 +100,26 @@ class Reporter:
 
 
 class FrameSizes:
-    """The frames' upright size as they come. Frames of another size are scaled to the picture like every frame, but
-    begin a new shot: no pair across the change (another camera's segment, another encoding, a webcam's new mode).
-    Each new size is told to the stream's work once, not on every loop of a file."""
+    """The frames' upright size as they come, and the picture they are shown in (``sizing.picture_for``: the first
+    frame's; frames of another shape, a phone turned, get one of their own; frames of the same shape are scaled to
+    it). Frames of another size begin a new shot: no pair across the change (another camera's segment, another
+    encoding, a webcam's new mode, a turn). The stream's work hears of each new size, and of every turn of the
+    picture; a looping file's sizes at every loop only where they turn it."""
 
-    def __init__(self, report: Reporter) -> None:
+    def __init__(self, report: Reporter, max_side: int) -> None:
         self.report = report
-        self.size: tuple[int, int] | None = None
-        self.seen: set[tuple[int, int]] = set()
+        self.max_side = max_side
+        self.size: Size | None = None
+        self.picture: Size | None = None
+        self.seen: set[Size] = set()
 
     def changed(self, frame: av.VideoFrame, at: float) -> bool:
         """Whether ``frame``, at ``at`` seconds of the stream, is of another size than the frame before."""
         upright = upright_size(frame)
         changed = self.size is not None and upright != self.size
-        if changed and upright not in self.seen:
-            self.report.send(SourceResized(self.size, upright, at))
+        picture, self.picture = self.picture, picture_for(upright, self.picture, self.max_side)
+        if changed and (upright not in self.seen or self.picture != picture):
+            self.report.send(SourceResized(self.size, upright, at, self.picture, upright not in self.seen))
         self.size = upright
         self.seen.add(upright)
         return changed
@@ -164,19 +170,21 @@ def _emit(
     report: Reporter,
     parent: int,
 ) -> None:
-    """Pace and resample the frames into the ring at the picture's size. The first frame decides the picture's size
-    and the rate (``opened``); frames wait there until the learner is ready."""
+    """Pace and resample the frames into the ring at the picture's size (``FrameSizes``). The first frame decides the
+    picture's size and the rate (``opened``); frames wait there until the learner is ready."""
     grid: Resampler | None = None
     schedule, recording, paced = Schedule(0.0, 0.0), not cfg.source.live, False  # decided by the first frame
+    sizes, resized = FrameSizes(report, cfg.display_side), 0
     for frame, t, position, shot in frames:
         if ring.stopping or os.getppid() != parent:
             return
         report.decoded += 1
+        resized += sizes.changed(frame, t)
+        assert sizes.picture is not None and sizes.size is not None
+        width, height = sizes.picture
         if grid is None:
-            upright = upright_size(frame)
-            width, height = display_size(*upright, cfg.display_side)
             fps = stream_fps(cfg.fps, described.get("fps"), cfg.max_fps)
-            info = {**described, "width": upright[0], "height": upright[1]}
+            info = {**described, "width": sizes.size[0], "height": sizes.size[1]}
             recording = recording or described.get("duration_s") is not None
             paced = recording or described.get("container") in SEGMENTED_FORMATS
             report.send(SourceOpened(info, fps, (width, height)))
@@ -191,7 +199,7 @@ def _emit(
             if paced and (delay := schedule.wait(t, time.monotonic())) > 0 and ring.sleep(delay):
                 return
             rgb = to_rgb(frame, width, height)  # only kept frames are converted
-            report.drop("worker_behind", ring.write(rgb, time.time(), t, slots, shot))
+            report.drop("worker_behind", ring.write(rgb, time.time(), t, slots, shot + resized))
             report.position = position
         report.tick()
     report.send(SourceEnded(live=not recording))
@@ -203,7 +211,7 @@ def _frames(cfg: DecoderConfig, report: Reporter, ingest: Any, ring: FrameRing, 
     source says about itself (codec, nominal rate) once it is open."""
     if cfg.source.kind == "webcam":
         described["codec"] = "mjpeg"
-        yield from _webcam_frames(cfg, ingest, ring, report)
+        yield from _webcam_frames(cfg, ingest, ring)
         return
     with contextlib.ExitStack() as stack:
         opener = None
@@ -281,7 +289,6 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
     stream = container.streams.video[0]
     if cfg.start_at_s > 0 and not cfg.source.live:
         container.seek(int(cfg.start_at_s / stream.time_base), stream=stream)
-    sizes = FrameSizes(report)
     skip_until = 0.0 if cfg.source.live else cfg.start_at_s
     last_at, shot = time.monotonic(), 0
     step = nominal_interval(stream)
@@ -295,7 +302,6 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
             for frame in _decoded(container, stream, report):
                 t = time.monotonic() - opened if arrival else clock(frame, count)
                 at = continuous(t)
-                shot += sizes.changed(frame, at)
                 if t < skip_until:
                     continue
                 count, last_at = count + 1, time.monotonic()
@@ -319,10 +325,10 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
         raise SourceError(errors.DECODE_ERROR, f"decoding failed: {in_words(exc)}") from exc
 
 
-def _webcam_frames(cfg: DecoderConfig, ingest: Any, ring: FrameRing, report: Reporter) -> Iterator[Frame]:
+def _webcam_frames(cfg: DecoderConfig, ingest: Any, ring: FrameRing) -> Iterator[Frame]:
     """JPEGs pushed by a browser over ``/ws/streams/{id}/ingest``; their arrival time is their timestamp."""
     codec = av.CodecContext.create("mjpeg", "r")
-    t0, shot, sizes = time.monotonic(), 0, FrameSizes(report)
+    t0 = time.monotonic()
     while not ring.stopping:
         try:
             data = ingest.get(timeout=cfg.read_timeout_s)
@@ -334,6 +340,4 @@ def _webcam_frames(cfg: DecoderConfig, ingest: Any, ring: FrameRing, report: Rep
             log.warning("a webcam frame did not decode: %s", exc)
             raise SourceError(errors.DECODE_ERROR, "a webcam frame is not a JPEG image") from exc
         for frame in decoded:
-            at = time.monotonic() - t0
-            shot += sizes.changed(frame, at)
-            yield frame, at, 0.0, shot
+            yield frame, time.monotonic() - t0, 0.0, 0
