@@ -53,7 +53,7 @@ from models.flow_metrics import FAST_MOTION, consistent_mask
 from models.flow_nets import FLOW_NETS, INITS, build_flow_net
 from models.online import frame_pair, learning_for, online_pipeline, predict_then_learn, stream_pairs
 from pipeline_core import Pipeline
-from server.stream.sizing import NET_MULTIPLE, fit, made_for_side
+from server.stream.sizing import NET_MULTIPLE, fit, made_for_side, same_shape
 from server.stream.source.resample import ContinuousClock, FrameClock, Resampler, nominal_interval, to_rgb, upright_size
 from testing.report import Run, command_line
 
@@ -94,7 +94,9 @@ def load_clip(path: Path, fps: float, width: int, height: int) -> Clip:
     """Decode once as the service would (``Resampler`` keeps the frames, ``to_rgb`` scales them), keeping the
     working-size frames and the pseudo ground truth between consecutive kept frames at full resolution, with where
     it is consistent: a working-size pixel whose full-resolution pixels mostly pass the forward-backward test. Frames
-    that change size mid-clip are scaled to the first one's, as the service scales them to its picture."""
+    that change size mid-clip are scaled to the first one's, as the service scales them to its picture; a clip whose
+    frames change shape (the service turns its picture there: ``sizing.picture_for``) is refused, its parts are to be
+    scored one at a time."""
     reference = dis_refined()
     frames, flows, consistent, times, decoded, backwards, last = [], [], [], [], 0, 0, -np.inf
     previous: np.ndarray | None = None
@@ -108,6 +110,8 @@ def load_clip(path: Path, fps: float, width: int, height: int) -> Clip:
             backwards, last = backwards + (t < last), t
             if not grid.keep(t):
                 continue
+            if previous is not None and not same_shape(upright_size(frame), previous.shape[1::-1]):
+                raise ValueError(f"{path}: its frames change shape at {t:.2f} s: score each part on its own")
             full = to_rgb(frame) if previous is None else to_rgb(frame, previous.shape[1], previous.shape[0])
             if previous is not None:
                 forward = reference(previous, full)
@@ -238,7 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     run, start = Run(command=command_line("bench.realflow", argv), directory=args.out), time.perf_counter()
 
     print(f"{args.video.name}: decoding at {fps:g} fps, pseudo-GT ...", file=sys.stderr, flush=True)
-    clip = load_clip(args.video, fps, width, height)
+    try:
+        clip = load_clip(args.video, fps, width, height)
+    except ValueError as exc:  # too few frames, or frames that change shape
+        parser.error(str(exc))
     if args.noise:
         clip = with_sensor_noise(clip, args.noise, args.seed)
     gt_seconds = time.perf_counter() - start

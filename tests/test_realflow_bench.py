@@ -93,6 +93,18 @@ def test_writes_scored_results_for_every_method(clip, tmp_path):
             assert image.size[0] > 400 and image.size[1] > 300
 
 
+def test_a_clip_whose_frames_change_shape_is_refused_in_words(tmp_path, capsys):
+    """Squashed into the first frame's shape, a turned part would be scored warped; the service turns its picture."""
+    frames = generate(size=64, frames=8, seed=3).frames
+    write_mp4(frames[:, :48], tmp_path / "a.ts", fps=15)  # 64x48
+    write_mp4(frames[:, :, :48], tmp_path / "b.ts", fps=15)  # 48x64: turned
+    joined = tmp_path / "turned.ts"
+    joined.write_bytes((tmp_path / "a.ts").read_bytes() + (tmp_path / "b.ts").read_bytes())
+    with pytest.raises(SystemExit):
+        realflow.main(["--video", str(joined), "--size", "64x48", "--out", str(tmp_path)])
+    assert "its frames change shape" in capsys.readouterr().err
+
+
 def test_default_size_follows_the_aspect_ratio():
     assert realflow.working_size(640, 480) == (160, 120)
     assert realflow.working_size(320, 240) == (160, 120)
