@@ -128,6 +128,10 @@ def test_runtime_source_errors(server, http_sources, media):
     messages.append(_settles(server, f"{http_sources}/missing.ts", "error", "not_found")["error"]["message"])
     unreachable = f"http://127.0.0.1:{free_port()}/live.ts"
     messages.append(_settles(server, unreachable, "reconnecting", "source_unreachable")["error"]["message"])
+    camera = f"http://admin:s3cret@127.0.0.1:{free_port()}/live.ts"  # a camera's password in its URL
+    info = _settles(server, camera, "reconnecting", "source_unreachable")
+    assert info["source"] == camera.replace("s3cret", "***") and "s3cret" not in json.dumps(info), info
+    messages.append(info["error"]["message"])
     refused = ({"source": "file:../../etc/passwd"}, {"source": f"file://{media}/../x.mp4"}, {"source": "file:no.mp4"})
     for body in refused:
         messages.append(server.client.post("/api/streams", json=body).json()["detail"]["message"])

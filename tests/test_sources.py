@@ -7,7 +7,7 @@ from ipaddress import ip_network
 import pytest
 
 from server.errors import SourceError
-from server.stream.source.sources import AddressPolicy, check_host, parse_source
+from server.stream.source.sources import AddressPolicy, check_host, parse_source, shown_source
 
 ALL = {"http", "https", "rtsp", "rtsps", "file", "camera", "webcam", "demo"}
 NONE = AddressPolicy()
@@ -75,3 +75,16 @@ def test_allowed_ranges_admit_only_their_addresses(media):
     assert code("http://127.0.0.1:8080/x", media, policy=policy) == "private_address"
     assert code("http://10.0.0.1/x", media, policy=policy) == "private_address"
     assert check_host("127.0.0.2", policy) == ["127.0.0.2"]
+
+
+def test_a_urls_password_is_never_shown_but_the_decoder_gets_it(media):
+    camera = "rtsp://admin:s3cr:et@camera.example:554/stream?channel=1"
+    assert shown_source(camera) == "rtsp://admin:***@camera.example:554/stream?channel=1"
+    assert parse_source(camera, media, ALL, NONE).target == camera  # what the decoder connects with
+    assert shown_source("http://viewer@camera.example/live.ts") == "http://viewer@camera.example/live.ts"  # no password
+    assert shown_source("https://:token@cdn.example/index.m3u8") == "https://:***@cdn.example/index.m3u8"
+    for other in ("demo", "webcam", "camera:0", "file:clip.mp4", "http://[::1/x"):  # the last does not parse
+        assert shown_source(other) == other
+    with pytest.raises(SourceError) as refused:
+        parse_source("rtsp://admin:s3cret@/stream", media, ALL, NONE)
+    assert "s3cret" not in refused.value.message and "admin:***@" in refused.value.message

@@ -18,7 +18,7 @@ from ..errors import SourceError
 from ..placement import Placement
 from ..settings import Settings
 from ..stream.config import StreamConfig
-from ..stream.source.sources import parse_source
+from ..stream.source.sources import parse_source, shown_source
 from .metrics import ServerMetrics
 from .schemas import StreamCreate
 from .session import StreamSession
@@ -75,7 +75,7 @@ class StreamManager:
             raise RequestError(400, errors.BAD_REQUEST, str(exc)) from exc
         return StreamConfig(
             name=body.name or "",
-            source=body.source,
+            source=shown_source(body.source),  # as shown: the decoder connects with the spec's whole URL
             spec=spec,
             fps=body.fps or s.fps,
             width=width,

@@ -69,7 +69,7 @@ class VersusStart(BaseModel):
 class StreamInfo(BaseModel):
     id: str
     name: str
-    source: str
+    source: str = Field(description="as given, a URL's password shown as ***")
     state: str
     error: ErrorInfo | None
     fps: float | None = Field(description="1/ΔS; null until the source opened when it follows the source")

@@ -27,8 +27,8 @@ class StreamConfig:
     """A stream's resolved parameters (request fields merged with the server's defaults)."""
 
     name: str
-    source: str
-    spec: SourceSpec
+    source: str  # as the service shows it (``sources.shown_source``: no password)
+    spec: SourceSpec  # what the decoder opens
     fps: float | None  # asked for; None: the source's own rate (capped)
     width: int | None  # learning size asked for (one side may follow the picture's aspect ratio)
     height: int | None

@@ -19,7 +19,7 @@ import httpx
 
 from ... import errors
 from ...errors import SourceError
-from .sources import AddressPolicy, check_host
+from .sources import AddressPolicy, check_host, shown_source
 
 HTTP_SCHEMES = ("http", "https")
 MAX_REDIRECTS = 5
@@ -53,13 +53,13 @@ class HttpOpener:
             try:
                 response = self._get(target)
             except SourceError as exc:
-                where = f"{url} redirects to {target}" if hop else url
+                where = f"{shown_source(url)} redirects to {shown_source(str(target))}" if hop else shown_source(url)
                 raise SourceError(exc.code, f"{where}: {exc.message}") from exc
             if not response.is_redirect:
-                return Body(response, str(target))
+                return Body(response, shown_source(str(target)))
             response.close()
             target = target.join(response.headers["location"])
-        raise SourceError(errors.SOURCE_UNREACHABLE, f"{url} redirects more than {MAX_REDIRECTS} times")
+        raise SourceError(errors.SOURCE_UNREACHABLE, f"{shown_source(url)} redirects more than {MAX_REDIRECTS} times")
 
     def _get(self, url: httpx.URL) -> httpx.Response:
         if url.scheme not in HTTP_SCHEMES:

@@ -13,7 +13,7 @@ import socket
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ... import errors
 from ...errors import SourceError
@@ -46,6 +46,21 @@ class SourceSpec:
     policy: AddressPolicy = AddressPolicy()
 
 
+def shown_source(source: str) -> str:
+    """``source`` as the service shows it (the API, the page, error messages): a URL's password, as an IP camera's
+    address carries it (``rtsp://admin:PASSWORD@camera/stream``), replaced by ``***``, so that no viewer of the stream
+    learns it. The decoder connects with the URL whole (``SourceSpec.target``)."""
+    try:
+        parts = urlsplit(source)
+        password = parts.password
+    except ValueError:  # not a URL that parses: nothing to hide in it
+        return source
+    if password is None:
+        return source
+    user, host = parts.netloc.rsplit("@", 1)
+    return urlunsplit(parts._replace(netloc=f"{user.split(':', 1)[0]}:***@{host}"))
+
+
 def parse_source(source: str, media_dir: Path, schemes: set[str], policy: AddressPolicy) -> SourceSpec:
     source = source.strip()
     if source in ("demo", "webcam"):
@@ -60,14 +75,14 @@ def parse_source(source: str, media_dir: Path, schemes: set[str], policy: Addres
     parts = urlsplit(source)
     scheme = parts.scheme.lower()
     if not scheme:
-        raise SourceError(errors.BAD_SOURCE, f"source {source!r} is not a URL, camera:N, webcam or demo")
+        raise SourceError(errors.BAD_SOURCE, f"source {shown_source(source)!r} is not a URL, camera:N, webcam or demo")
     _require_scheme(scheme, schemes)
     if scheme == "file":
         return SourceSpec("file", str(media_path(unquote(parts.netloc + parts.path), media_dir)), live=False)
     if scheme not in URL_SCHEMES:
         raise SourceError(errors.SCHEME_NOT_ALLOWED, f"scheme {scheme!r} is not supported")
     if not parts.hostname:
-        raise SourceError(errors.BAD_SOURCE, f"source {source!r} has no host")
+        raise SourceError(errors.BAD_SOURCE, f"source {shown_source(source)!r} has no host")
     check_host(parts.hostname, policy, unresolved_ok=True)
     kind = "rtsp" if scheme.startswith("rtsp") else "http"
     return SourceSpec(kind, source, live=True, host=parts.hostname, policy=policy)
