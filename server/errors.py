@@ -22,6 +22,7 @@ NAME_IN_USE = "name_in_use"
 SOURCE_UNREACHABLE = "source_unreachable"
 NOT_FOUND = "not_found"
 NOT_VIDEO = "not_video"
+ACCESS_DENIED = "access_denied"  # the source's server refuses: no, wrong or insufficient credentials
 DECODE_ERROR = "decode_error"
 STALLED = "stalled"
 ENDED = "ended"
@@ -91,3 +92,17 @@ def in_words(exc: BaseException) -> str:
         if isinstance(exc, kind):
             return words
     return ERRNO_WORDS.get(getattr(exc, "errno", None), "an unexpected error (details in the server log)")
+
+
+def access_denied(status: int, credentials_given: bool) -> SourceError:
+    """A source's server refusing access (HTTP or RTSP 401 or 403), in words that say what to do. Final, never retried:
+    another try fails the same way, and a camera locks an account after a few wrong passwords."""
+    if status == 403:
+        words = "the server refuses access to the source (403 forbidden)"
+    elif credentials_given:
+        words = "the server refused the user name and password in the URL (401)"
+    else:
+        words = (
+            "the server asks for a user name and password (401): give them in the URL, scheme://USER:PASSWORD@host/…"
+        )
+    return SourceError(ACCESS_DENIED, words)

@@ -4,6 +4,7 @@ clear state with an error code while the server stays up (a real ``overtime serv
 from __future__ import annotations
 
 import asyncio
+import base64
 import http.server
 import json
 import re
@@ -64,16 +65,24 @@ def test_token_is_required(server):
     assert message == {"type": "error", "code": "unauthorized", "message": message["message"]} and close_code == 1008
 
 
+CAMERA_LOGIN = "Basic " + base64.b64encode(b"admin:s3cret").decode()
+
+
 class _Sources(http.server.BaseHTTPRequestHandler):
-    """/stall.ts sends the start of a stream, then nothing; /short.mp4 is a file as a web server sends one; anything
-    else is a 404."""
+    """/stall.ts sends the start of a stream, then nothing; /short.mp4 is a file as a web server sends one, and
+    /camera.mp4 the same to admin:s3cret only (HTTP Basic, as an IP camera asks); anything else is a 404."""
 
     payload = b""
     recording = b""
     release = threading.Event()
 
     def do_GET(self) -> None:  # noqa: N802 - the http.server API
-        if self.path == "/short.mp4":
+        if self.path == "/camera.mp4" and self.headers.get("Authorization") != CAMERA_LOGIN:
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="camera"')
+            self.end_headers()
+            return
+        if self.path in ("/short.mp4", "/camera.mp4"):
             self.send_response(200)
             self.send_header("Content-Type", "video/mp4")
             self.send_header("Content-Length", str(len(self.recording)))
@@ -137,6 +146,16 @@ def test_runtime_source_errors(server, http_sources, media):
         messages.append(server.client.post("/api/streams", json=body).json()["detail"]["message"])
     for message in messages:
         assert message and not LEAKS.search(message) and str(media) not in message, f"error text leaks: {message!r}"
+
+
+def test_a_camera_asking_for_a_password_gets_the_urls_and_a_wrong_one_is_not_tried_again(server, http_sources):
+    host = http_sources.removeprefix("http://")
+    for login, words in (("", "asks for a user name and password"), ("admin:wrong@", "refused the user name")):
+        info = _settles(server, f"http://{login}{host}/camera.mp4", "error", "access_denied")  # final: no retry
+        assert words in info["error"]["message"] and info["counters"]["reconnects"] == 0, info
+        assert "wrong" not in json.dumps(info)
+    info = _settles(server, f"http://admin:s3cret@{host}/camera.mp4", "ended", None)
+    assert info["counters"]["processed"] > 0 and info["source"] == f"http://admin:***@{host}/camera.mp4"
 
 
 def test_stream_end_size_change_and_stall(server, http_sources):

@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import av
 
@@ -37,7 +38,7 @@ from ..ring import FrameRing, RingSpec
 from ..sizing import Size, picture_for, stream_fps
 from .http_io import DEMUXER_OPTIONS, HttpOpener
 from .resample import ContinuousClock, FrameClock, Resampler, nominal_interval, to_rgb, upright_size
-from .sources import SourceSpec, check_host
+from .sources import SourceSpec, check_host, shown_source
 
 log = logging.getLogger(__name__)
 
@@ -235,18 +236,28 @@ def _open(cfg: DecoderConfig, opener: HttpOpener | None) -> av.container.InputCo
         if src.kind == "camera":
             return av.open(src.target, format="v4l2", timeout=timeout)
         return av.open(src.target, timeout=timeout)
+    except (av.error.HTTPUnauthorizedError, av.error.HTTPForbiddenError) as exc:  # FFmpeg's own connections: RTSP
+        _log_failure("cannot open the source", exc, src.target)
+        status = 401 if isinstance(exc, av.error.HTTPUnauthorizedError) else 403
+        parts = urlsplit(src.target)
+        raise errors.access_denied(status, bool(parts.username or parts.password)) from exc
     except av.error.InvalidDataError as exc:
-        log.warning("cannot open the source: %s", exc)
+        _log_failure("cannot open the source", exc, src.target)
         if src.kind in ("file", "demo") and _looks_like_video(src.target):
             raise SourceError(errors.DECODE_ERROR, "the video is corrupt or truncated") from exc
         raise SourceError(errors.NOT_VIDEO, "the source is not a video") from exc
     except (av.error.FileNotFoundError, FileNotFoundError) as exc:
-        log.warning("cannot open the source: %s", exc)
+        _log_failure("cannot open the source", exc, src.target)
         code = errors.SOURCE_UNREACHABLE if src.live else errors.NOT_FOUND
         raise SourceError(code, f"cannot open the source: {in_words(exc)}") from exc
     except (av.error.FFmpegError, OSError) as exc:
-        log.warning("cannot open the source: %s", exc)
+        _log_failure("cannot open the source", exc, src.target)
         raise SourceError(errors.SOURCE_UNREACHABLE, f"cannot open the source: {in_words(exc)}") from exc
+
+
+def _log_failure(what: str, exc: BaseException, target: str) -> None:
+    """FFmpeg's message names the URL it opened: the server's log gets it without its password (``shown_source``)."""
+    log.warning("%s: %s", what, str(exc).replace(target, shown_source(target)) if target else exc)
 
 
 def _looks_like_video(path: str) -> bool:
@@ -318,7 +329,7 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
         # A read timeout surfaces as whatever the protocol makes of it (EIO, "ends prematurely", exit requested):
         # a live source that went silent for the read timeout before failing has stalled.
         # PyAV's own timeout interrupts the read: that is "Immediate exit requested" (ExitError).
-        log.warning("reading the source failed: %s", exc)
+        _log_failure("reading the source failed", exc, cfg.source.target)
         silent = time.monotonic() - last_at
         if isinstance(exc, av.error.ExitError) or (cfg.source.live and silent >= 0.8 * cfg.read_timeout_s):
             raise SourceError(errors.STALLED, f"no data from the source for {silent:.1f} s") from exc

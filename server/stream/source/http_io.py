@@ -83,6 +83,9 @@ class HttpOpener:
             raise SourceError(
                 errors.SOURCE_UNREACHABLE, f"{where} answers, but {tls}" if tls else f"{where} does not answer"
             )
+        if response.status_code in (401, 403):
+            response.close()
+            raise errors.access_denied(response.status_code, bool(url.username or url.password))
         if response.status_code >= 400:
             response.close()
             code = errors.NOT_FOUND if response.status_code == 404 else errors.SOURCE_UNREACHABLE
