@@ -78,6 +78,14 @@ def frames(url: str, opener: HttpOpener) -> int:
 
 def test_every_url_of_an_hls_playlist_goes_through_the_check(sites, opener):
     assert frames(f"{sites.allowed.url}/local.m3u8", opener) == CLIP_FRAMES
+    assert opener.source_length == (sites.root / "local.m3u8").stat().st_size  # the playlist's: not its segments'
+
+
+def test_the_source_bodys_stated_length_is_kept_as_the_sources(sites, opener):
+    """A file over HTTP states its length (the decoder then reads it as a recording, whatever its format)."""
+    with opener.open(sites.allowed.redirect_to(f"{sites.allowed.url}/clip.ts")) as body:
+        body.read()
+    assert opener.source_length == (sites.root / "clip.ts").stat().st_size  # the redirect's own body does not count
     with pytest.raises(SourceError) as exc:  # its second segment lives on 127.0.0.1
         frames(f"{sites.allowed.url}/away.m3u8", opener)
     assert exc.value.code == "private_address" and f"{sites.private.url}/clip.ts" in exc.value.message

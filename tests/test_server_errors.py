@@ -9,6 +9,7 @@ import http.server
 import json
 import re
 import threading
+import time
 
 import pytest
 import websockets
@@ -69,11 +70,13 @@ CAMERA_LOGIN = "Basic " + base64.b64encode(b"admin:s3cret").decode()
 
 
 class _Sources(http.server.BaseHTTPRequestHandler):
-    """/stall.ts sends the start of a stream, then nothing; /short.mp4 is a file as a web server sends one, and
-    /camera.mp4 the same to admin:s3cret only (HTTP Basic, as an IP camera asks); anything else is a 404."""
+    """/stall.ts sends the start of a stream, then nothing; /short.mp4 and /recorded.ts (MPEG-TS: no duration
+    stated) are files as a web server sends them, their length stated, and /camera.mp4 the first to admin:s3cret only
+    (HTTP Basic, as an IP camera asks); anything else is a 404."""
 
     payload = b""
     recording = b""
+    recorded_ts = b""
     release = threading.Event()
 
     def do_GET(self) -> None:  # noqa: N802 - the http.server API
@@ -82,12 +85,13 @@ class _Sources(http.server.BaseHTTPRequestHandler):
             self.send_header("WWW-Authenticate", 'Basic realm="camera"')
             self.end_headers()
             return
-        if self.path in ("/short.mp4", "/camera.mp4"):
+        if self.path in ("/short.mp4", "/camera.mp4", "/recorded.ts"):
+            body = self.recorded_ts if self.path == "/recorded.ts" else self.recording
             self.send_response(200)
-            self.send_header("Content-Type", "video/mp4")
-            self.send_header("Content-Length", str(len(self.recording)))
+            self.send_header("Content-Type", "video/mp2t" if self.path == "/recorded.ts" else "video/mp4")
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(self.recording)
+            self.wfile.write(body)
             return
         if self.path != "/stall.ts":
             self.send_error(404)
@@ -107,6 +111,7 @@ class _Sources(http.server.BaseHTTPRequestHandler):
 def http_sources(media):
     _Sources.payload = (media / "resized.ts").read_bytes()[:20_000]
     _Sources.recording = (media / "short.mp4").read_bytes()
+    _Sources.recorded_ts = (media / "turned.ts").read_bytes()
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Sources)
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
@@ -174,6 +179,10 @@ def test_stream_end_size_change_and_stall(server, http_sources):
     assert any("the stream's picture takes their shape (48×96)" in note for note in info["notes"]), info["notes"]
     info = _settles(server, f"{http_sources}/short.mp4", "ended", None)  # a recording: it ends, paced as a file is
     assert info["source_info"]["duration_s"] > 0.5 and info["counters"]["reconnects"] == 0
+    started = time.monotonic()  # a file whose format states no duration, over HTTP: its length is stated
+    info = _settles(server, f"{http_sources}/recorded.ts", "ended", None)
+    assert info["source_info"]["length_bytes"] == len(_Sources.recorded_ts) and info["counters"]["reconnects"] == 0
+    assert time.monotonic() - started > 2.5  # paced: 80 frames at 25 fps, not as fast as they download
     _settles(server, f"{http_sources}/stall.ts", "reconnecting", "stalled")
 
 

@@ -8,8 +8,9 @@ later (a phone turned) get a picture of their own (``FrameSizes``).
 Resampling is by timestamps (``resample.Resampler``, shared with ``bench.realflow``): a decoded frame is emitted
 when it falls on the next tick of the 1/fps grid (within a quarter tick), otherwise dropped and counted
 (``reason="resample"``); nothing is ever duplicated, so a slower source just yields fewer frames. Recordings are
-paced in real time: files (optionally looping) and URLs whose source states its length (a file over HTTP, a
-finished HLS playlist), which would otherwise arrive as fast as they download, and end the stream at their end;
+paced in real time: files (optionally looping) and URLs whose source states its length (a file over HTTP: its
+duration, or its size in bytes where its format states no duration, as MPEG-TS; a finished HLS playlist), which
+would otherwise arrive as fast as they download, and end the stream at their end;
 live sources arrive in real time by themselves, and their end is retried. Live HLS and DASH arrive a segment at a
 time and are paced as recordings are (``SEGMENTED_FORMATS``). Frames go into the shared-memory ring; counts and
 state go to the stream's work on the ``events`` queue. Failures end the process with an error event carrying a code
@@ -186,7 +187,7 @@ def _emit(
         if grid is None:
             fps = stream_fps(cfg.fps, described.get("fps"), cfg.max_fps)
             info = {**described, "width": sizes.size[0], "height": sizes.size[1]}
-            recording = recording or described.get("duration_s") is not None
+            recording = recording or described.get("duration_s") is not None or "length_bytes" in described
             paced = recording or described.get("container") in SEGMENTED_FORMATS
             report.send(SourceOpened(info, fps, (width, height)))
             grid = Resampler(fps)
@@ -220,6 +221,10 @@ def _frames(cfg: DecoderConfig, report: Reporter, ingest: Any, ring: FrameRing, 
             opener = stack.enter_context(HttpOpener(cfg.source.policy, cfg.open_timeout_s, cfg.read_timeout_s))
         container = stack.enter_context(_open(cfg, opener))
         described.update(_describe(container))
+        if opener and opener.source_length is not None and described.get("container") not in SEGMENTED_FORMATS:
+            # A body of a stated length is a file, a recording, though its format states no duration (MPEG-TS);
+            # a live stream's has none. A playlist has one of its own whether the stream is live or not.
+            described["length_bytes"] = opener.source_length
         yield from _container_frames(cfg, container, report)
 
 

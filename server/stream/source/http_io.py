@@ -34,6 +34,10 @@ class HttpOpener:
 
     def __init__(self, policy: AddressPolicy, open_timeout_s: float, read_timeout_s: float) -> None:
         self.policy = policy
+        #: The source's own body's length as its server states it (``Content-Length``), None where it states none (a
+        #: live stream) or nothing was opened yet; the playlists and segments opened after it do not change it.
+        self.source_length: int | None = None
+        self._opened = False
         self._client = httpx.Client(
             follow_redirects=False,
             trust_env=False,  # no proxy from the environment: the policy is about where this process connects
@@ -56,6 +60,10 @@ class HttpOpener:
                 where = f"{shown_source(url)} redirects to {shown_source(str(target))}" if hop else shown_source(url)
                 raise SourceError(exc.code, f"{where}: {exc.message}") from exc
             if not response.is_redirect:
+                if not self._opened:
+                    length = response.headers.get("content-length", "")
+                    self.source_length = int(length) if length.isdigit() else None
+                    self._opened = True
                 return Body(response, shown_source(str(target)))
             response.close()
             target = target.join(response.headers["location"])
