@@ -183,6 +183,13 @@ def test_stream_end_size_change_and_stall(server, http_sources):
     info = _settles(server, f"{http_sources}/recorded.ts", "ended", None)
     assert info["source_info"]["length_bytes"] == len(_Sources.recorded_ts) and info["counters"]["reconnects"] == 0
     assert time.monotonic() - started > 2.5  # paced: 80 frames at 25 fps, not as fast as they download
+    sid = create(server, source=f"{http_sources}/short.mp4", loop=True)["id"]  # 20 frames, asked for again
+    try:
+        info = server.wait_for(sid, lambda i: i["counters"]["decoded"] >= 50, 30, "three loops")
+        assert info["state"] == "running" and info["counters"]["reconnects"] == 0, info
+        assert info["counters"]["scene_cuts"] >= 2  # each start again a new shot: no pair across the seam
+    finally:
+        delete(server, sid)
     _settles(server, f"{http_sources}/stall.ts", "reconnecting", "stalled")
 
 

@@ -25,7 +25,7 @@ import os
 import queue
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -187,7 +187,7 @@ def _emit(
         if grid is None:
             fps = stream_fps(cfg.fps, described.get("fps"), cfg.max_fps)
             info = {**described, "width": sizes.size[0], "height": sizes.size[1]}
-            recording = recording or described.get("duration_s") is not None or "length_bytes" in described
+            recording = _recording(cfg, described)
             paced = recording or described.get("container") in SEGMENTED_FORMATS
             report.send(SourceOpened(info, fps, (width, height)))
             grid = Resampler(fps)
@@ -225,7 +225,15 @@ def _frames(cfg: DecoderConfig, report: Reporter, ingest: Any, ring: FrameRing, 
             # A body of a stated length is a file, a recording, though its format states no duration (MPEG-TS);
             # a live stream's has none. A playlist has one of its own whether the stream is live or not.
             described["length_bytes"] = opener.source_length
-        yield from _container_frames(cfg, container, report)
+        # A URL's recording loops by asking for it again: its body cannot seek.
+        again = (lambda: stack.enter_context(_open(cfg, opener))) if opener and _recording(cfg, described) else None
+        yield from _container_frames(cfg, container, report, again)
+
+
+def _recording(cfg: DecoderConfig, described: dict) -> bool:
+    """Whether the source is a recording (paced in real time, ended at its end, looped where asked), not live: a file,
+    or a URL whose source states its length (its duration, or its size where its format states no duration)."""
+    return not cfg.source.live or described.get("duration_s") is not None or "length_bytes" in described
 
 
 def _open(cfg: DecoderConfig, opener: HttpOpener | None) -> av.container.InputContainer:
@@ -299,7 +307,15 @@ def _decoded(container: av.container.InputContainer, stream: Any, report: Report
         yield from frames
 
 
-def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer, report: Reporter) -> Iterator[Frame]:
+def _container_frames(
+    cfg: DecoderConfig,
+    container: av.container.InputContainer,
+    report: Reporter,
+    again: Callable[[], av.container.InputContainer] | None = None,
+) -> Iterator[Frame]:
+    """The container's frames, from its start again at its end where the stream loops: a file's by seeking, a URL's
+    recording by ``again`` (opening it anew)."""
+    loops = cfg.loop and (not cfg.source.live or again is not None)
     if not container.streams.video:
         raise SourceError(errors.NOT_VIDEO, "the source has no video stream")
     stream = container.streams.video[0]
@@ -322,9 +338,14 @@ def _container_frames(cfg: DecoderConfig, container: av.container.InputContainer
                     continue
                 count, last_at = count + 1, time.monotonic()
                 yield frame, at, t, shot
-            if not cfg.loop or cfg.source.live or (count == 0 and not skip_until):
+            if not loops or (count == 0 and not skip_until):
                 return  # the end (an empty video never loops)
-            container.seek(0, stream=stream)
+            if again is None:
+                container.seek(0, stream=stream)
+            else:
+                container.close()  # its connection
+                container = again()
+                stream = container.streams.video[0]
             continuous.restart()
             shot += 1
             skip_until = 0.0
