@@ -40,7 +40,7 @@ class StreamCreate(BaseModel):
     )
     lr: float | None = Field(None, gt=0, le=1e9, description="Adam lr of every stage")
     schedule: str | None = Field(None, description="a pipeline schedule by name (default: partime)")
-    loop: bool | None = Field(None, description="loop a recording: a file, or a URL of one (default: only the demo loops)")
+    loop: bool | None = Field(None, description="loop a recording, a file or a URL of one (default: the demo only)")
 
 
 class Size(BaseModel):
