@@ -72,7 +72,7 @@ CAMERA_LOGIN = "Basic " + base64.b64encode(b"admin:s3cret").decode()
 class _Sources(http.server.BaseHTTPRequestHandler):
     """/stall.ts sends the start of a stream, then nothing; /short.mp4 and /recorded.ts (MPEG-TS: no duration
     stated) are files as a web server sends them, their length stated, and /camera.mp4 the first to admin:s3cret only
-    (HTTP Basic, as an IP camera asks); anything else is a 404."""
+    (HTTP Basic, as an IP camera asks); /watch is a web page that plays one; anything else is a 404."""
 
     payload = b""
     recording = b""
@@ -92,6 +92,14 @@ class _Sources(http.server.BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+            return
+        if self.path == "/watch":  # a video site's page
+            page = b"<!doctype html><title>a video</title><video src='/short.mp4'></video>" * 20
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
             return
         if self.path != "/stall.ts":
             self.send_error(404)
@@ -140,6 +148,9 @@ def test_runtime_source_errors(server, http_sources, media):
     for source, code in (("file:notes.mp4", "not_video"), ("file:truncated.mp4", "decode_error")):
         messages.append(_settles(server, source, "error", code)["error"]["message"])
     messages.append(_settles(server, f"{http_sources}/missing.ts", "error", "not_found")["error"]["message"])
+    page = _settles(server, f"{http_sources}/watch", "error", "not_video")["error"]["message"]
+    assert page.startswith("the URL is a web page, not a video") and "address of the video itself" in page
+    messages.append(page)
     unreachable = f"http://127.0.0.1:{free_port()}/live.ts"
     messages.append(_settles(server, unreachable, "reconnecting", "source_unreachable")["error"]["message"])
     camera = f"http://admin:s3cret@127.0.0.1:{free_port()}/live.ts"  # a camera's password in its URL

@@ -53,6 +53,11 @@ SEGMENTED_FORMATS = ("hls", "dash")
 #: A paced frame later than this (a segment that came late, a busy machine) moves the schedule on instead of rushing
 #: the frames after it out to catch up, which the ring would drop.
 LATE_S = 0.5
+#: What a URL of a web page gets: the page of a video site or of a camera's viewer is what a user copies first.
+WEB_PAGE = (
+    "the URL is a web page, not a video: a page that plays a video (a video site's, a camera's viewer) needs the "
+    "address of the video itself (an .mp4, .m3u8 or .ts URL, or the camera's stream URL)"
+)
 MAX_BAD_PACKETS = 25  # corrupt packets in a row before a source counts as broken (decode_error)
 #: A decoded frame, its source time and position in the file (seconds), and its shot: how many times a looping file
 #: has started again (its first frame again follows its last: no motion between them).
@@ -258,6 +263,8 @@ def _open(cfg: DecoderConfig, opener: HttpOpener | None) -> av.container.InputCo
         _log_failure("cannot open the source", exc, src.target)
         if src.kind in ("file", "demo") and _looks_like_video(src.target):
             raise SourceError(errors.DECODE_ERROR, "the video is corrupt or truncated") from exc
+        if opener is not None and opener.source_type == "text/html":
+            raise SourceError(errors.NOT_VIDEO, WEB_PAGE) from exc
         raise SourceError(errors.NOT_VIDEO, "the source is not a video") from exc
     except (av.error.FileNotFoundError, FileNotFoundError) as exc:
         _log_failure("cannot open the source", exc, src.target)

@@ -34,9 +34,11 @@ class HttpOpener:
 
     def __init__(self, policy: AddressPolicy, open_timeout_s: float, read_timeout_s: float) -> None:
         self.policy = policy
-        #: The source's own body's length as its server states it (``Content-Length``), None where it states none (a
-        #: live stream) or nothing was opened yet; the playlists and segments opened after it do not change it.
+        #: The source's own body's length and media type as its server states them (``Content-Length``, None where
+        #: it states none: a live stream; ``Content-Type``, "" where none), once it is open; the playlists and
+        #: segments opened after it do not change them.
         self.source_length: int | None = None
+        self.source_type = ""
         self._opened = False
         self._client = httpx.Client(
             follow_redirects=False,
@@ -63,6 +65,7 @@ class HttpOpener:
                 if not self._opened:
                     length = response.headers.get("content-length", "")
                     self.source_length = int(length) if length.isdigit() else None
+                    self.source_type = response.headers.get("content-type", "").split(";")[0].strip().lower()
                     self._opened = True
                 return Body(response, shown_source(str(target)))
             response.close()
