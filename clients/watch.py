@@ -243,7 +243,7 @@ def main(argv: list[str]) -> int:
         if is_source(args.target):
             stream = api.create(stream_spec(args))
             created = True
-            print(f"created stream {stream['id']} from {args.target}", file=sys.stderr)
+            print(f"created stream {stream['id']} from {stream['source']}", file=sys.stderr)  # as the server shows it
         else:
             stream = api.get(args.target)
         return follow(api, stream, args)
