@@ -18,9 +18,12 @@ import av
 import pytest
 from http_support import CLIP_FRAMES, clip_sites
 
+from models.streams import generate, write_mp4
 from server.errors import SourceError
+from server.stream.source.decoder import video_stream
 from server.stream.source.http_io import DEMUXER_OPTIONS, MAX_REDIRECTS, HttpOpener
 from server.stream.source.sources import AddressPolicy
+from testing.sources import NO_FFMPEG
 
 POLICY = AddressPolicy(networks=(ip_network("127.0.0.2/32"),))
 
@@ -139,3 +142,29 @@ def test_an_authority_the_machine_trusts_is_trusted(tls_site, monkeypatch):
     with HttpOpener(POLICY, open_timeout_s=5, read_timeout_s=5) as opener:
         error = refused(opener, url)
     assert error.message.endswith("the server answered HTTP 501"), error.message  # TLS passed: the server's answer
+
+
+@pytest.mark.skipif(NO_FFMPEG is not None, reason=str(NO_FFMPEG))
+@pytest.mark.parametrize("display_side, chosen", [(640, (128, 96)), (64, (64, 48)), (2000, (128, 96))])
+def test_of_an_hls_streams_renditions_one_is_read_and_the_others_not_downloaded(sites, opener, display_side, chosen):
+    """An adaptive HLS stream (a master playlist, a rendition per size): FFmpeg would download every rendition's
+    segments; the decoder reads the smallest that fills the picture (else the largest) and discards the others."""
+    folder = sites.root / "renditions"
+    folder.mkdir(exist_ok=True)
+    write_mp4(generate(32, 100, seed=2).frames, folder / "long.ts", fps=10)
+    split = "[0:v]split=2[a][b];[a]scale=64:48[small];[b]scale=128:96[large]"
+    subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-i", str(folder / "long.ts"),
+                    "-filter_complex", split, "-map", "[small]", "-map", "[large]", "-c:v", "libx264", "-b:v", "100k",
+                    "-g", "10", "-f", "hls", "-hls_time", "1", "-hls_playlist_type", "vod",
+                    "-master_pl_name", "master.m3u8", "-var_stream_map", "v:0 v:1",
+                    "-hls_segment_filename", str(folder / "v%v_%03d.ts"), str(folder / "v%v.m3u8")],
+                   check=True)  # fmt: skip
+    sites.allowed.requests.clear()
+    with av.open(f"{sites.allowed.url}/renditions/master.m3u8", options=DEMUXER_OPTIONS, io_open=opener.io_open) as c:
+        stream = video_stream(c, display_side)
+        sizes = {(f.width, f.height) for f in c.decode(stream)}
+    assert sizes == {chosen} and (stream.codec_context.width, stream.codec_context.height) == chosen
+    other = "v0_" if chosen == (128, 96) else "v1_"
+    segments = [path for path in sites.allowed.requests if path.endswith(".ts")]
+    unread = [p for p in segments if other in p]  # those FFmpeg read while it probed the renditions, before the choice
+    assert len(unread) <= 3 and len(segments) - len(unread) == 10, segments  # of 10 each

@@ -25,6 +25,7 @@ from server.stream.source.decoder import (
     _describe,
     _emit,
     _webcam_frames,
+    video_stream,
 )
 from server.stream.source.resample import ContinuousClock, FrameClock, Resampler, to_rgb, upright_size
 from server.stream.source.sources import SourceSpec
@@ -168,7 +169,8 @@ def emitted(path: Path) -> tuple[list, list]:
     events: queue.Queue = queue.Queue()
     report, ring = Reporter(events), Written()
     with av.open(str(path)) as container:
-        _emit(cfg, _container_frames(cfg, container, report), _describe(container), ring, None, report, os.getppid())
+        described = _describe(container, video_stream(container, 640))
+        _emit(cfg, _container_frames(cfg, container, report), described, ring, None, report, os.getppid())
     return ring.frames, [events.get() for _ in range(events.qsize())]
 
 

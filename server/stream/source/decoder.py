@@ -225,7 +225,7 @@ def _frames(cfg: DecoderConfig, report: Reporter, ingest: Any, ring: FrameRing, 
         if cfg.source.kind == "http":
             opener = stack.enter_context(HttpOpener(cfg.source.policy, cfg.open_timeout_s, cfg.read_timeout_s))
         container = stack.enter_context(_open(cfg, opener))
-        described.update(_describe(container))
+        described.update(_describe(container, video_stream(container, cfg.display_side)))
         if opener and opener.source_length is not None and described.get("container") not in SEGMENTED_FORMATS:
             # A body of a stated length is a file, a recording, though its format states no duration (MPEG-TS);
             # a live stream's has none. A playlist has one of its own whether the stream is live or not.
@@ -286,10 +286,26 @@ def _looks_like_video(path: str) -> bool:
     return head[4:8] == b"ftyp" or head.startswith(VIDEO_SIGNATURES)
 
 
-def _describe(container: av.container.InputContainer) -> dict:
-    if not container.streams.video:
-        return {}
-    vs = container.streams.video[0]
+def video_stream(container: av.container.InputContainer, display_side: int) -> Any:
+    """The video stream the decoder reads; the container's other streams are discarded, so that FFmpeg neither
+    downloads nor demuxes them. An HLS or DASH source offers renditions of one video at several sizes, and FFmpeg
+    would download every one: the smallest that fills the picture (its long side at least ``display_side``) is read,
+    else the largest."""
+    videos = list(container.streams.video)
+    if not videos:
+        raise SourceError(errors.NOT_VIDEO, "the source has no video stream")
+    chosen = videos[0]
+    if container.format.name in SEGMENTED_FORMATS and len(videos) > 1:
+        by_size = sorted(videos, key=lambda v: (max(v.codec_context.width, v.codec_context.height), v.index))
+        chosen = next((v for v in by_size if max(v.codec_context.width, v.codec_context.height) >= display_side),
+                      by_size[-1])  # fmt: skip
+    for other in container.streams:
+        if other is not chosen:
+            other.discard = av.stream.Discard.all
+    return chosen
+
+
+def _describe(container: av.container.InputContainer, vs: Any) -> dict:
     rate = vs.average_rate or vs.guessed_rate
     fps = float(rate) if rate else None
     duration = container.duration / av.time_base if container.duration else None  # a recording's length
@@ -323,9 +339,7 @@ def _container_frames(
     """The container's frames, from its start again at its end where the stream loops: a file's by seeking, a URL's
     recording by ``again`` (opening it anew)."""
     loops = cfg.loop and (not cfg.source.live or again is not None)
-    if not container.streams.video:
-        raise SourceError(errors.NOT_VIDEO, "the source has no video stream")
-    stream = container.streams.video[0]
+    stream = video_stream(container, cfg.display_side)
     if cfg.start_at_s > 0 and not cfg.source.live:
         container.seek(int(cfg.start_at_s / stream.time_base), stream=stream)
     skip_until = 0.0 if cfg.source.live else cfg.start_at_s
@@ -352,7 +366,7 @@ def _container_frames(
             else:
                 container.close()  # its connection
                 container = again()
-                stream = container.streams.video[0]
+                stream = video_stream(container, cfg.display_side)
             continuous.restart()
             shot += 1
             skip_until = 0.0
