@@ -40,7 +40,7 @@ from .interpreter import messages_to
 from .partition import TensorMeta
 from .schedules import StepActions
 from .stage import LossFn, Stage
-from .stage_process import WorkerSpec, dumps, recv, stage_process_main
+from .stage_process import WorkerSpec, dumps, recv, send, stage_process_main
 
 #: Workers are forked from multiprocessing's fork server: a clean process (no threads, no torch
 #: state) started once per controller and preloaded with torch, so after the first pipeline a
@@ -163,8 +163,6 @@ class ProcessRuntime:
         self._deliveries = _Deliveries(learn=loss_fn is not None)
         self._failure: str | None = None
         payloads = [self._payload(stage, loss_fn) for stage in stages]
-        # The workers' rendezvous, on loopback; kept for the pipeline's lifetime.
-        self._store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
         threads = max(1, torch.get_num_threads() // self.depth)  # this process's budget, shared out
         method = start_method or START_METHOD
         ctx = mp.get_context(method)
@@ -173,7 +171,7 @@ class ProcessRuntime:
         self._procs: list[mp.Process] = []
         self._conns: list[Connection] = []
         for h, payload in enumerate(payloads):
-            spec = WorkerSpec(h, self.depth, payload, metas[h], metas[h + 1], self._store.port, threads, slots, timeout)
+            spec = WorkerSpec(h, self.depth, payload, metas[h], metas[h + 1], threads, slots, timeout)
             parent, child = ctx.Pipe()
             proc = ctx.Process(target=stage_process_main, args=(spec, child), name=f"pipeline-stage-{h}", daemon=True)
             with _frozen_for(method):
@@ -181,6 +179,12 @@ class ProcessRuntime:
             child.close()
             self._procs.append(proc)
             self._conns.append(parent)
+        # The workers' rendezvous, on loopback, made once every worker is forked: a store serves from a thread of its
+        # own, and a worker forked while that thread held a lock would wait on it for ever.
+        self._store: dist.TCPStore | None = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        for conn in self._conns:
+            with contextlib.suppress(OSError):  # a worker already gone: its sentinel says how, below
+                send(conn, self._store.port)
         self._outboxes = [_Outbox(conn) for conn in self._conns]
         # Workers are ended even if close() is never called (garbage collection, interpreter exit).
         self._finalizer = weakref.finalize(self, _stop, self._procs, self._outboxes, True)
@@ -351,6 +355,7 @@ class ProcessRuntime:
         if self._finalizer.alive:
             self._finalizer.detach()
             _stop(self._procs, self._outboxes, graceful=self._failure is None)
+        self._store = None  # its serving thread ends with it
 
     def pids(self) -> list[int]:
         return [proc.pid for proc in self._procs if proc.pid is not None]

@@ -12,6 +12,7 @@ holds copies of the pipes' other ends, so no pipe closes), its parent changes.
 
 from __future__ import annotations
 
+import faulthandler
 import io
 import os
 import pickle
@@ -36,6 +37,9 @@ from .worker import StageWorker, prepare_process, settle_process
 
 #: How often a worker waiting for a command looks whether its parent is still there.
 PARENT_POLL_S = 1.0
+#: A worker still setting up after this long prints its threads' stacks: where it hangs, in the log (a start takes a
+#: second or less; the controller gives up at ``processes.START_TIMEOUT``).
+SLOW_START_S = 30.0
 
 
 # -- messages over the pipes --------------------------------------------------------------------
@@ -80,7 +84,6 @@ class WorkerSpec:
     payload: bytes  # dumps((stage, loss_fn))
     input_meta: TensorMeta
     output_meta: TensorMeta
-    store_port: int
     threads: int
     slots: int
     timeout: float
@@ -91,9 +94,11 @@ def stage_process_main(spec: WorkerSpec, conn: Connection) -> None:
     prepare_process(spec.threads)
     if sys.platform.startswith("linux"):
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # workers of one machine talk over loopback
+    faulthandler.dump_traceback_later(SLOW_START_S)
     try:
         stage, loss_fn = pickle.loads(spec.payload)
-        store = dist.TCPStore("127.0.0.1", spec.store_port, is_master=False, timeout=timedelta(seconds=spec.timeout))
+        port = _rendezvous_port(conn, spec.timeout)
+        store = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=spec.timeout))
         dist.init_process_group(
             "gloo", store=store, rank=spec.stage, world_size=spec.depth, timeout=timedelta(seconds=spec.timeout)
         )
@@ -103,6 +108,8 @@ def stage_process_main(spec: WorkerSpec, conn: Connection) -> None:
     except BaseException as exc:
         send(conn, ("error", describe(exc)))
         return
+    finally:
+        faulthandler.cancel_dump_traceback_later()
     send(conn, ("ok", None))
     try:
         served = _serve(worker, conn)
@@ -113,6 +120,13 @@ def stage_process_main(spec: WorkerSpec, conn: Connection) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0 if served else 1)
+
+
+def _rendezvous_port(conn: Connection, timeout: float) -> int:
+    """The port of the controller's store, which it makes once every worker is forked (``ProcessRuntime``)."""
+    if not conn.poll(timeout):
+        raise TimeoutError(f"the controller sent no rendezvous port within {timeout:.0f}s")
+    return recv(conn)
 
 
 def _serve(worker: StageWorker, conn: Connection) -> bool:

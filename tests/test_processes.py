@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import multiprocessing as mp
 import os
 import signal
 import threading
@@ -18,7 +19,8 @@ import pytest
 import torch
 from torch import nn
 
-from pipeline_core import Pipeline, PipelineError
+from pipeline_core import Pipeline, PipelineError, stage_process
+from pipeline_core import processes as processes_module
 
 STEPS = 22
 TOL = 1e-6
@@ -260,3 +262,46 @@ def test_micro_batch_schedules_are_refused():
             schedule="gpipe",
             runtime="processes",
         )
+
+
+def test_the_workers_are_forked_before_their_rendezvous_serves(monkeypatch):
+    """The store the workers meet at serves from a thread of its own: a worker forked (the service's way,
+    ``STAGE_START_METHOD``) while that thread held a lock would hang at its start. So the store is made once every
+    worker is forked, and they are sent its port."""
+    before = set(mp.active_children())
+    forked_when_made = []
+    real_store = processes_module.dist.TCPStore
+
+    def store(*args, **kwargs):
+        forked_when_made.append(len(set(mp.active_children()) - before))
+        return real_store(*args, **kwargs)
+
+    monkeypatch.setattr(processes_module.dist, "TCPStore", store)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 2, 3, padding=1), nn.Conv2d(2, 2, 3, padding=1))
+    with Pipeline(model, torch.zeros(1, 3, 8, 8), balance=[1, 1], loss_fn=loss_fn, runtime="processes",
+                  start_method="fork", timeout=60.0) as pipe:  # fmt: skip
+        pipe.step(torch.rand(1, 3, 8, 8))
+        pipe.flush()
+    assert forked_when_made[0] == 2
+
+
+class _SlowToLoad(nn.Identity):
+    """A stage whose unpickling in its worker takes a second: a start-up that stalls."""
+
+    def __setstate__(self, state: dict) -> None:
+        time.sleep(1.0)
+        super().__setstate__(state)
+
+
+def test_a_worker_slow_to_start_prints_where_it_waits(monkeypatch, capfd):
+    """A start-up that hangs is an error naming the stage after ``START_TIMEOUT``; before that the worker prints its
+    stacks, so the log says where it waited (a forked worker sees this test's shorter ``SLOW_START_S``)."""
+    monkeypatch.setattr(stage_process, "SLOW_START_S", 0.3)
+    model = nn.Sequential(nn.Conv2d(3, 2, 3, padding=1), _SlowToLoad())
+    with Pipeline(model, torch.zeros(1, 3, 8, 8), balance=[1, 1], runtime="processes", start_method="fork",
+                  timeout=60.0) as pipe:  # fmt: skip
+        pipe.step(torch.rand(1, 3, 8, 8))
+        pipe.flush()
+    err = capfd.readouterr().err
+    assert "in __setstate__" in err and "in stage_process_main" in err
