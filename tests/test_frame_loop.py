@@ -18,8 +18,9 @@ from models.flow_nets import FLOW_NETS
 from models.streams import load_photo
 from pipeline_core import StepResult
 from server.stream.learner import budget, versus_start
+from server.stream.learner.frame_loop import FrameLoop
 from server.stream.learner.learner import Learner, LearnerConfig
-from server.stream.learner.process import FrameLoop, LearnerProcessConfig
+from server.stream.learner.process_config import LearnerProcessConfig
 from server.stream.learner.profile_cache import JsonCache, key
 from server.stream.learner.start_score import StartScore
 from server.stream.learner.versus_start import VersusStart

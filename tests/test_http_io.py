@@ -20,8 +20,8 @@ from http_support import CLIP_FRAMES, clip_sites
 
 from models.streams import generate, write_mp4
 from server.errors import SourceError
-from server.stream.source.decoder import video_stream
 from server.stream.source.http_io import DEMUXER_OPTIONS, MAX_REDIRECTS, HttpOpener
+from server.stream.source.opening import video_stream
 from server.stream.source.sources import AddressPolicy
 from testing.sources import NO_FFMPEG
 

@@ -22,11 +22,10 @@ from server.stream.source.decoder import (
     Reporter,
     Schedule,
     _container_frames,
-    _describe,
     _emit,
     _webcam_frames,
-    video_stream,
 )
+from server.stream.source.opening import describe, video_stream
 from server.stream.source.resample import ContinuousClock, FrameClock, Resampler, to_rgb, upright_size
 from server.stream.source.sources import SourceSpec
 from testing.media import turned_copy
@@ -169,7 +168,7 @@ def emitted(path: Path) -> tuple[list, list]:
     events: queue.Queue = queue.Queue()
     report, ring = Reporter(events), Written()
     with av.open(str(path)) as container:
-        described = _describe(container, video_stream(container, 640))
+        described = describe(container, video_stream(container, 640))
         _emit(cfg, _container_frames(cfg, container, report), described, ring, None, report, os.getppid())
     return ring.frames, [events.get() for _ in range(events.qsize())]
 

@@ -14,7 +14,7 @@ import pytest
 from server import errors
 from server.errors import SourceError
 from server.stream.restart_policy import Outcome, judge
-from server.stream.source.decoder import DecoderConfig, _open
+from server.stream.source.opening import open_container
 from server.stream.source.sources import AddressPolicy, SourceSpec
 
 
@@ -53,7 +53,7 @@ def refusing_camera(request) -> Iterator[tuple[str, str]]:
 def opening(url: str) -> SourceError:
     spec = SourceSpec("rtsp", url, live=True, host="127.0.0.1", policy=AddressPolicy(allow_all=True))
     with pytest.raises(SourceError) as refused:
-        _open(DecoderConfig(spec, None, 30.0, 640, False, 5.0, 5.0), None).close()
+        open_container(spec, (5.0, 5.0), None).close()
     return refused.value
 
 

@@ -13,7 +13,7 @@ from pipeline_core.partition import resolve_devices
 from ..settings import Settings
 from .checkpoints import Location, checkpoint_path
 from .learner.learner import LearnerConfig
-from .learner.process import LearnerProcessConfig
+from .learner.process_config import LearnerProcessConfig
 from .sizing import LearningSizes, Size
 from .source.decoder import DecoderConfig
 from .source.sources import SourceSpec

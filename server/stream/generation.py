@@ -17,7 +17,8 @@ import threading
 import time
 from typing import Any
 
-from .learner.process import LearnerProcessConfig, run_learner_process
+from .learner.process import run_learner_process
+from .learner.process_config import LearnerProcessConfig
 from .protocol import DecoderMessage, LearnerMessage
 from .ring import FrameRing
 from .source.decoder import DecoderConfig, run_decoder

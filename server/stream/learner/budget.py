@@ -21,7 +21,7 @@ The step's cost is modelled as affine in the pixels, fitted to the last window o
 level follows the current size's latest window (a changed machine load scales every size alike). With one size
 measured, it is scaled by pixels. It only picks the next size to try; the next window measures it, and a larger size
 never measured in the stream is tried when the current one leaves room. The step's part is what the host spends on
-the step (``process.FrameLoop``): on a GPU, where the step runs beside the host's work, only its wait for the device.
+the step (``frame_loop.FrameLoop``): on a GPU, where the step runs beside the host's work, only its wait for the device.
 
 Where no size is expected to hold, the stream learns at the cheapest one, and of sizes that cost about the same
 (within ``SAME_COST``) at the largest: on a GPU a small net's step costs nearly the same at every size (launches,

@@ -6,7 +6,7 @@ a frame's work, such waits leave the GPU idle between the pieces of a step. Here
 float32's bytes) through a pinned buffer without blocking, and become floats on the device; what leaves the learner
 for a frame comes down in one batch of copies into pinned buffers, followed by one event, which is the only thing
 the host waits for, once the whole step has been queued; the learner may queue the next step before it waits
-(``process.FrameLoop``), so the host's work on one frame runs beside the device's on the next. On CPU both are plain
+(``frame_loop.FrameLoop``), so the host's work on one frame runs beside the device's on the next. On CPU both are plain
 tensor views and copies.
 """
 

@@ -12,7 +12,7 @@ paced in real time: files (optionally looping) and URLs whose source states its 
 duration, or its size in bytes where its format states no duration, as MPEG-TS; a finished HLS playlist), which
 would otherwise arrive as fast as they download, and end the stream at their end;
 live sources arrive in real time by themselves, and their end is retried. Live HLS and DASH arrive a segment at a
-time and are paced as recordings are (``SEGMENTED_FORMATS``). Frames go into the shared-memory ring; counts and
+time and are paced as recordings are (``opening.SEGMENTED_FORMATS``). Frames go into the shared-memory ring; counts and
 state go to the stream's work on the ``events`` queue. Failures end the process with an error event carrying a code
 from ``errors`` — the stream's work decides whether to reconnect.
 """
@@ -28,7 +28,6 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import av
 
@@ -37,27 +36,17 @@ from ...errors import SourceError, in_words
 from ..protocol import DecoderFailed, DecoderMessage, DecoderStats, SourceEnded, SourceOpened, SourceResized
 from ..ring import FrameRing, RingSpec
 from ..sizing import Size, picture_for, stream_fps
-from .http_io import DEMUXER_OPTIONS, HttpOpener
+from .http_io import HttpOpener
+from .opening import SEGMENTED_FORMATS, describe, log_failure, open_container, video_stream
 from .resample import ContinuousClock, FrameClock, Resampler, nominal_interval, to_rgb, upright_size
-from .sources import SourceSpec, check_host, shown_source
+from .sources import SourceSpec
 
 log = logging.getLogger(__name__)
 
-# First bytes of container formats we recognise: a file that starts like a video but does not open is corrupt
-# or truncated (decode_error), anything else is not a video at all (not_video).
-VIDEO_SIGNATURES = (b"\x1a\x45\xdf\xa3", b"RIFF", b"\x47", b"\x00\x00\x01\xba", b"OggS", b"FLV")
 STATS_PERIOD_S = 0.25
-#: Live sources delivered a segment at a time (seconds of frames at once, then nothing): paced by their timestamps as
-#: recordings are, or the ring would keep the last two frames of each segment and drop the rest.
-SEGMENTED_FORMATS = ("hls", "dash")
 #: A paced frame later than this (a segment that came late, a busy machine) moves the schedule on instead of rushing
 #: the frames after it out to catch up, which the ring would drop.
 LATE_S = 0.5
-#: What a URL of a web page gets: the page of a video site or of a camera's viewer is what a user copies first.
-WEB_PAGE = (
-    "the URL is a web page, not a video: a page that plays a video (a video site's, a camera's viewer) needs the "
-    "address of the video itself (an .mp4, .m3u8 or .ts URL, or the camera's stream URL)"
-)
 MAX_BAD_PACKETS = 25  # corrupt packets in a row before a source counts as broken (decode_error)
 #: A decoded frame, its source time and position in the file (seconds), and its shot: how many times a looping file
 #: has started again (its first frame again follows its last: no motion between them).
@@ -76,6 +65,11 @@ class DecoderConfig:
     open_timeout_s: float
     read_timeout_s: float
     start_at_s: float = 0.0  # resume position inside a file after a restart
+
+    @property
+    def timeouts(self) -> tuple[float, float]:
+        """To open the source, and to read from it (PyAV's ``timeout``)."""
+        return self.open_timeout_s, self.read_timeout_s
 
 
 class Reporter:
@@ -223,15 +217,19 @@ def _frames(cfg: DecoderConfig, report: Reporter, ingest: Any, ring: FrameRing, 
     with contextlib.ExitStack() as stack:
         opener = None
         if cfg.source.kind == "http":
-            opener = stack.enter_context(HttpOpener(cfg.source.policy, cfg.open_timeout_s, cfg.read_timeout_s))
-        container = stack.enter_context(_open(cfg, opener))
-        described.update(_describe(container, video_stream(container, cfg.display_side)))
+            opener = stack.enter_context(HttpOpener(cfg.source.policy, *cfg.timeouts))
+
+        def opened() -> av.container.InputContainer:
+            return stack.enter_context(open_container(cfg.source, cfg.timeouts, opener))
+
+        container = opened()
+        described.update(describe(container, video_stream(container, cfg.display_side)))
         if opener and opener.source_length is not None and described.get("container") not in SEGMENTED_FORMATS:
             # A body of a stated length is a file, a recording, though its format states no duration (MPEG-TS);
             # a live stream's has none. A playlist has one of its own whether the stream is live or not.
             described["length_bytes"] = opener.source_length
         # A URL's recording loops by asking for it again: its body cannot seek.
-        again = (lambda: stack.enter_context(_open(cfg, opener))) if opener and _recording(cfg, described) else None
+        again = opened if opener and _recording(cfg, described) else None
         yield from _container_frames(cfg, container, report, again)
 
 
@@ -239,78 +237,6 @@ def _recording(cfg: DecoderConfig, described: dict) -> bool:
     """Whether the source is a recording (paced in real time, ended at its end, looped where asked), not live: a file,
     or a URL whose source states its length (its duration, or its size where its format states no duration)."""
     return not cfg.source.live or described.get("duration_s") is not None or "length_bytes" in described
-
-
-def _open(cfg: DecoderConfig, opener: HttpOpener | None) -> av.container.InputContainer:
-    """The source's container; http(s) sources through ``opener``, which checks every URL FFmpeg opens."""
-    src = cfg.source
-    timeout = (cfg.open_timeout_s, cfg.read_timeout_s)
-    try:
-        if opener is not None:
-            return av.open(src.target, options=DEMUXER_OPTIONS, timeout=timeout, io_open=opener.io_open)
-        if src.kind == "rtsp":  # FFmpeg connects by itself: the host is checked first, DNS may have changed
-            check_host(src.host or "", src.policy)
-            return av.open(src.target, options={"rtsp_transport": "tcp"}, timeout=timeout)
-        if src.kind == "camera":
-            return av.open(src.target, format="v4l2", timeout=timeout)
-        return av.open(src.target, timeout=timeout)
-    except (av.error.HTTPUnauthorizedError, av.error.HTTPForbiddenError) as exc:  # FFmpeg's own connections: RTSP
-        _log_failure("cannot open the source", exc, src.target)
-        status = 401 if isinstance(exc, av.error.HTTPUnauthorizedError) else 403
-        parts = urlsplit(src.target)
-        raise errors.access_denied(status, bool(parts.username or parts.password)) from exc
-    except av.error.InvalidDataError as exc:
-        _log_failure("cannot open the source", exc, src.target)
-        if src.kind in ("file", "demo") and _looks_like_video(src.target):
-            raise SourceError(errors.DECODE_ERROR, "the video is corrupt or truncated") from exc
-        if opener is not None and opener.source_type == "text/html":
-            raise SourceError(errors.NOT_VIDEO, WEB_PAGE) from exc
-        raise SourceError(errors.NOT_VIDEO, "the source is not a video") from exc
-    except (av.error.FileNotFoundError, FileNotFoundError) as exc:
-        _log_failure("cannot open the source", exc, src.target)
-        code = errors.SOURCE_UNREACHABLE if src.live else errors.NOT_FOUND
-        raise SourceError(code, f"cannot open the source: {in_words(exc)}") from exc
-    except (av.error.FFmpegError, OSError) as exc:
-        _log_failure("cannot open the source", exc, src.target)
-        raise SourceError(errors.SOURCE_UNREACHABLE, f"cannot open the source: {in_words(exc)}") from exc
-
-
-def _log_failure(what: str, exc: BaseException, target: str) -> None:
-    """FFmpeg's message names the URL it opened: the server's log gets it without its password (``shown_source``)."""
-    log.warning("%s: %s", what, str(exc).replace(target, shown_source(target)) if target else exc)
-
-
-def _looks_like_video(path: str) -> bool:
-    with open(path, "rb") as f:
-        head = f.read(12)
-    return head[4:8] == b"ftyp" or head.startswith(VIDEO_SIGNATURES)
-
-
-def video_stream(container: av.container.InputContainer, display_side: int) -> Any:
-    """The video stream the decoder reads; the container's other streams are discarded, so that FFmpeg neither
-    downloads nor demuxes them. An HLS or DASH source offers renditions of one video at several sizes, and FFmpeg
-    would download every one: the smallest that fills the picture (its long side at least ``display_side``) is read,
-    else the largest."""
-    videos = list(container.streams.video)
-    if not videos:
-        raise SourceError(errors.NOT_VIDEO, "the source has no video stream")
-    chosen = videos[0]
-    if container.format.name in SEGMENTED_FORMATS and len(videos) > 1:
-        by_size = sorted(videos, key=lambda v: (max(v.codec_context.width, v.codec_context.height), v.index))
-        chosen = next((v for v in by_size if max(v.codec_context.width, v.codec_context.height) >= display_side),
-                      by_size[-1])  # fmt: skip
-    for other in container.streams:
-        if other is not chosen:
-            other.discard = av.stream.Discard.all
-    return chosen
-
-
-def _describe(container: av.container.InputContainer, vs: Any) -> dict:
-    rate = vs.average_rate or vs.guessed_rate
-    fps = float(rate) if rate else None
-    duration = container.duration / av.time_base if container.duration else None  # a recording's length
-    return {"container": container.format.name, "codec": vs.codec_context.name, "width": vs.width,
-            "height": vs.height, "fps": fps, "duration_s": duration}  # fmt: skip
 
 
 def _decoded(container: av.container.InputContainer, stream: Any, report: Reporter) -> Iterator[av.VideoFrame]:
@@ -376,7 +302,7 @@ def _container_frames(
         # A read timeout surfaces as whatever the protocol makes of it (EIO, "ends prematurely", exit requested):
         # a live source that went silent for the read timeout before failing has stalled.
         # PyAV's own timeout interrupts the read: that is "Immediate exit requested" (ExitError).
-        _log_failure("reading the source failed", exc, cfg.source.target)
+        log_failure("reading the source failed", exc, cfg.source.target)
         silent = time.monotonic() - last_at
         if isinstance(exc, av.error.ExitError) or (cfg.source.live and silent >= 0.8 * cfg.read_timeout_s):
             raise SourceError(errors.STALLED, f"no data from the source for {silent:.1f} s") from exc
