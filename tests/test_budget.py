@@ -9,6 +9,7 @@ from server.stream.learner.budget import (
     MIN_WINDOW,
     RETRY_MAX_S,
     RETRY_S,
+    STALE_S,
     TARGET,
     WARMUP_FRAMES,
     BudgetController,
@@ -233,3 +234,41 @@ def test_a_source_slower_than_its_rate_gives_each_frame_its_own_pace():
     assert paced.ds == 0.44
     paced.pace(1 / 30)  # never shorter than the rate said
     assert paced.ds == 1 / 15 and not paced.source_slower
+
+
+def _affine_step(size: tuple[int, int]) -> float:
+    """A CPU step as measured on 2 cores: largely per-op overhead, the rest growing with the pixels (160x120: 95 ms)."""
+    return 0.040 + 0.055 * pixels(size) / pixels(LADDER[0])
+
+
+def _stream(load, seconds: float, start: int = 0) -> tuple[BudgetController, list[tuple[int, int]]]:
+    """A stream at 10 fps whose every step is slowed by ``load(t)`` (another stream sharing the cores); the sizes it
+    learned at, frame by frame."""
+    clock = Clock()
+    controller = BudgetController(LADDER, start, fps=10, auto=True, clock=clock)
+    sizes = []
+    while clock.now < seconds:
+        step = load(clock.now) * _affine_step(controller.size)
+        controller.observe(0.004 + step, step)
+        sizes.append(controller.size)
+        clock.now += max(0.1, 0.004 + step)
+    return controller, sizes
+
+
+def test_a_burst_at_the_smallest_size_does_not_send_the_stream_back_to_the_largest():
+    """Four seconds of another stream's start, four times as slow, while the stream learned at a small size: that size
+    measured dearer than the largest one had been, the fit ran downhill, and the stream went back to the largest and
+    stayed there, dropping a third of its frames, for as long as it ran."""
+    holds = [size for size in LADDER if 0.004 + _affine_step(size) <= TARGET * 0.1]
+    controller, sizes = _stream(lambda t: 4.0 if 10 <= t < 14 else 1.0, seconds=120)
+    assert controller.size in holds and controller.settled, controller.note()
+    after = sizes[len(sizes) // 2 :]
+    assert all(0.004 + _affine_step(size) <= 0.1 for size in after), "dropping frames long after the burst"
+
+
+def test_a_size_measured_in_a_burst_is_tried_again_once_that_window_is_old():
+    """The other direction: the size a stream started at (112x88), measured four times as slow in a burst, looked
+    too dear to grow back to for good, and the stream stayed below it (96x72)."""
+    holds = [size for size in LADDER if 0.004 + _affine_step(size) <= TARGET * 0.1]
+    controller, _ = _stream(lambda t: 4.0 if t < 6 else 1.0, seconds=STALE_S + RETRY_MAX_S + 60, start=3)
+    assert controller.size == holds[0] and controller.settled, controller.note()

@@ -23,6 +23,13 @@ measured, it is scaled by pixels. It only picks the next size to try; the next w
 never measured in the stream is tried when the current one leaves room. The step's part is what the host spends on
 the step (``frame_loop.FrameLoop``): on a GPU, where the step runs beside the host's work, only its wait for the device.
 
+The fit is only as good as its windows agree: windows taken under different loads (another stream starting on the
+same cores, a burst) can show a larger size cheaper than a smaller one, which no step does, and a fit through them
+ran flat or downhill, so a stream whose smallest size was measured during a burst went back to its largest and stayed
+there, dropping frames, for as long as it ran. Where a larger size measured cheaper than a smaller one by more than
+``SAME_COST``, only the current size's window is kept; and a window older than ``STALE_S`` no longer speaks for its
+size (the load has had time to change), so a size measured in a burst is tried again.
+
 Where no size is expected to hold, the stream learns at the cheapest one, and of sizes that cost about the same
 (within ``SAME_COST``) at the largest: on a GPU a small net's step costs nearly the same at every size (launches,
 not pixels), and a fit without a positive slope is taken as such a flat cost. A stream there once fell to the
@@ -50,6 +57,7 @@ RETRY_S = 15.0  # a size found too slow is not tried again for this long (double
 RETRY_MAX_S = 240.0  # the longest wait before a size that keeps failing is tried again
 PACE_STEP = 0.1  # the source's pace moves ΔS only when it differs from it by more than this share
 SAME_COST = 1.05  # predicted costs within this factor of the cheapest count as the same (measurements are noisy)
+STALE_S = RETRY_MAX_S  # a window at another size older than this no longer counts in the fit
 
 
 def pixels(size: Size) -> int:
@@ -78,6 +86,7 @@ class BudgetController:
         self._too_slow: dict[int, tuple[float, float]] = {}  # ladder index -> (when found too slow, wait to retry)
         self._over = True  # the last window at this size was over the target, or none held it yet (see _move)
         self._steps: dict[int, float] = {}  # ladder index -> a step's cost in the last window at that size
+        self._measured: dict[int, float] = {}  # ladder index -> when that window ended (``clock``)
         self.hopeless = False  # no size was expected to hold the budget at the last decision
         self.top = 0  # the largest size allowed (``limit``)
         self.resume: int | None = None  # the size a cap moved the stream from, to go back to when it lifts
@@ -120,6 +129,8 @@ class BudgetController:
         work, step = np.array(self.samples).T
         self.estimate = float(np.percentile(work, 75))  # most frames, not the lucky half
         self._steps[self.index] = float(np.percentile(step, 75))
+        self._measured[self.index] = self.clock()
+        self._forget_other_loads()
         self.fixed = max(0.0, self.estimate - self._steps[self.index])
         self.samples.clear()
         choice = self._choose(self.estimate) if self.auto else self.index
@@ -150,6 +161,24 @@ class BudgetController:
     def capped(self) -> bool:
         """The size is below where the budget had it because of a cap (``limit``)."""
         return self.resume is not None
+
+    def _forget_other_loads(self) -> None:
+        """Keep only the windows that can speak for their sizes now: none older than ``STALE_S``, and, where a larger
+        size measured cheaper than a smaller one (by more than ``SAME_COST``), the current size's alone (module
+        docstring)."""
+        now = self.clock()
+        for i in [i for i, when in self._measured.items() if i != self.index and now - when > STALE_S]:
+            del self._steps[i], self._measured[i]
+        by_size = sorted(self._steps, key=lambda i: pixels(self.ladder[i]))
+        smaller_dearer = any(
+            self._steps[small] > SAME_COST * self._steps[large]
+            for n, small in enumerate(by_size)
+            for large in by_size[n + 1 :]
+            if pixels(self.ladder[large]) > pixels(self.ladder[small])
+        )
+        if smaller_dearer:
+            here, when = self._steps[self.index], self._measured[self.index]
+            self._steps, self._measured = {self.index: here}, {self.index: when}
 
     def predict(self, index: int) -> float:
         """A frame's work at ``ladder[index]``: the current size's fixed part plus the step there (module docstring)."""
@@ -224,6 +253,7 @@ class BudgetController:
         here = pixels(self.size)
         self.ladder = list(ladder)
         self._steps.clear()
+        self._measured.clear()
         self._too_slow.clear()
         self.top, self.resume, self.hopeless, self.settled = 0, None, False, False
         self._move(next((i for i, size in enumerate(self.ladder) if pixels(size) <= here), len(self.ladder) - 1))
