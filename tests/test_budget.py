@@ -12,6 +12,7 @@ from server.stream.learner.budget import (
     STALE_S,
     TARGET,
     WARMUP_FRAMES,
+    WINDOW_S,
     BudgetController,
     pixels,
 )
@@ -272,3 +273,15 @@ def test_a_size_measured_in_a_burst_is_tried_again_once_that_window_is_old():
     holds = [size for size in LADDER if 0.004 + _affine_step(size) <= TARGET * 0.1]
     controller, _ = _stream(lambda t: 4.0 if t < 6 else 1.0, seconds=STALE_S + RETRY_MAX_S + 60, start=3)
     assert controller.size == holds[0] and controller.settled, controller.note()
+
+
+def test_a_stream_far_over_its_budget_decides_after_a_window_of_its_own_time():
+    """A 640x480 camera at 30 fps taking 300 ms a frame at its first size: a window counted in frames at the stream's
+    rate (60) took 18 s of that stream's time, its frames meanwhile dropped nine in ten; a window of its own time
+    decides after about 2 s."""
+    controller = BudgetController(LADDER, 0, fps=30, auto=True)
+    per_pixel, spent = 0.3 / pixels(LADDER[0]), 0.0
+    while controller.observe(per_pixel * pixels(controller.size)) is None:
+        spent += 0.3
+    assert spent <= WARMUP_FRAMES * 0.3 + WINDOW_S, spent
+    assert controller.size != LADDER[0]

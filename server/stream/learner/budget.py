@@ -124,7 +124,7 @@ class BudgetController:
         if self.seen <= WARMUP_FRAMES:
             return None
         self.samples.append((work_s, work_s if step_s is None else min(step_s, work_s)))
-        if len(self.samples) < self.window:
+        if not self._window_full():
             return None
         work, step = np.array(self.samples).T
         self.estimate = float(np.percentile(work, 75))  # most frames, not the lucky half
@@ -139,6 +139,15 @@ class BudgetController:
             return None
         self._move(choice)
         return choice
+
+    def _window_full(self) -> bool:
+        """``WINDOW_S`` of the stream's time measured: the frames ΔS brings in that time (``window``), or, where frames
+        take longer than ΔS, as many as fill it with their own work (``MIN_WINDOW`` at least). Counted in frames at the
+        stream's rate alone, a stream at 30 fps taking 300 ms a frame waited 18 s for its first decision."""
+        if len(self.samples) >= self.window:
+            return True
+        spent = sum(max(work, self.ds) for work, _ in self.samples)
+        return len(self.samples) >= MIN_WINDOW and spent >= WINDOW_S
 
     def limit(self, top: int) -> int | None:
         """Sizes larger than ``ladder[top]`` are off limits from now on (automatic sizing only); the ladder index to
