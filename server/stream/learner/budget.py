@@ -57,7 +57,10 @@ RETRY_S = 15.0  # a size found too slow is not tried again for this long (double
 RETRY_MAX_S = 240.0  # the longest wait before a size that keeps failing is tried again
 PACE_STEP = 0.1  # the source's pace moves ΔS only when it differs from it by more than this share
 SAME_COST = 1.05  # predicted costs within this factor of the cheapest count as the same (measurements are noisy)
-STALE_S = RETRY_MAX_S  # a window at another size older than this no longer counts in the fit
+#: A window at another size older than this no longer counts in the fit. Long beside the retry waits: a size whose
+#: window goes stale is tried again, a rebuild each way (every 4 min, 10 moves in 20 simulated minutes of a noisy
+#: stream at 10 fps against 2; every 10 min, 4).
+STALE_S = 600.0
 
 
 def pixels(size: Size) -> int:
