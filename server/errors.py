@@ -31,6 +31,7 @@ WORKER_DIED = "worker_died"
 WORKER_CRASHED = "worker_crashed"
 DECODER_DIED = "decoder_died"
 CHECKPOINT_MISMATCH = "checkpoint_mismatch"
+CHECKPOINT_UNREADABLE = "checkpoint_unreadable"  # damaged, or not a stream's checkpoint
 CHECKPOINT_FAILED = "checkpoint_failed"
 NODE_LOST = "node_lost"
 WAITING_FOR_ROOM = "waiting_for_room"  # a lost node's stream that no node has room for (a Ray cluster)

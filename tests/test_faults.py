@@ -212,6 +212,25 @@ def fill(directory: Path) -> Path:
     return filler
 
 
+def test_a_damaged_checkpoint_ends_its_stream_in_words_and_no_other(srv, api, stream):
+    """Bytes at a name's checkpoint that are not a checkpoint (a disk's fault, another file put there): the stream of
+    that name ends in ``checkpoint_unreadable``, saying so without a path, is not restarted and leaves the file as it
+    was; the other stream learns on. (Before: "could not build the learner: an unexpected error".)"""
+    damaged = srv.checkpoint_dir / "damaged.pt"
+    damaged.write_bytes(b"not a checkpoint " * 64)
+    learned = api.get(stream)["counters"]["processed"]
+    sid = api.create({"source": "file:clip.mp4", "name": "damaged", "fps": 15})["id"]
+    info = srv.wait_for(sid, lambda s: s["state"] == "error", 90, "the stream of the damaged checkpoint to end")
+    assert info["error"]["code"] == "checkpoint_unreadable", info["error"]
+    assert info["error"]["message"].startswith("checkpoint damaged.pt cannot be read"), info["error"]
+    assert str(srv.checkpoint_dir) not in info["error"]["message"]
+    assert info["counters"]["worker_restarts"] == 0
+    assert damaged.read_bytes() == b"not a checkpoint " * 64
+    api.wait_processed(stream, learned + 5, 60)
+    api.delete(sid)
+    damaged.unlink()
+
+
 def test_disk_full_while_checkpointing_keeps_learning(srv, api, stream):
     if srv.tmpfs is None:
         pytest.skip("cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN)")

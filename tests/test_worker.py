@@ -57,6 +57,26 @@ def test_checkpoint_is_atomic_and_resumes(cfg):
     bigger.pipe.close()
 
 
+@pytest.mark.parametrize("kind", ["garbage", "empty", "cut-short", "another-torch-file"])
+def test_a_damaged_checkpoint_is_refused_in_words(cfg, kind):
+    """Bytes at the name's checkpoint that are not a stream's checkpoint: torch raises a ``KeyError``, an
+    ``EOFError``, a zip reader's ``RuntimeError`` or nothing at all for them; the learner refuses them in words that
+    name the file, never its folder (the stream then ends in ``checkpoint_unreadable``)."""
+    if kind == "cut-short":
+        learner = Learner(cfg, SIZE)
+        learner.save()
+        learner.pipe.close()
+        data = cfg.checkpoint_path.read_bytes()
+        cfg.checkpoint_path.write_bytes(data[: len(data) // 2])
+    elif kind == "another-torch-file":
+        torch.save({"weights": torch.zeros(3)}, cfg.checkpoint_path)
+    else:
+        cfg.checkpoint_path.write_bytes(b"not a checkpoint " * 64 if kind == "garbage" else b"")
+    with pytest.raises(checkpoints.CheckpointUnreadable, match=r"^checkpoint unit\.pt cannot be read") as refused:
+        Learner(cfg, SIZE)
+    assert str(cfg.checkpoint_path.parent) not in str(refused.value)
+
+
 def test_every_stage_learns_at_the_streams_rate_also_after_a_resume(cfg):
     cfg = replace(cfg, stages=2, lr=4.5e-3)
     learner = Learner(cfg, SIZE)

@@ -91,8 +91,29 @@ def read_bytes(location: Location) -> bytes | None:
     return path.read_bytes() if path.is_file() else None
 
 
+class CheckpointUnreadable(Exception):
+    """The bytes at a stream's checkpoint are not a stream's checkpoint: damaged (a disk's fault, a copy cut short), or
+    another file put there. Final for the stream: another try reads the same bytes."""
+
+
 def load(location: Location) -> dict | None:
+    """The checkpoint at ``location``; None when there is none. A failure to read it (a network's, a disk's) passes
+    through; bytes that are not a stream's checkpoint raise ``CheckpointUnreadable`` in words, whatever torch raised
+    for them (a ``KeyError``, an ``EOFError``, a zip reader's ``RuntimeError``, an unpickling error)."""
     data = read_bytes(location)
     if data is None:
         return None
-    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise CheckpointUnreadable(_unreadable(location)) from exc
+    if not isinstance(state, dict) or "pipeline" not in state:  # the learner's state (``Learner.take_checkpoint``)
+        raise CheckpointUnreadable(_unreadable(location))
+    return state
+
+
+def _unreadable(location: Location) -> str:
+    return (
+        f"checkpoint {file_name(location)} cannot be read (it is damaged, or not a stream's checkpoint): start the "
+        "stream under another name, or remove that file to start this name afresh"
+    )

@@ -10,7 +10,8 @@ from .. import errors
 
 HEALTHY_RUN_S = 10.0  # a generation that ran this long (and learned) resets the back-off
 FIRST_DELAY_S = 0.5
-FINAL_LEARNER_CODES = frozenset({errors.CHECKPOINT_MISMATCH, errors.WORKER_FAILED})  # another try fails the same way
+#: Another try fails the same way.
+FINAL_LEARNER_CODES = frozenset({errors.CHECKPOINT_MISMATCH, errors.CHECKPOINT_UNREADABLE, errors.WORKER_FAILED})
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from pipeline_core.worker import settle_process
 
 from ... import errors
 from ...errors import in_words
+from ..checkpoints import CheckpointUnreadable
 from ..protocol import CheckpointRequest, FramesDropped, InjectFault, LearnerFailed, LearnerReady, Phase
 from ..ring import FrameRing, RingSpec
 from .budget import BudgetController
@@ -75,6 +76,9 @@ def run_learner_process(cfg: LearnerProcessConfig, ring_spec: RingSpec, slots: A
         learner = Learner(lc, controller.size, JsonCache(cfg.cache_dir / "splits.json" if cfg.cache_dir else None))
     except CheckpointMismatch as exc:
         out.put(LearnerFailed(errors.CHECKPOINT_MISMATCH, str(exc)))
+        return
+    except CheckpointUnreadable as exc:
+        out.put(LearnerFailed(errors.CHECKPOINT_UNREADABLE, str(exc)))
         return
     except Exception as exc:
         log.exception("the learner's set-up failed")
