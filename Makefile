@@ -29,10 +29,14 @@ $(VENV)/.installed: pyproject.toml
 run: $(VENV)/.installed
 	$(VENV)/bin/overtime serve --host $(HOST) --port $(PORT)
 
-## Lint, then the whole suite (CUDA tests skip without a GPU; browser tests need Debian's chromium).
+## Lint, then the whole suite (CUDA tests skip without a GPU; browser tests need Debian's chromium): the tests that
+## hold no clock on every core at once, then those marked `realtime` (a clock, a frame rate, a server) one at a time.
 test: $(VENV)/.installed
 	$(PY) -m ruff check .
-	$(PY) -m pytest -q -ra --durations=25
+	status=0; \
+	$(PY) -m pytest -q -ra -n auto -m "not realtime" --durations=10 || status=1; \
+	$(PY) -m pytest -q -ra -m realtime --durations=25 || status=1; \
+	exit $$status
 
 lint: $(VENV)/.installed
 	$(PY) -m ruff check .

@@ -11,7 +11,7 @@ from http_support import clip_sites
 from testing.api import Api
 from testing.server import small_server
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.realtime, pytest.mark.slow, pytest.mark.timeout(240)]
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,8 @@ from torch import nn
 from pipeline_core import balance
 from pipeline_core.balance import profile, solve
 
+pytestmark = pytest.mark.realtime
+
 
 def brute_force(costs, stages, transfer, uncut=frozenset()):
     """Every allowed contiguous split, scored like the solver: the slowest stage, transfers included. Splits come

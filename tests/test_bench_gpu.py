@@ -9,6 +9,8 @@ import pytest
 
 from bench import gpu
 
+pytestmark = pytest.mark.realtime
+
 
 @pytest.mark.slow
 def test_the_gpu_bench_runs_every_part_on_cpu(tmp_path):

@@ -16,7 +16,7 @@ import pytest
 from clients import watch
 from testing.server import ServerProcess
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.realtime, pytest.mark.slow]
 # Loopback sources allowed (the unreachable-URL case), no stream of the server's own, and patience with
 # stream start-up on a loaded 2-core box.
 SERVER_FLAGS = ("--allow-private", "--no-demo-stream", "--read-timeout-s", "60")

@@ -26,7 +26,7 @@ CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 if not Path(CHROMIUM).exists():
     pytest.skip("Debian's chromium is not installed (apt-get install chromium)", allow_module_level=True)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.realtime, pytest.mark.slow]
 # Loopback sources allowed (the unreachable-URL case), no stream of the server's own, and patience with
 # stream start-up on a loaded 2-core box.
 SERVER_FLAGS = ("--allow-private", "--no-demo-stream", "--read-timeout-s", "60")

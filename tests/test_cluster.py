@@ -23,7 +23,12 @@ def result(tmp_path_factory) -> dict:
     return json.loads((out / "cluster-quick.json").read_text())
 
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.skipif(not AVAILABLE, reason=REASON or "-")]
+pytestmark = [
+    pytest.mark.realtime,
+    pytest.mark.cluster,
+    pytest.mark.slow,
+    pytest.mark.skipif(not AVAILABLE, reason=REASON or "-"),
+]
 
 
 def test_two_streams_started_one_after_the_other_run_on_different_nodes(result):

@@ -7,10 +7,13 @@ import threading
 import time
 from itertools import pairwise
 
+import pytest
 import torch
 
 from server.stream.learner import compiled_twin
 from server.stream.learner.compiled_twin import CompiledTwin
+
+pytestmark = pytest.mark.realtime
 
 
 def test_twins_compile_one_at_a_time():

@@ -29,7 +29,7 @@ from testing.outage import outage
 from testing.server import ServerProcess, small_server
 from testing.sources import NO_FFMPEG
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.realtime, pytest.mark.timeout(240)]
 OUTAGE_S = float(os.environ.get("OVERTIME_TEST_OUTAGE_S", "5"))  # bench/outage.py runs the documented 40 s
 
 

@@ -15,6 +15,8 @@ import pytest
 from models.cpu_loops import numba_installed
 from server.stream.generation import CONTEXT
 
+pytestmark = pytest.mark.realtime
+
 ROOT = Path(__file__).resolve().parent.parent
 #: Run in a process of its own: the fork server is one per process, started with the preload of whoever asked first
 #: (in the suite, the engine's tests ask with theirs).

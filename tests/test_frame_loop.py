@@ -27,6 +27,8 @@ from server.stream.learner.versus_start import VersusStart
 from server.stream.protocol import BudgetChanged, FrameLearned, FramesDropped, NonFiniteLoss, WentBackToBest
 from server.stream.sizing import LearningSizes
 
+pytestmark = pytest.mark.realtime
+
 DISPLAY = (128, 96)
 FPS = 10.0
 

@@ -16,7 +16,7 @@ from schemathesis.checks import not_a_server_error
 
 from testing.server import ServerProcess, small_server
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.realtime, pytest.mark.timeout(240)]
 EXAMPLES = 40  # per operation: enough to cover every field's edges, cheap enough for CI
 
 

@@ -14,11 +14,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from pipeline_core import Pipeline
 from pipeline_core.launch import synthetic_frames
 from testing.net import free_port
+
+pytestmark = pytest.mark.realtime
 
 FRAMES = 20
 TOL = 1e-6

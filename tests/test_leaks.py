@@ -22,7 +22,7 @@ from testing.poll import until
 from testing.processes import SHM, fork_server_folder, running, shared_memory
 from testing.server import ServerProcess, small_server
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.realtime, pytest.mark.slow, pytest.mark.timeout(300)]
 
 
 def mapped_shm(server: ServerProcess) -> set[str]:

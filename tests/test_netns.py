@@ -14,6 +14,8 @@ import pytest
 
 from testing import netns
 
+pytestmark = pytest.mark.realtime
+
 AVAILABLE, REASON = netns.namespace_available()
 needs_namespace = pytest.mark.skipif(not AVAILABLE, reason=REASON or "namespace available")
 

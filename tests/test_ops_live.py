@@ -43,7 +43,7 @@ from tests.ops_support import (
     missing_from_exposition,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.realtime, pytest.mark.slow]
 
 DEMO_FPS = 10.0
 SERVE_FLAGS = (

@@ -13,6 +13,8 @@ from torch import nn
 
 from pipeline_core import Pipeline
 
+pytestmark = pytest.mark.realtime
+
 STEPS = 14
 #: A step of a pipeline whose stages overlap lasts its slowest stage plus hand-over costs; run one after another
 #: it would last the sum, here 1.5x (D = 2) to 2.25x (D = 3) the slowest stage.

@@ -37,7 +37,7 @@ def loss_fn(out: torch.Tensor, target: torch.Tensor | None) -> torch.Tensor:
     return out.pow(2).mean() if target is None else (out - target).pow(2).mean()
 
 
-pytestmark = pytest.mark.usefixtures("one_intra_op_thread")
+pytestmark = [pytest.mark.realtime, pytest.mark.usefixtures("one_intra_op_thread")]
 
 
 def make_model() -> nn.Sequential:

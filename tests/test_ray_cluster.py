@@ -12,6 +12,8 @@ import pytest
 
 from testing import netns
 
+pytestmark = pytest.mark.realtime
+
 
 def test_the_pinned_ray_is_the_one_installed():
     """The cluster extra and the test extra pin one Ray, and the tests run with it."""

@@ -17,7 +17,7 @@ from testing.media import make_video
 from testing.net import HOST
 from testing.server import small_server
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.realtime, pytest.mark.timeout(180)]
 
 
 class Canary:

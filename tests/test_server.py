@@ -29,7 +29,7 @@ from testing.viewers import watch, watch_images
 # Loops watched before the learner is judged against its frozen start: the first is where it learns most.
 LEARNING_LOOPS = 3
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_streams_left")]
+pytestmark = [pytest.mark.realtime, pytest.mark.slow, pytest.mark.usefixtures("no_streams_left")]
 
 
 # -- learning on a file, metrics, recovery ---------------------------------------------------------

@@ -17,7 +17,7 @@ from server_support import create, delete
 
 from testing.net import free_port
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("no_streams_left")]
+pytestmark = [pytest.mark.realtime, pytest.mark.slow, pytest.mark.usefixtures("no_streams_left")]
 
 
 @pytest.mark.parametrize(

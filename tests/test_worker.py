@@ -19,6 +19,8 @@ from server.stream.learner import learner as learner_module
 from server.stream.learner.learner import CheckpointMismatch, Learner, LearnerConfig
 from server.stream.learner.profile_cache import JsonCache
 
+pytestmark = pytest.mark.realtime
+
 SIZE = (32, 32)
 
 
