@@ -25,9 +25,9 @@ def make_video(path: Path, frames: int = 60, size: int = SIZE, fps: int = 15, se
 
 def make_media(work: Path) -> Path:
     """Every clip the server tests stream, under ``work/media`` (the server's media root): good files at several
-    rates and shapes, a loop, a single frame, a non-video, a truncated file, one whose frame size changes mid-stream,
-    one whose frames turn from square to portrait and, where ffmpeg is installed, a portrait video stored turned
-    (``turned_copy``)."""
+    rates and shapes, a loop, a single frame, a single pair, a non-video, a truncated file, one whose frame size
+    changes mid-stream, one whose frames turn from square to portrait and, where ffmpeg is installed, a portrait video
+    stored turned (``turned_copy``)."""
     media = work / "media"
     media.mkdir()
     frames = generate(SIZE, 300, seed=1).frames
@@ -35,6 +35,7 @@ def make_media(work: Path) -> Path:
     write_mp4(frames[:LOOP], media / "loop.mp4", fps=15)
     write_mp4(frames[:20], media / "short.mp4", fps=25)
     write_mp4(frames[:1], media / "one_frame.mp4", fps=25)  # a still: flow needs two frames
+    write_mp4(frames[:2], media / "two_frames.mp4", fps=25)  # one pair, learned before the stream ends
     wide = np.stack([cv2.resize(f, (160, 120)) for f in generate(SIZE, 60, seed=2).frames])
     write_mp4(wide, media / "four_three.mp4", fps=12)  # a 4:3 source at its own rate
     (media / "notes.mp4").write_text("this is not a video\n" * 50)

@@ -148,10 +148,13 @@ def test_a_looping_file_goes_on_by_one_interval_wherever_its_clock_starts(tmp_pa
 class Written:
     """A frame ring's stand-in: what the decoder writes into it (the picture's size and the shot), at once."""
 
-    stopping, ready = False, True
+    stopping, ready, ended = False, True, False
 
     def __init__(self) -> None:
         self.frames: list[tuple[tuple[int, int], int]] = []
+
+    def set_ended(self) -> None:
+        self.ended = True
 
     def sleep(self, seconds: float) -> bool:
         return False  # no pacing: the test reads the decisions, not the clock
@@ -170,6 +173,7 @@ def emitted(path: Path) -> tuple[list, list]:
     with av.open(str(path)) as container:
         described = describe(container, video_stream(container, 640))
         _emit(cfg, _container_frames(cfg, container, report), described, ring, None, report, os.getppid())
+    assert ring.ended, "the ring is marked ended before the stream's work hears of the end"
     return ring.frames, [events.get() for _ in range(events.qsize())]
 
 

@@ -176,7 +176,11 @@ def test_a_camera_asking_for_a_password_gets_the_urls_and_a_wrong_one_is_not_tri
 
 def test_stream_end_size_change_and_stall(server, http_sources):
     info = _settles(server, "file:short.mp4", "ended", None)
-    assert info["counters"]["processed"] > 0 and info["notes"] == []
+    counters = info["counters"]
+    assert counters["processed"] > 0 and info["notes"] == []
+    assert counters["processed"] + counters["dropped"] == counters["decoded"] - 1 == 19, counters  # none in flight lost
+    info = _settles(server, "file:two_frames.mp4", "ended", None)  # the source ends while its one pair is learned
+    assert info["counters"]["processed"] == 1 and info["checkpoint_frames"] == 1, info
     info = _settles(server, "file:one_frame.mp4", "ended", None)
     assert info["counters"]["processed"] == 0 and "a single frame" in " ".join(info["notes"])
     info = _settles(server, "file:resized.ts", "ended", None)  # its frames grow from 64x64 to 96x96 half-way

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import pickle
 import threading
+import time
 from dataclasses import FrozenInstanceError, fields
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -15,7 +17,7 @@ import pytest
 from server import errors
 from server.api.schemas import StreamInfo
 from server.settings import Settings
-from server.stream import protocol
+from server.stream import dispatch, protocol
 from server.stream.checkpoint_acks import CheckpointAcks, CheckpointFailed
 from server.stream.config import StreamConfig, decoder_config, learner_process_config, shown_settings
 from server.stream.counts import Counters, StreamCounts
@@ -49,6 +51,7 @@ EXAMPLES = [
     protocol.DecoderStats(3, {"resample": 2}, 1.5),
     protocol.SourceResized((640, 480), (1280, 960), 12.5, (640, 480), True),
     protocol.SourceEnded(live=False),
+    protocol.LearnedToTheEnd(),
     protocol.DecoderFailed(errors.STALLED, "no data"),
     protocol.Phase("building the learner"),
     protocol.LearnerReady(10, 1e-4, [3, 2], (64, 48), "holds"),
@@ -201,9 +204,17 @@ def test_a_frame_that_began_a_new_shot_is_counted_and_said(parts):
 
 
 def test_messages_that_end_a_generation_say_why(parts):
+    """The source's end ends the generation once the learner has learned the frames it had left (or after
+    ``END_WAIT_S``), not before: a short clip's every pair is learned."""
     d = parts.dispatcher
-    assert d.handle(protocol.SourceEnded(live=False)) == Outcome("ended", errors.ENDED, "the source ended")
-    assert d.handle(protocol.SourceEnded(live=True)) == Outcome("live_ended", errors.ENDED, "the source ended")
+    for live, why in ((False, "ended"), (True, "live_ended")):
+        d.new_generation()
+        assert d.handle(protocol.SourceEnded(live=live)) is None and d.overdue_end() is None
+        assert d.handle(protocol.LearnedToTheEnd()) == Outcome(why, errors.ENDED, "the source ended")
+    d.new_generation()
+    d.handle(protocol.SourceEnded(live=False))
+    with mock.patch.object(dispatch.time, "monotonic", return_value=time.monotonic() + dispatch.END_WAIT_S + 1):
+        assert d.overdue_end() == Outcome("ended", errors.ENDED, "the source ended")
     assert d.handle(protocol.DecoderFailed(errors.STALLED, "quiet")) == Outcome("decoder", errors.STALLED, "quiet")
     assert d.handle(protocol.LearnerFailed(errors.WORKER_FAILED, "x")) == Outcome("learner", errors.WORKER_FAILED, "x")
 

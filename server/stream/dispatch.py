@@ -21,6 +21,7 @@ from .protocol import (
     DecoderStats,
     FrameLearned,
     FramesDropped,
+    LearnedToTheEnd,
     LearnerFailed,
     LearnerMessage,
     LearnerReady,
@@ -34,6 +35,8 @@ from .protocol import (
 from .restart_policy import Outcome
 from .status import StreamStatus
 
+END_WAIT_S = 10.0  # after the source ended, for the learner to learn the frames it had not yet (a ring's worth)
+
 
 class MessageDispatcher:
     def __init__(self, status: StreamStatus, counts: StreamCounts, frames: FrameRecord, acks: CheckpointAcks,
@@ -41,6 +44,16 @@ class MessageDispatcher:
         self.status, self.counts, self.frames, self.acks = status, counts, frames, acks
         self.show_frame = show_frame  # hands a frame's message and pictures to the viewers
         self.last_frame_at: float | None = None  # the stall watchdog's clock: None until frames flow
+        self.ending: Outcome | None = None  # the source ended: the generation ends once its frames are learned
+        self._ending_by = 0.0
+
+    def new_generation(self) -> None:
+        self.last_frame_at = None  # the stall watchdog starts when the learner is ready
+        self.ending = None
+
+    def overdue_end(self) -> Outcome | None:
+        """The source's end, once the learner took longer than ``END_WAIT_S`` to learn what it had left."""
+        return self.ending if self.ending is not None and time.monotonic() > self._ending_by else None
 
     def handle(self, m: DecoderMessage | LearnerMessage) -> Outcome | None:
         status, counts = self.status, self.counts
@@ -76,7 +89,10 @@ class MessageDispatcher:
             case SourceEnded():
                 if counts.counters.decoded - counts.counters.resampled < 2:  # a still picture, a one-frame file
                     status.add_note("the source ended after a single frame: flow needs two, so nothing was learned")
-                return Outcome("live_ended" if m.live else "ended", errors.ENDED, "the source ended")
+                self.ending = Outcome("live_ended" if m.live else "ended", errors.ENDED, "the source ended")
+                self._ending_by = time.monotonic() + END_WAIT_S
+            case LearnedToTheEnd():
+                return self.ending
             case DecoderFailed():
                 return Outcome("decoder", m.code, m.message)
             case Phase():

@@ -84,6 +84,11 @@ class LearnerReady:
 
 
 @dataclass(frozen=True)
+class LearnedToTheEnd:
+    """Learner -> work: the source ended and every frame it wrote is learned and published; the stream may end."""
+
+
+@dataclass(frozen=True)
 class StartScored:
     """The learner's loss on what a frame's step learned from, and the stream's frozen start's on the same pair: what
     learning bought there. The start's layers run over the frames after the one it scores
@@ -185,6 +190,7 @@ DecoderMessage = SourceOpened | DecoderStats | SourceResized | SourceEnded | Dec
 LearnerMessage = (
     Phase
     | LearnerReady
+    | LearnedToTheEnd
     | FrameLearned
     | WentBackToBest
     | BudgetChanged

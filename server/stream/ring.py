@@ -28,7 +28,8 @@ WRITING = -1.0
 SEQ, CAPTURE, SOURCE, HEIGHT, WIDTH, SHOT = range(6)  # header columns of a slot
 COLUMNS = 6
 NEXT_SEQ, FLAGS = -2, -1  # header rows after the slots: (next seq, ...) and the flags
-STOP, READY, WANTED = range(3)  # flag columns: stop requested, worker ready, pictures viewers want (a bit mask)
+STOP, READY, WANTED, ENDED = range(4)  # flag columns: stop requested, worker ready, pictures viewers want (a bit
+# mask), the source ended (no frame follows those written)
 
 
 class RingFrame(NamedTuple):
@@ -101,6 +102,14 @@ class FrameRing:
     @property
     def ready(self) -> bool:
         return bool(self.header[FLAGS, READY])
+
+    def set_ended(self) -> None:
+        self.header[FLAGS, ENDED] = 1.0
+
+    @property
+    def ended(self) -> bool:
+        """The decoder wrote its last frame: once those are read, none will come."""
+        return bool(self.header[FLAGS, ENDED])
 
     @property
     def wanted(self) -> int:

@@ -88,7 +88,7 @@ class StreamSupervisor:
         return verdict.retry
 
     def _start_generation(self) -> Generation:
-        self.dispatcher.last_frame_at = None  # the stall watchdog starts when the learner is ready
+        self.dispatcher.new_generation()
         self.status.set_phase("opening the source")
         side = self.settings.display_side
         ring = FrameRing.create(RING_SLOTS, side, side)  # any picture of that long side fits
@@ -124,10 +124,18 @@ class StreamSupervisor:
                     errors.WORKER_CRASHED if crashed else errors.WORKER_DIED,
                     f"the worker process died (exit code {code})",
                 )
+            if (ended := self.dispatcher.overdue_end()) is not None:
+                return ended
+            if self.dispatcher.ending is not None:
+                continue  # the decoder is done; the learner learns the frames it left
             if not gen.decoder.is_alive():
-                return self._relay(gen, final=True) or Outcome(
-                    "decoder", errors.DECODER_DIED, f"the decoder process died (exit code {gen.decoder.exitcode})"
-                )
+                outcome = self._relay(gen, final=True)  # its last messages: the source's end, or why it failed
+                if outcome is not None:
+                    return outcome
+                if self.dispatcher.ending is None:
+                    code = gen.decoder.exitcode
+                    return Outcome("decoder", errors.DECODER_DIED, f"the decoder process died (exit code {code})")
+                continue
             last = self.dispatcher.last_frame_at
             if last is not None and time.monotonic() - last > stall_s:
                 return Outcome("decoder", errors.STALLED, f"no frame from the source for {stall_s:g} s")

@@ -279,6 +279,12 @@ class FrameLoop:
     def _rebuild(self, rebuild: Callable[[], None]) -> None:
         """A new pipeline for the learner (another size, compiled stages): the frames inside the old one come out
         first, not lost."""
+        self.finish()
+        rebuild()
+
+    def finish(self) -> None:
+        """Every frame inside the pipeline learned and published: before a rebuild, and once the source has ended
+        (else a file's last frames, a short clip's every frame, would go unlearned)."""
         for r in self.learner.pipe.flush():
             if not self.pending:  # a non-finite loss among them threw the frames in flight away
                 break
@@ -287,4 +293,3 @@ class FrameLoop:
                 self._publish(self.outgoing.popleft(), time.perf_counter())
         while self.outgoing:
             self._publish(self.outgoing.popleft(), time.perf_counter())
-        rebuild()

@@ -30,7 +30,15 @@ from pipeline_core.worker import settle_process
 from ... import errors
 from ...errors import in_words
 from ..checkpoints import CheckpointUnreadable
-from ..protocol import CheckpointRequest, FramesDropped, InjectFault, LearnerFailed, LearnerReady, Phase
+from ..protocol import (
+    CheckpointRequest,
+    FramesDropped,
+    InjectFault,
+    LearnedToTheEnd,
+    LearnerFailed,
+    LearnerReady,
+    Phase,
+)
 from ..ring import FrameRing, RingSpec
 from .budget import BudgetController
 from .checkpoint_writer import CheckpointWriter
@@ -101,14 +109,19 @@ def run_learner_process(cfg: LearnerProcessConfig, ring_spec: RingSpec, slots: A
 
 def _learn(cfg: LearnerProcessConfig, loop: FrameLoop, writer: CheckpointWriter, ring: FrameRing, slots: Any,
            control: Any, parent: int) -> None:  # fmt: skip
-    last_save = time.monotonic()
+    last_save, finished = time.monotonic(), False
     while not ring.stopping and os.getppid() == parent:
         _serve_control(loop.learner, control, writer)
         if time.monotonic() - last_save >= cfg.checkpoint_interval_s:
             writer.checkpoint()
             last_save = time.monotonic()
+        ended = ring.ended  # read before waiting: a frame written before the end is in the queue by the timeout
         got = ring.read(slots, POLL_S)
         if got is None:
+            if ended and not finished:
+                loop.finish()
+                loop.out.put(LearnedToTheEnd())
+                finished = True
             continue
         if got is False:
             loop.out.put(FramesDropped("worker_behind", 1))

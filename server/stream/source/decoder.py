@@ -203,6 +203,7 @@ def _emit(
             report.drop("worker_behind", ring.write(rgb, time.time(), t, slots, shot + resized))
             report.position = position
         report.tick()
+    ring.set_ended()  # before the message: the learner learns what the ring holds, then says so
     report.send(SourceEnded(live=not recording))
 
 
