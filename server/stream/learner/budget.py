@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -67,6 +68,13 @@ def pixels(size: Size) -> int:
     return size[0] * size[1]
 
 
+class Window(NamedTuple):
+    """The last window measured at a size: a step's cost there, and when it ended (the controller's ``clock``)."""
+
+    step: float
+    ended: float
+
+
 class BudgetController:
     """Chooses the learning size from ``ladder`` (largest first) for a stream at ``fps``; ``auto=False`` keeps
     ``ladder[start]`` and only reports."""
@@ -88,8 +96,7 @@ class BudgetController:
         self.settled = False  # a window held the budget at this size
         self._too_slow: dict[int, tuple[float, float]] = {}  # ladder index -> (when found too slow, wait to retry)
         self._over = True  # the last window at this size was over the target, or none held it yet (see _move)
-        self._steps: dict[int, float] = {}  # ladder index -> a step's cost in the last window at that size
-        self._measured: dict[int, float] = {}  # ladder index -> when that window ended (``clock``)
+        self._windows: dict[int, Window] = {}  # ladder index -> the last window at that size
         self.hopeless = False  # no size was expected to hold the budget at the last decision
         self.top = 0  # the largest size allowed (``limit``)
         self.resume: int | None = None  # the size a cap moved the stream from, to go back to when it lifts
@@ -131,10 +138,9 @@ class BudgetController:
             return None
         work, step = np.array(self.samples).T
         self.estimate = float(np.percentile(work, 75))  # most frames, not the lucky half
-        self._steps[self.index] = float(np.percentile(step, 75))
-        self._measured[self.index] = self.clock()
+        self._windows[self.index] = Window(float(np.percentile(step, 75)), self.clock())
         self._forget_other_loads()
-        self.fixed = max(0.0, self.estimate - self._steps[self.index])
+        self.fixed = max(0.0, self.estimate - self._windows[self.index].step)
         self.samples.clear()
         choice = self._choose(self.estimate) if self.auto else self.index
         self.settled = choice == self.index and self.estimate <= TARGET * self.ds
@@ -179,31 +185,32 @@ class BudgetController:
         size measured cheaper than a smaller one (by more than ``SAME_COST``), the current size's alone (module
         docstring)."""
         now = self.clock()
-        for i in [i for i, when in self._measured.items() if i != self.index and now - when > STALE_S]:
-            del self._steps[i], self._measured[i]
-        by_size = sorted(self._steps, key=lambda i: pixels(self.ladder[i]))
+        windows = self._windows
+        for i in [i for i, w in windows.items() if i != self.index and now - w.ended > STALE_S]:
+            del windows[i]
+        by_size = sorted(windows, key=lambda i: pixels(self.ladder[i]))
         smaller_dearer = any(
-            self._steps[small] > SAME_COST * self._steps[large]
+            windows[small].step > SAME_COST * windows[large].step
             for n, small in enumerate(by_size)
             for large in by_size[n + 1 :]
             if pixels(self.ladder[large]) > pixels(self.ladder[small])
         )
         if smaller_dearer:
-            here, when = self._steps[self.index], self._measured[self.index]
-            self._steps, self._measured = {self.index: here}, {self.index: when}
+            self._windows = {self.index: windows[self.index]}
 
     def predict(self, index: int) -> float:
         """A frame's work at ``ladder[index]``: the current size's fixed part plus the step there (module docstring)."""
         assert self.estimate is not None
-        return self.fixed + self._steps[self.index] * self._step_ratio(index)
+        return self.fixed + self._windows[self.index].step * self._step_ratio(index)
 
     def _step_ratio(self, index: int) -> float:
         """A step at ``ladder[index]`` over one at the current size: by the affine fit to the sizes measured (flat
         when it has no positive slope), or by pixels while only one size is measured."""
         here, there = pixels(self.size), pixels(self.ladder[index])
-        if len(self._steps) < 2:
+        if len(self._windows) < 2:
             return there / here
-        slope, intercept = np.polyfit([pixels(self.ladder[i]) for i in self._steps], list(self._steps.values()), 1)
+        sizes, steps = [pixels(self.ladder[i]) for i in self._windows], [w.step for w in self._windows.values()]
+        slope, intercept = np.polyfit(sizes, steps, 1)
         if slope <= 0:
             return 1.0
         intercept = max(float(intercept), 0.0)  # a negative intercept is noise: none
@@ -225,12 +232,12 @@ class BudgetController:
         up = self.index - 1
         if over or up < self.top or self._waiting(up):
             return self.index
-        if up in self._steps:
+        if up in self._windows:
             return up if self.predict(up) <= GROW_MARGIN * limit else self.index
         # A size never measured in this stream is tried (a window there tells) when even a step that grew with every
         # pixel would keep within ΔS there, so that the trial drops no frame: a prediction from one size, or from a
         # first window slowed by the start, would keep the stream low for good.
-        worst = self.fixed + self._steps[self.index] * pixels(self.ladder[up]) / pixels(self.size)
+        worst = self.fixed + self._windows[self.index].step * pixels(self.ladder[up]) / pixels(self.size)
         return up if worst <= self.ds else self.index
 
     def _cheapest(self) -> int:
@@ -264,8 +271,7 @@ class BudgetController:
         current size's (about its cost); what was measured at the old sizes is dropped, the source's pace kept."""
         here = pixels(self.size)
         self.ladder = list(ladder)
-        self._steps.clear()
-        self._measured.clear()
+        self._windows.clear()
         self._too_slow.clear()
         self.top, self.resume, self.hopeless, self.settled = 0, None, False, False
         self._move(next((i for i, size in enumerate(self.ladder) if pixels(size) <= here), len(self.ladder) - 1))
