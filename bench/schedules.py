@@ -170,7 +170,7 @@ def flow_task(args: argparse.Namespace) -> Task:
 
 def run_one(task: Task, name: str, split: list[int]) -> dict:
     """Stream the task through one schedule; score every frame that comes out."""
-    first, first_target = next(task.inputs())
+    first, _ = next(task.inputs())
     depth = len(split)
     # the service's learner (one rate for every stage: the rule the service and bench.flow use)
     pipe = online_pipeline(

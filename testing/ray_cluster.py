@@ -171,7 +171,7 @@ class RayCluster:
         """The node lost at once: SIGKILL to every process of it, as when its machine dies, and with them the
         shared memory only they had mapped (a machine's /dev/shm goes with it; here the nodes share this machine's,
         where a killed process's frame rings and semaphores would stay). The GCS notices on its own
-        (:data:`FAST_FAILURE_DETECTION`); see :meth:`wait_dead`."""
+        (:data:`FAST_FAILURE_DETECTION`)."""
         node = self.nodes.pop(name)
         processes = node.processes()
         mapped = shared_memory(processes)
@@ -185,14 +185,6 @@ class RayCluster:
     def shared_memory(self) -> set[Path]:
         """The /dev/shm entries the cluster's processes have mapped now (what must be gone after :meth:`shutdown`)."""
         return shared_memory(p for node in self.nodes.values() for p in node.processes())
-
-    def wait_dead(self, node_id: str, timeout_s: float) -> None:
-        """Until Ray has marked the node dead (after :meth:`kill_node`)."""
-
-        def dead() -> bool:
-            return any(n["NodeID"] == node_id and not n["Alive"] for n in ray.nodes())
-
-        until(dead, timeout_s, f"node {node_id[:8]} marked dead", 0.05)
 
     def shutdown(self, timeout_s: float = 30.0) -> None:
         """Workers first, while the head still answers them, then the head: SIGTERM to each ``ray start`` (it stops

@@ -199,4 +199,3 @@ LearnerMessage = (
     | NonFiniteLoss
     | LearnerFailed
 )
-ControlMessage = CheckpointRequest | InjectFault
