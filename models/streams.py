@@ -196,14 +196,20 @@ def save_npz(stream: Stream, path: str | Path) -> None:
 
 
 def load_npz(path: str | Path) -> Stream:
-    """Load and validate a stream file (clear errors for files of the wrong shape)."""
+    """Load and validate a stream file (clear errors for files of the wrong shape). Grayscale frames ([T,H,W] or
+    [T,H,W,1], as an infrared or a monochrome camera records them) come back as RGB with three equal channels, which
+    is how the nets take them."""
     with np.load(path) as data:
         if "frames" not in data or "flow" not in data:
             raise ValueError(f"{path}: a stream needs arrays 'frames' and 'flow', found {sorted(data.files)}")
         frames, flow = data["frames"], data["flow"]
-    t, h, w = frames.shape[:3]
+    if frames.dtype == np.uint8 and (frames.ndim == 3 or (frames.ndim == 4 and frames.shape[3] == 1)):
+        frames = np.repeat(frames.reshape(frames.shape[:3] + (1,)), 3, axis=3)
     if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[3] != 3:
-        raise ValueError(f"{path}: frames must be uint8 [T,H,W,3], got {frames.dtype} {frames.shape}")
+        raise ValueError(
+            f"{path}: frames must be uint8 [T,H,W,3] (or grayscale [T,H,W]), got {frames.dtype} {frames.shape}"
+        )
+    t, h, w = frames.shape[:3]
     if flow.shape != (t - 1, h, w, 2):
         raise ValueError(f"{path}: flow must be [{t - 1},{h},{w},2], got {flow.shape}")
     return Stream(frames, flow.astype(np.float32))

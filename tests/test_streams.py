@@ -59,6 +59,20 @@ def test_npz_round_trip_and_validation(tmp_path):
     np.savez(tmp_path / "bad.npz", frames=stream.frames, flow=stream.flow[:1])
     with pytest.raises(ValueError, match="flow must be"):
         streams.load_npz(tmp_path / "bad.npz")
+    np.savez(tmp_path / "float.npz", frames=stream.frames / 255.0, flow=stream.flow)
+    with pytest.raises(ValueError, match="frames must be uint8"):
+        streams.load_npz(tmp_path / "float.npz")
+
+
+@pytest.mark.parametrize("shape", ["T,H,W", "T,H,W,1"])
+def test_a_grayscale_stream_loads_as_three_equal_channels(tmp_path, shape):
+    stream = streams.generate(size=32, frames=3, seed=0)
+    gray = stream.frames[..., 1] if shape == "T,H,W" else stream.frames[..., 1:2]
+    np.savez(tmp_path / "gray.npz", frames=gray, flow=stream.flow)
+    loaded = streams.load_npz(tmp_path / "gray.npz")
+    assert loaded.frames.shape == stream.frames.shape and loaded.frames.dtype == np.uint8
+    assert all(np.array_equal(loaded.frames[..., c], stream.frames[..., 1]) for c in range(3))
+    assert np.array_equal(loaded.flow, stream.flow)
 
 
 def test_a_stream_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
