@@ -7,11 +7,13 @@ REST goes through the standard library (no extra dependency for a handful of JSO
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
@@ -65,11 +67,21 @@ class StreamApi:
         self.token = token
         self.timeout = timeout
 
-    def _call(self, method: str, path: str, body: dict | None = None) -> object:
+    def _call(self, method: str, path: str, body: dict | None = None, file: Path | None = None) -> object:
+        """``body`` goes as JSON; ``file`` as the request's body itself, read as it is sent."""
+        if file is not None:
+            with open(file, "rb") as data:
+                req = urllib.request.Request(self.base + path, data=data, method=method)
+                req.add_header("Content-Type", "application/octet-stream")
+                req.add_header("Content-Length", str(os.fstat(data.fileno()).st_size))
+                return self._send(req)
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(self.base + path, data=data, method=method)
         if data is not None:
             req.add_header("Content-Type", "application/json")
+        return self._send(req)
+
+    def _send(self, req: urllib.request.Request) -> object:
         if self.token:
             req.add_header("Authorization", f"Bearer {self.token}")
         try:
@@ -84,6 +96,14 @@ class StreamApi:
 
     def create(self, spec: dict) -> dict:
         return self._call("POST", "/api/streams", spec)
+
+    def media(self) -> dict:
+        """The server's media folder: its ``files`` and ``max_upload_bytes``."""
+        return self._call("GET", "/api/media")
+
+    def put_media(self, file: Path, name: str) -> dict:
+        """Send a video into the server's media folder as ``name``; a stream plays it as ``file:NAME``."""
+        return self._call("PUT", f"/api/media/{urllib.parse.quote(name)}", file=file)
 
     def get(self, stream_id: str) -> dict:
         return self._call("GET", f"/api/streams/{urllib.parse.quote(stream_id)}")

@@ -1,7 +1,8 @@
 """`overtime watch STREAM_ID_OR_SOURCE`: follow a stream from the terminal, optionally recording it.
 
-Given a source (a URL, `demo`, `camera:N`, `file:...`) instead of a stream id, it first creates the stream (and
-deletes it again on exit unless --keep). Shows one progress line (fps, loss against zero flow's and the frozen start's,
+Given a source (a URL, `demo`, `camera:N`, `file:...`, or a video on this machine, which it first sends into the
+server's media folder) instead of a stream id, it first creates the stream (and deletes it again on exit unless
+--keep). Shows one progress line (fps, loss against zero flow's and the frozen start's,
 ΔP/ΔS, drops), and above it each change of state, of the frame budget in words, and what the stream did on its own
 (went back to its best weights). Saves a video of the overlay, the frame or the flow's colours at the frames' capture
 times (--save, H.264 MP4), the flow itself as one Middlebury .flo per frame (--save-flow) and the per-frame metrics
@@ -40,7 +41,11 @@ def is_source(arg: str) -> bool:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="overtime watch", description=__doc__.splitlines()[0])
-    p.add_argument("target", metavar="STREAM_ID_OR_SOURCE", help="a stream id, or a source to create a stream from")
+    p.add_argument(
+        "target",
+        metavar="STREAM_ID_OR_SOURCE",
+        help="a stream id, or a source to create a stream from (a video's path here: sent to the server first)",
+    )
     p.add_argument("--save", type=Path, metavar="OUT.mp4", help="record a picture as H.264 MP4, at capture times")
     p.add_argument(
         "--picture",
@@ -140,15 +145,33 @@ def api_failure(err: ApiError) -> int:
 
 
 def not_a_stream(target: str) -> str:
-    """Words for a target the server has no stream of: most often a local file's path, which the server cannot read
-    (it reads files only from its own media dir)."""
-    words = f"the server has no stream {target!r}"
-    if Path(target).expanduser().is_file():
-        return (
-            f"{words}; {target} is a file on this machine: the server reads files from its media dir only, so put "
-            f"it there and pass file:{Path(target).name}"
-        )
-    return f"{words} (a source is a URL, demo, camera:N, webcam or file:NAME in the server's media dir)"
+    """Words for a target the server has no stream of, and is no file on this machine either."""
+    return (
+        f"the server has no stream {target!r}, and there is no file {target!r} here to send it (a source is a path "
+        "to a video on this machine, a URL, demo, camera:N, webcam or file:NAME in the server's media dir)"
+    )
+
+
+def media_name(path: Path) -> str:
+    """The name a local video is sent under: its own, with what a media file's name cannot hold as '-'."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", path.name)[-128:].lstrip("._-")
+    return name or "video"
+
+
+def send_video(api: StreamApi, path: Path) -> str:
+    """Send a video on this machine into the server's media folder (the server reads files from there only); its
+    ``file:`` source."""
+    print(f"sending {path} ({path.stat().st_size / 2**20:.1f} MB) to the server ...", file=sys.stderr)
+    return api.put_media(path, media_name(path))["source"]
+
+
+def too_large(api: StreamApi, path: Path) -> str | None:
+    """Words for a video larger than the server takes, asked before sending it: a server that refuses a body midway
+    resets the connection, and the client would only see that."""
+    size, limit = path.stat().st_size, api.media()["max_upload_bytes"]
+    if size <= limit:
+        return None
+    return f"{path} is {size / 2**20:.1f} MB; the server takes videos of at most {limit / 2**20:g} MB"
 
 
 def stream_spec(args: argparse.Namespace) -> dict:
@@ -240,6 +263,11 @@ def main(argv: list[str]) -> int:
     api = StreamApi(args.url, args.token)
     created = False
     try:
+        local = Path(args.target).expanduser()
+        if not is_source(args.target) and local.is_file():
+            if words := too_large(api, local):
+                return fail(REJECTED, words)
+            args.target = send_video(api, local)
         if is_source(args.target):
             stream = api.create(stream_spec(args))
             created = True

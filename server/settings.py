@@ -32,6 +32,7 @@ class Settings(BaseSettings):
     )
     web_dir: Path = Field(WEB_DIR, description="browser client served at / when it exists")
     max_streams: int = Field(4, ge=1, description="more concurrent streams get 429")
+    max_upload_mb: float = Field(2048.0, ge=0, description="largest video PUT /api/media takes, in MB (0: none)")
     allowed_schemes: Annotated[list[str], NoDecode] = Field(
         ["http", "https", "rtsp", "rtsps", "file", "camera", "webcam", "demo"], description="source allow-list"
     )

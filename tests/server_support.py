@@ -23,6 +23,8 @@ FLAGS = (
     "2",
     "--max-streams",
     "2",
+    "--max-upload-mb",  # test_media_upload.py's too-large video: the clips are tens of kB
+    "1",
     "--stages",
     "2",
     "--learning-side",  # the clips are 64x64: learn at their own size

@@ -10,16 +10,18 @@ import sys
 
 import av
 import cv2
+import httpx
 import numpy as np
 import pytest
 
 from clients import watch
+from models.streams import generate, write_mp4
 from testing.server import ServerProcess
 
 pytestmark = [pytest.mark.realtime, pytest.mark.slow]
 # Loopback sources allowed (the unreachable-URL case), no stream of the server's own, and patience with
 # stream start-up on a loaded 2-core box.
-SERVER_FLAGS = ("--allow-private", "--no-demo-stream", "--read-timeout-s", "60")
+SERVER_FLAGS = ("--allow-private", "--no-demo-stream", "--read-timeout-s", "60", "--max-upload-mb", "1")
 FRAMES = 24
 
 
@@ -73,9 +75,12 @@ def test_watch_exit_codes(server, tmp_path, capsys):
     assert watch.main(["no-such-stream", "--url", server]) == watch.REJECTED
     assert "has no stream 'no-such-stream'" in capsys.readouterr().err
     clip = tmp_path / "clip.mp4"
-    clip.write_bytes(b"not read")
+    clip.write_bytes(b"not a video")  # a file on this machine is sent; the server says what it is not
     assert watch.main([str(clip), "--url", server]) == watch.REJECTED
-    assert "put it there and pass file:clip.mp4" in capsys.readouterr().err
+    assert "not video: the file sent is not a video (HTTP 415)" in capsys.readouterr().err
+    clip.write_bytes(b"\0" * (2**20 + 1))  # over the server's limit: said before a byte is sent
+    assert watch.main([str(clip), "--url", server]) == watch.REJECTED
+    assert "the server takes videos of at most 1 MB" in capsys.readouterr().err
     assert watch.main(["ftp://example.com/a.mp4", "--url", server]) == watch.REJECTED
     assert watch.main(["demo", "--url", "http://127.0.0.1:9", "--frames", "1"]) == watch.UNREACHABLE
     # A live source that cannot be reached: the stream errors or keeps reconnecting; either way no frames come.
@@ -84,6 +89,18 @@ def test_watch_exit_codes(server, tmp_path, capsys):
     with pytest.raises(SystemExit) as usage:
         watch.main(["demo", "--frames", "0"])
     assert usage.value.code == watch.USAGE
+
+
+def test_a_video_on_this_machine_is_sent_to_the_server_and_watched(server, tmp_path, capsys):
+    """The server reads files from its media folder only: `overtime watch PATH` sends the file there first, under its
+    own name with what a media name cannot hold as '-'."""
+    clip = tmp_path / "my clip (1).mp4"
+    write_mp4(generate(64, 20, seed=4).frames, clip, fps=15)
+    assert watch.main([str(clip), "--url", server, "--frames", "3", "--idle-timeout", "120"]) == watch.OK
+    err = capsys.readouterr().err
+    assert f"sending {clip}" in err and "from file:my-clip--1-.mp4" in err, err
+    listed = httpx.get(f"{server}/api/media", timeout=10).json()["files"]
+    assert {"name": "my-clip--1-.mp4", "size_bytes": clip.stat().st_size, "source": "file:my-clip--1-.mp4"} in listed
 
 
 def test_a_state_says_what_the_stream_does_and_why():

@@ -19,7 +19,7 @@ from ..stream.checkpoints import is_url
 from ..stream.generation import warm_up
 from .manager import RequestError, StreamManager
 from .metrics import ServerMetrics
-from .routes import faults, health, streams, ws
+from .routes import faults, health, media, streams, ws
 from .schemas import StreamCreate
 
 
@@ -52,6 +52,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.include_router(health.router)
     app.include_router(streams.router)
+    app.include_router(media.router)
     app.include_router(ws.router)
     if settings.fault_injection:
         app.include_router(faults.router)

@@ -43,6 +43,21 @@ class StreamCreate(BaseModel):
     loop: bool | None = Field(None, description="loop a recording, a file or a URL of one (default: the demo only)")
 
 
+class MediaFile(BaseModel):
+    """A video in the server's media folder (``GET /api/media``, ``PUT /api/media/{name}``)."""
+
+    name: str = Field(description="its name in the media folder")
+    size_bytes: int = Field(description="its size in bytes")
+    source: str = Field(description="the source that plays it: file:NAME")
+
+
+class MediaFolder(BaseModel):
+    """``GET /api/media``: what a ``file:`` source can name, and how large a video ``PUT /api/media/{name}`` takes."""
+
+    files: list[MediaFile] = Field(description="the videos in the server's media folder, by name")
+    max_upload_bytes: int = Field(description="the largest video the server takes (0: none)")
+
+
 class Size(BaseModel):
     width: int
     height: int

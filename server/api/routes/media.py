@@ -1,0 +1,73 @@
+"""``/api/media``: the videos ``file:`` sources can name, and a video sent into the media folder."""
+
+from __future__ import annotations
+
+import errno
+import shutil
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
+
+from ... import errors
+from ...errors import SourceError
+from ...settings import Settings
+from ...stream.source.media_files import MediaUpload, listing, media_name, too_large
+from ..deps import AppSettings, require_token
+from ..manager import RequestError
+from ..schemas import MediaFile, MediaFolder
+
+router = APIRouter(prefix="/api/media", tags=["media"], dependencies=[Depends(require_token)])
+#: Room an upload must leave on the media folder's disk: checkpoints are written there too, and must not fail for it.
+MIN_FREE_BYTES = 512 * 2**20
+#: The HTTP status of each refusal a video sent can meet (others: 500, in words).
+STATUS = {errors.BAD_MEDIA_NAME: 400, errors.TOO_LARGE: 413, errors.NOT_VIDEO: 415, errors.DECODE_ERROR: 415}
+
+
+def media_file(name: str, size: int) -> MediaFile:
+    return MediaFile(name=name, size_bytes=size, source=f"file:{name}")
+
+
+def upload_limit(settings: Settings) -> int:
+    return int(settings.max_upload_mb * 2**20)
+
+
+@router.get("", response_model=MediaFolder)
+async def list_media(settings: AppSettings) -> MediaFolder:
+    """The videos in the server's media folder, each with the ``file:`` source that plays it, and the largest video
+    it takes: a client checks a file against it before sending it all."""
+    files = [media_file(name, size) for name, size in await run_in_threadpool(listing, settings.media_dir)]
+    return MediaFolder(files=files, max_upload_bytes=upload_limit(settings))
+
+
+@router.put("/{name}", status_code=201, response_model=MediaFile)
+async def put_media(name: str, request: Request, settings: AppSettings) -> MediaFile:
+    """Send a video into the media folder as ``name`` (the request's body is the file: ``curl -T clip.mp4 URL``); a
+    stream then plays it as ``file:NAME``. The same name again replaces the file; streams reading it read on."""
+    limit = upload_limit(settings)
+    try:
+        media_name(name)
+        declared = int(request.headers.get("content-length") or 0)
+        if declared > limit:
+            raise too_large(limit)
+    except SourceError as exc:
+        raise RequestError(STATUS.get(exc.code, 500), exc.code, exc.message) from exc
+    free = (await run_in_threadpool(shutil.disk_usage, settings.media_dir)).free
+    if free - declared < MIN_FREE_BYTES:
+        raise RequestError(507, errors.NO_SPACE, "the server's disk has no room for this video")
+    upload = await run_in_threadpool(MediaUpload, settings.media_dir, name, limit)
+    try:
+        async for chunk in request.stream():
+            await run_in_threadpool(upload.write, chunk)
+        path = await run_in_threadpool(upload.keep)
+    except SourceError as exc:
+        raise RequestError(STATUS.get(exc.code, 500), exc.code, exc.message) from exc
+    except ClientDisconnect:
+        raise RequestError(400, errors.BAD_REQUEST, "the upload was cut off before the whole file came") from None
+    except OSError as exc:
+        if exc.errno != errno.ENOSPC:
+            raise
+        raise RequestError(507, errors.NO_SPACE, "the server's disk filled up while the video came") from exc
+    finally:
+        await run_in_threadpool(upload.discard)
+    return media_file(path.name, upload.size)
