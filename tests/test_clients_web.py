@@ -18,6 +18,7 @@ import cv2
 import numpy as np
 import pytest
 
+from models.streams import generate, write_mp4
 from testing.report import Run
 from testing.server import ServerProcess
 
@@ -29,7 +30,7 @@ if not Path(CHROMIUM).exists():
 pytestmark = [pytest.mark.realtime, pytest.mark.slow]
 # Loopback sources allowed (the unreachable-URL case), no stream of the server's own, and patience with
 # stream start-up on a loaded 2-core box.
-SERVER_FLAGS = ("--allow-private", "--no-demo-stream", "--read-timeout-s", "60")
+SERVER_FLAGS = ("--allow-private", "--no-demo-stream", "--read-timeout-s", "60", "--max-upload-mb", "1")
 # Elsewhere one folder, overwritten by each run, rather than a new one left in /tmp each time.
 RESULTS = Path(os.environ.get("OVERTIME_SCREENSHOTS") or Path(tempfile.gettempdir()) / "overtime-screens")
 SHOTS = Run(command="make screenshots", directory=RESULTS)
@@ -278,6 +279,33 @@ def test_what_a_stream_did_on_its_own_is_said(page, server):
     page.locator("#stream-notes").wait_for(state="visible", timeout=10_000)
     assert page.locator("#stream-notes li").all_inner_texts() == ["2 earlier", *notes[2:]]
     page.unroute("**/api/streams")
+    delete_all(server)
+
+
+def test_a_video_from_this_computer_is_sent_and_played(page, server, tmp_path):
+    """The File tab sends the video into the server's media folder (under its name with what a media file's name
+    cannot hold as '-'), then plays it as a file: source; one over the server's limit is refused before it is sent."""
+    clip = tmp_path / "holiday clip.mp4"
+    write_mp4(generate(64, 30, seed=6).frames, clip, fps=15)
+    page.click("label[for=kind-file]")
+    assert page.locator("#source-url").is_hidden() and page.locator("#loop").is_visible()
+    large = tmp_path / "large.mp4"
+    large.write_bytes(b"\0" * (2**20 + 1))
+    page.set_input_files("#source-file", str(large))
+    page.click("#start-button")
+    error = page.locator("#form-error")
+    error.wait_for(state="visible", timeout=10_000)
+    assert "the server takes videos of at most 1.0 MB" in error.inner_text()
+    page.set_input_files("#source-file", str(clip))
+    page.fill("#fps", "10")
+    page.click("#start-button")
+    page.wait_for_url("**/?stream=*", timeout=30_000)
+    stream_id = page.url.split("stream=")[1]
+    with urllib.request.urlopen(f"{server}/api/streams/{stream_id}", timeout=30) as res:
+        assert json.load(res)["source"] == "file:holiday-clip.mp4"
+    with urllib.request.urlopen(f"{server}/api/media", timeout=30) as res:
+        names = {f["name"] for f in json.load(res)["files"]}
+    assert "holiday-clip.mp4" in names and "large.mp4" not in names  # the large one never left this computer
     delete_all(server)
 
 

@@ -23,14 +23,16 @@ async function errorMessage(res) {
   return JSON.stringify(detail);
 }
 
+/** `body` goes as JSON, a File (a video sent) as itself. */
 export async function request(method, path, body, { raw = false, retried = false } = {}) {
   const headers = {};
   const token = getToken();
   if (token) headers.Authorization = `Bearer ${token}`;
-  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const isFile = body instanceof Blob;
+  if (body !== undefined) headers["Content-Type"] = isFile ? "application/octet-stream" : "application/json";
   let res;
   try {
-    res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    res = await fetch(path, { method, headers, body: body === undefined || isFile ? body : JSON.stringify(body) });
   } catch (err) {
     throw new ApiError(0, `server unreachable: ${err.message}`);
   }
@@ -55,6 +57,8 @@ export const api = {
   remove: (id) => request("DELETE", `/api/streams/${encodeURIComponent(id)}`),
   checkpoint: (id) => request("POST", `/api/streams/${encodeURIComponent(id)}/checkpoint`),
   downloadCheckpoint: (id) => request("GET", `/api/streams/${encodeURIComponent(id)}/checkpoint`, undefined, { raw: true }),
+  media: () => request("GET", "/api/media"),
+  sendVideo: (name, file) => request("PUT", `/api/media/${encodeURIComponent(name)}`, file),
   health: async () => (await fetch("/healthz")).ok,
 };
 

@@ -8,11 +8,13 @@ function selectedKind() {
 
 export function showKindFields() {
   const kind = selectedKind();
-  document.querySelectorAll("#stream-form [data-for]").forEach((node) => (node.hidden = node.dataset.for !== kind));
+  document
+    .querySelectorAll("#stream-form [data-for]")
+    .forEach((node) => (node.hidden = !node.dataset.for.split(" ").includes(kind)));
 }
 
 /** The POST /api/streams body. Unset fields are left to the server: the rate follows the source, and the learning
- * size follows the frame budget ("auto"). */
+ * size follows the frame budget ("auto"). A file from this computer has no source yet: `chosenFile` is sent first. */
 export function streamSpec() {
   const kind = selectedKind();
   const spec = { stages: Number($("stages").value), init: $("init").value };
@@ -24,10 +26,24 @@ export function streamSpec() {
   if (kind === "demo") spec.source = "demo";
   else if (kind === "webcam") spec.source = "webcam";
   else if (kind === "camera") spec.source = `camera:${Number($("camera-index").value) || 0}`;
-  else {
+  else if (kind === "file") {
+    spec.loop = $("loop").checked;
+    if (!$("source-file").files.length) throw new Error("choose a video file first");
+  } else {
     spec.source = $("source-url").value.trim();
     spec.loop = $("loop").checked;
     if (!spec.source) throw new Error("type a video URL first");
   }
   return spec;
+}
+
+/** The video chosen on the File tab, or null on any other. */
+export function chosenFile() {
+  return selectedKind() === "file" ? $("source-file").files[0] : null;
+}
+
+/** The name a video is sent under: its own, with what a media file's name cannot hold (server/stream/source/
+ * media_files.py) as "-". */
+export function mediaName(file) {
+  return file.name.replace(/[^A-Za-z0-9._-]/g, "-").slice(-128).replace(/^[._-]+/, "") || "video";
 }

@@ -4,7 +4,7 @@ import { RecentTimings, renderStageBars, renderVerdict } from "./budget_bars.js"
 import { budgetSeries, LiveChart, lossSeries, COLORS } from "./charts.js";
 import { VersusStart } from "./versus_start.js";
 import { drawLegend } from "./colorwheel.js";
-import { showKindFields, streamSpec } from "./form.js";
+import { chosenFile, mediaName, showKindFields, streamSpec } from "./form.js";
 import { errorWords, ms, num, shortSource } from "./format.js";
 import { LiveStream } from "./live.js";
 import { renderStreams } from "./streams.js";
@@ -51,6 +51,22 @@ const charts = {
 };
 
 // ---------- new-stream form ----------
+/** Sends a video from this computer into the server's media folder (checked against the server's limit first: a
+ * server that refuses a body midway resets the connection); its file: source. */
+async function sendVideo(file) {
+  const { max_upload_bytes: limit } = await api.media();
+  const mb = (bytes) => `${(bytes / 2 ** 20).toFixed(1)} MB`;
+  if (file.size > limit) {
+    throw new Error(`${file.name} is ${mb(file.size)}; the server takes videos of at most ${mb(limit)}`);
+  }
+  $("start-button").textContent = `Sending ${mb(file.size)} …`;
+  try {
+    return (await api.sendVideo(mediaName(file), file)).source;
+  } finally {
+    $("start-button").textContent = "Start stream";
+  }
+}
+
 async function onSubmit(ev) {
   ev.preventDefault();
   const button = $("start-button");
@@ -59,6 +75,8 @@ async function onSubmit(ev) {
   button.disabled = true;
   try {
     const spec = streamSpec();
+    const file = chosenFile();
+    if (file) spec.source = await sendVideo(file);
     const stream = await api.create(spec);
     if (spec.source === "webcam") {
       try {
