@@ -111,9 +111,12 @@ def _params(op: dict) -> str:
         choices = schema.get("enum")
         value = "\\|".join(choices) if choices else schema.get("type", "")
         shown.append(f"`?{p['name']}={value}`" + (f" (default `{schema['default']}`)" if "default" in schema else ""))
-    body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema", {})
+    content = op.get("requestBody", {}).get("content", {})
+    body = content.get("application/json", {}).get("schema", {})
     if "$ref" in body:
         shown.append(f"body `{body['$ref'].rsplit('/', 1)[-1]}`")
+    if "application/octet-stream" in content:
+        shown.append("body: the file itself")
     return ", ".join(shown)
 
 

@@ -40,7 +40,14 @@ async def list_media(settings: AppSettings) -> MediaFolder:
     return MediaFolder(files=files, max_upload_bytes=upload_limit(settings))
 
 
-@router.put("/{name}", status_code=201, response_model=MediaFile)
+#: What OpenAPI says a video sent is (the route reads the body itself, as it comes, not through a model).
+VIDEO_BODY = {
+    "required": True,
+    "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
+}
+
+
+@router.put("/{name}", status_code=201, response_model=MediaFile, openapi_extra={"requestBody": VIDEO_BODY})
 async def put_media(name: str, request: Request, settings: AppSettings) -> MediaFile:
     """Send a video into the media folder as ``name`` (the request's body is the file: ``curl -T clip.mp4 URL``); a
     stream then plays it as ``file:NAME``. The same name again replaces the file; streams reading it read on."""
