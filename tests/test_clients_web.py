@@ -306,6 +306,9 @@ def test_a_video_from_this_computer_is_sent_and_played(page, server, tmp_path):
     with urllib.request.urlopen(f"{server}/api/media", timeout=30) as res:
         names = {f["name"] for f in json.load(res)["files"]}
     assert "holiday-clip.mp4" in names and "large.mp4" not in names  # the large one never left this computer
+    page.click("label[for=kind-url]")  # the URL field now suggests it, as every video in the media folder
+    suggested = "document.querySelectorAll('#media-files option[value=\"file:holiday-clip.mp4\"]').length"
+    page.wait_for_function(f"() => {suggested} === 1", timeout=10_000)
     delete_all(server)
 
 

@@ -67,6 +67,13 @@ async function sendVideo(file) {
   }
 }
 
+/** The media folder's videos as the URL field's suggestions (file:NAME), asked for when the URL tab opens. */
+async function suggestMediaFiles() {
+  const { files } = await api.media().catch(() => ({ files: [] }));  // suggestions only: the field works without
+  const option = (file) => Object.assign(document.createElement("option"), { value: file.source });
+  $("media-files").replaceChildren(...files.map(option));
+}
+
 async function onSubmit(ev) {
   ev.preventDefault();
   const button = $("start-button");
@@ -360,6 +367,7 @@ function applyCapabilities(caps) {
 // ---------- controls ----------
 function bindControls() {
   document.querySelectorAll('input[name="kind"]').forEach((r) => r.addEventListener("change", showKindFields));
+  $("kind-url").addEventListener("change", suggestMediaFiles);
   showKindFields();
   $("stream-form").addEventListener("submit", onSubmit);
   document.querySelectorAll('input[name="mode"]').forEach((r) =>
