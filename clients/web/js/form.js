@@ -41,9 +41,3 @@ export function streamSpec() {
 export function chosenFile() {
   return selectedKind() === "file" ? $("source-file").files[0] : null;
 }
-
-/** The name a video is sent under: its own, with what a media file's name cannot hold (server/stream/source/
- * media_files.py) as "-". */
-export function mediaName(file) {
-  return file.name.replace(/[^A-Za-z0-9._-]/g, "-").slice(-128).replace(/^[._-]+/, "") || "video";
-}

@@ -4,9 +4,10 @@ import { RecentTimings, renderStageBars, renderVerdict } from "./budget_bars.js"
 import { budgetSeries, LiveChart, lossSeries, COLORS } from "./charts.js";
 import { VersusStart } from "./versus_start.js";
 import { drawLegend } from "./colorwheel.js";
-import { chosenFile, mediaName, showKindFields, streamSpec } from "./form.js";
+import { chosenFile, showKindFields, streamSpec } from "./form.js";
 import { errorWords, ms, num, shortSource } from "./format.js";
 import { LiveStream } from "./live.js";
+import { sendVideo, suggestMediaFiles } from "./media.js";
 import { renderStreams } from "./streams.js";
 import { renderBudgetNote, renderNotes } from "./stream_notes.js";
 import { askToken } from "./token.js";
@@ -51,29 +52,6 @@ const charts = {
 };
 
 // ---------- new-stream form ----------
-/** Sends a video from this computer into the server's media folder (checked against the server's limit first: a
- * server that refuses a body midway resets the connection); its file: source. */
-async function sendVideo(file) {
-  const { max_upload_bytes: limit } = await api.media();
-  const mb = (bytes) => `${(bytes / 2 ** 20).toFixed(1)} MB`;
-  if (file.size > limit) {
-    throw new Error(`${file.name} is ${mb(file.size)}; the server takes videos of at most ${mb(limit)}`);
-  }
-  $("start-button").textContent = `Sending ${mb(file.size)} …`;
-  try {
-    return (await api.sendVideo(mediaName(file), file)).source;
-  } finally {
-    $("start-button").textContent = "Start stream";
-  }
-}
-
-/** The media folder's videos as the URL field's suggestions (file:NAME), asked for when the URL tab opens. */
-async function suggestMediaFiles() {
-  const { files } = await api.media().catch(() => ({ files: [] }));  // suggestions only: the field works without
-  const option = (file) => Object.assign(document.createElement("option"), { value: file.source });
-  $("media-files").replaceChildren(...files.map(option));
-}
-
 async function onSubmit(ev) {
   ev.preventDefault();
   const button = $("start-button");
@@ -83,7 +61,7 @@ async function onSubmit(ev) {
   try {
     const spec = streamSpec();
     const file = chosenFile();
-    if (file) spec.source = await sendVideo(file);
+    if (file) spec.source = await sendVideo(file, button);
     const stream = await api.create(spec);
     if (spec.source === "webcam") {
       try {
@@ -367,7 +345,7 @@ function applyCapabilities(caps) {
 // ---------- controls ----------
 function bindControls() {
   document.querySelectorAll('input[name="kind"]').forEach((r) => r.addEventListener("change", showKindFields));
-  $("kind-url").addEventListener("change", suggestMediaFiles);
+  $("kind-url").addEventListener("change", () => suggestMediaFiles($("media-files")));
   showKindFields();
   $("stream-form").addEventListener("submit", onSubmit);
   document.querySelectorAll('input[name="mode"]').forEach((r) =>

@@ -18,7 +18,8 @@ from ..manager import RequestError
 from ..schemas import MediaFile, MediaFolder
 
 router = APIRouter(prefix="/api/media", tags=["media"], dependencies=[Depends(require_token)])
-#: Room an upload must leave on the media folder's disk: checkpoints are written there too, and must not fail for it.
+#: Room an upload must leave on the media folder's disk: by default (``media``, ``checkpoints`` side by side) the
+#: checkpoints share it, and must not fail for a video.
 MIN_FREE_BYTES = 512 * 2**20
 #: The HTTP status of each refusal a video sent can meet (others: 500, in words).
 STATUS = {errors.BAD_MEDIA_NAME: 400, errors.TOO_LARGE: 413, errors.NOT_VIDEO: 415, errors.DECODE_ERROR: 415}

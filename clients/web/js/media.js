@@ -1,0 +1,34 @@
+// The server's media folder from the page: a video on this computer sent into it (the File tab), and the videos
+// already there as the URL field's suggestions (file:NAME).
+import { api } from "./api.js";
+
+const mb = (bytes) => `${(bytes / 2 ** 20).toFixed(1)} MB`;
+
+/** The name a video is sent under: its own, with what a media file's name cannot hold (server/stream/source/
+ * media_files.py) as "-". */
+function mediaName(file) {
+  return file.name.replace(/[^A-Za-z0-9._-]/g, "-").slice(-128).replace(/^[._-]+/, "") || "video";
+}
+
+/** Sends `file` into the server's media folder, saying so on `button`; its file: source. Checked against the server's
+ * limit first: a server that refuses a body midway resets the connection, and the page would only see that. */
+export async function sendVideo(file, button) {
+  const { max_upload_bytes: limit } = await api.media();
+  if (file.size > limit) {
+    throw new Error(`${file.name} is ${mb(file.size)}; the server takes videos of at most ${mb(limit)}`);
+  }
+  const label = button.textContent;
+  button.textContent = `Sending ${mb(file.size)} …`;
+  try {
+    return (await api.sendVideo(mediaName(file), file)).source;
+  } finally {
+    button.textContent = label;
+  }
+}
+
+/** Fills `datalist` with the media folder's videos (file:NAME); suggestions only, so a failure leaves it empty. */
+export async function suggestMediaFiles(datalist) {
+  const { files } = await api.media().catch(() => ({ files: [] }));
+  const option = (file) => Object.assign(document.createElement("option"), { value: file.source });
+  datalist.replaceChildren(...files.map(option));
+}
