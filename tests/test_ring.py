@@ -1,8 +1,9 @@
 """The shared-memory frame ring: ordered delivery with capture time and shot, drop-oldest when the reader is behind,
-torn reads detected."""
+torn reads detected, and the source's end known only once every frame queued was read."""
 
 from __future__ import annotations
 
+import collections
 import multiprocessing as mp
 import queue
 
@@ -79,3 +80,46 @@ def test_frames_of_any_size_within_the_capacity(ring):
     assert got.shape == (4, 6, 3) and np.array_equal(got, small)
     with pytest.raises(ValueError, match="does not fit"):
         ring.write(np.zeros((9, 8, 3), np.uint8), 2.0, 2.0, q)
+
+
+class LateQueue:
+    """A queue whose items reach the reader only when ``deliver`` is called: a ``multiprocessing.Queue`` hands an item
+    to its feeder thread, and a loaded machine may run that thread well after the writer went on."""
+
+    def __init__(self) -> None:
+        self.sent: collections.deque = collections.deque()
+        self.delivered: queue.Queue = queue.Queue()
+
+    def put_nowait(self, item) -> None:
+        self.sent.append(item)
+
+    def deliver(self) -> None:
+        while self.sent:
+            self.delivered.put(self.sent.popleft())
+
+    def get(self, timeout: float):
+        return self.delivered.get(timeout=timeout)
+
+
+def test_the_end_waits_for_the_frames_queued_before_it_however_late_they_arrive(ring):
+    q = LateQueue()
+    for i in range(2):
+        ring.write(frame(i), float(i), float(i), q)
+    ring.set_ended()  # seen by the reader at once, before the queue delivers the frames written before it
+    assert ring.read(q, timeout=0.01) is None and not ring.drained
+    q.deliver()
+    assert ring.read(q, timeout=5).seq == 0 and not ring.drained
+    assert ring.read(q, timeout=5).seq == 1 and ring.drained
+
+
+def test_the_end_counts_frames_dropped_or_overwritten_as_read(ring):
+    q = CTX.Queue(ring.queue_size)
+    for i in range(5):  # three of them dropped: the queue holds two
+        ring.write(frame(i), float(i), float(i), q)
+    ring.set_ended()
+    assert ring.read(q, timeout=5).seq == 3 and not ring.drained
+    slot, seq = q.get(timeout=5)
+    ring.header[slot, 0] = seq + 4  # lapped: the last frame's slot holds a newer one
+    stale = CTX.Queue(2)
+    stale.put((slot, seq))
+    assert ring.read(stale, timeout=5) is False and ring.drained

@@ -7,6 +7,11 @@ oldest unread frame (the worker is behind). Each slot header carries the sequenc
 (-1 while being written): the reader checks it before and after copying — a seqlock — so a slot that was
 overwritten under it is detected and counted as dropped instead of handing out torn pixels.
 
+The source's end is a flag in shared memory, which the reader sees at once, while a queued ``(slot, seq)`` reaches the
+reader's end of the queue only when the writer's feeder thread gets to it: so the ring also records how far the
+writer queued, and the reader has read everything only once it has taken that far (``drained``), however late the
+queue delivers the last frame.
+
 A slot holds a frame of any size up to the ring's capacity and records that size: the ring is made before the
 source opens, and only the decoder learns the picture's size (from the first frame). It also records the frame's shot:
 a count the decoder raises where the video starts afresh (a looping file's first frame again), so the worker pairs
@@ -26,8 +31,9 @@ import numpy as np
 POLL_S = 0.02
 WRITING = -1.0
 SEQ, CAPTURE, SOURCE, HEIGHT, WIDTH, SHOT = range(6)  # header columns of a slot
+QUEUED = 1  # the next-seq row's second column: one past the last frame the writer queued
 COLUMNS = 6
-NEXT_SEQ, FLAGS = -2, -1  # header rows after the slots: (next seq, ...) and the flags
+NEXT_SEQ, FLAGS = -2, -1  # header rows after the slots: (next seq, queued through) and the flags
 STOP, READY, WANTED, ENDED = range(4)  # flag columns: stop requested, worker ready, pictures viewers want (a bit
 # mask), the source ended (no frame follows those written)
 
@@ -68,6 +74,7 @@ class FrameRing:
         self._owner = owner
         self.header = np.ndarray((spec.slots + 2, COLUMNS), np.float64, shm.buf, 0)
         self.frames = np.ndarray((spec.slots, spec.frame_bytes), np.uint8, shm.buf, spec.header_bytes)
+        self.read_through = 0  # the reader's side: one past the last frame it took from the queue
 
     @classmethod
     def create(cls, slots: int, height: int, width: int) -> FrameRing:
@@ -107,9 +114,9 @@ class FrameRing:
         self.header[FLAGS, ENDED] = 1.0
 
     @property
-    def ended(self) -> bool:
-        """The decoder wrote its last frame: once those are read, none will come."""
-        return bool(self.header[FLAGS, ENDED])
+    def drained(self) -> bool:
+        """The decoder wrote its last frame, and the reader took from the queue every frame queued."""
+        return bool(self.header[FLAGS, ENDED]) and self.read_through >= self.header[NEXT_SEQ, QUEUED]
 
     @property
     def wanted(self) -> int:
@@ -152,6 +159,7 @@ class FrameRing:
         for _ in range(self.spec.slots):
             try:
                 slots_queue.put_nowait((slot, seq))
+                self.header[NEXT_SEQ, QUEUED] = seq + 1
                 return dropped
             except queue.Full:
                 try:
@@ -168,6 +176,7 @@ class FrameRing:
             slot, seq = slots_queue.get(timeout=timeout)
         except queue.Empty:
             return None
+        self.read_through = seq + 1  # the queue is in order: every frame queued before this one was taken too
         if self.header[slot, SEQ] != seq:
             return False
         capture_time, source_time, height, width, shot = self.header[slot, CAPTURE:]

@@ -115,10 +115,9 @@ def _learn(cfg: LearnerProcessConfig, loop: FrameLoop, writer: CheckpointWriter,
         if time.monotonic() - last_save >= cfg.checkpoint_interval_s:
             writer.checkpoint()
             last_save = time.monotonic()
-        ended = ring.ended  # read before waiting: a frame written before the end is in the queue by the timeout
         got = ring.read(slots, POLL_S)
         if got is None:
-            if ended and not finished:
+            if ring.drained and not finished:
                 loop.finish()
                 loop.out.put(LearnedToTheEnd())
                 finished = True
