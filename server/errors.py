@@ -18,10 +18,11 @@ UNAUTHORIZED = "unauthorized"
 STREAM_NOT_FOUND = "stream_not_found"
 TOO_MANY_STREAMS = "too_many_streams"
 NAME_IN_USE = "name_in_use"
-# A video sent into the media folder (PUT /api/media: HTTP 400 / 413 / 415 / 507).
+# A video sent into the media folder or deleted from it (PUT, DELETE /api/media: HTTP 400 / 409 / 413 / 415 / 507).
 BAD_MEDIA_NAME = "bad_media_name"
 TOO_LARGE = "too_large"
 NO_SPACE = "no_space"
+MEDIA_IN_USE = "media_in_use"
 # Run-time errors (a stream's state + error).
 SOURCE_UNREACHABLE = "source_unreachable"
 NOT_FOUND = "not_found"

@@ -1,5 +1,6 @@
 """A video sent into the media folder (``PUT /api/media/{name}``): a stream plays it as ``file:NAME``; a name that is
-not one, a file that is not a video or is too large, is refused in words, and leaves nothing in the folder."""
+not one, a file that is not a video or is too large, is refused in words, and leaves nothing in the folder; a video is
+deleted (``DELETE``) once no stream plays it."""
 
 from __future__ import annotations
 
@@ -66,3 +67,24 @@ def test_a_body_of_unstated_length_is_cut_off_at_the_limit(server):
     r = server.client.put("/api/media/chunked.mp4", content=chunks())
     assert r.status_code == 413 and r.json()["detail"]["code"] == "too_large", r.text
     assert _folder(server) == before
+
+
+def test_a_video_is_deleted_once_no_stream_plays_it(server, media):
+    assert server.client.put("/api/media/to-delete.mp4", content=(media / "short.mp4").read_bytes()).status_code == 201
+    sid = create(server, source="file:to-delete.mp4", loop=True, name="looping-one")["id"]  # plays until deleted
+    try:
+        r = server.client.delete("/api/media/to-delete.mp4")
+        assert r.status_code == 409 and r.json()["detail"] == {
+            "code": "media_in_use", "message": "streams play this video (looping-one): delete them first"}  # fmt: skip
+        assert "to-delete.mp4" in _folder(server)
+    finally:
+        delete(server, sid)
+    before = _folder(server)
+    assert server.client.delete("/api/media/to-delete.mp4").status_code == 204
+    assert _folder(server) == before - {"to-delete.mp4"}  # that one, nothing else
+    assert "to-delete.mp4" not in {f["name"] for f in server.client.get("/api/media").json()["files"]}
+    for name, status, code in (("to-delete.mp4", 404, "file_not_found"), ("demo.mp4", 400, "bad_media_name"),
+                               (".hidden", 400, "bad_media_name")):  # fmt: skip
+        r = server.client.delete(f"/api/media/{name}")
+        assert r.status_code == status and r.json()["detail"]["code"] == code, r.text
+    assert _folder(server) == before - {"to-delete.mp4"}

@@ -1,20 +1,21 @@
-"""``/api/media``: the videos ``file:`` sources can name, and a video sent into the media folder."""
+"""``/api/media``: the videos ``file:`` sources can name, a video sent into the media folder, and one deleted."""
 
 from __future__ import annotations
 
 import errno
 import shutil
+from pathlib import Path
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
 from ... import errors
 from ...errors import SourceError
 from ...settings import Settings
-from ...stream.source.media_files import MediaUpload, listing, media_name, too_large
-from ..deps import AppSettings, require_token
-from ..manager import RequestError
+from ...stream.source.media_files import MediaUpload, listing, media_name, stored_video, too_large
+from ..deps import AppSettings, Manager, require_token
+from ..manager import RequestError, StreamManager
 from ..schemas import MediaFile, MediaFolder
 
 router = APIRouter(prefix="/api/media", tags=["media"], dependencies=[Depends(require_token)])
@@ -22,10 +23,16 @@ router = APIRouter(prefix="/api/media", tags=["media"], dependencies=[Depends(re
 #: checkpoints share it, and must not fail for a video.
 MIN_FREE_BYTES = 512 * 2**20
 #: The HTTP status of each refusal a video sent can meet (others: 500, in words).
-STATUS = {errors.BAD_MEDIA_NAME: 400, errors.TOO_LARGE: 413, errors.NOT_VIDEO: 415, errors.DECODE_ERROR: 415}
+STATUS = {
+    errors.BAD_MEDIA_NAME: 400,
+    errors.FILE_NOT_FOUND: 404,
+    errors.TOO_LARGE: 413,
+    errors.NOT_VIDEO: 415,
+    errors.DECODE_ERROR: 415,
+}
 
 
-def media_file(name: str, size: int) -> MediaFile:
+def listed(name: str, size: int) -> MediaFile:
     return MediaFile(name=name, size_bytes=size, source=f"file:{name}")
 
 
@@ -37,7 +44,7 @@ def upload_limit(settings: Settings) -> int:
 async def list_media(settings: AppSettings) -> MediaFolder:
     """The videos in the server's media folder, each with the ``file:`` source that plays it, and the largest video
     it takes: a client checks a file against it before sending it all."""
-    files = [media_file(name, size) for name, size in await run_in_threadpool(listing, settings.media_dir)]
+    files = [listed(name, size) for name, size in await run_in_threadpool(listing, settings.media_dir)]
     return MediaFolder(files=files, max_upload_bytes=upload_limit(settings))
 
 
@@ -78,4 +85,27 @@ async def put_media(name: str, request: Request, settings: AppSettings) -> Media
         raise RequestError(507, errors.NO_SPACE, "the server's disk filled up while the video came") from exc
     finally:
         await run_in_threadpool(upload.discard)
-    return media_file(path.name, upload.size)
+    return listed(path.name, upload.size)
+
+
+@router.delete("/{name}", status_code=204)
+async def delete_media(name: str, settings: AppSettings, manager: Manager) -> Response:
+    """Delete a video from the media folder; refused (409) while a stream plays it: the stream would fail when it
+    opens the file again (its processes started afresh after a fault)."""
+    try:
+        path = stored_video(settings.media_dir, name)
+    except SourceError as exc:
+        raise RequestError(STATUS.get(exc.code, 500), exc.code, exc.message) from exc
+    if players := await run_in_threadpool(_playing, manager, path):
+        names = ", ".join(players)
+        raise RequestError(409, errors.MEDIA_IN_USE, f"streams play this video ({names}): delete them first")
+    await run_in_threadpool(path.unlink, missing_ok=True)
+    return Response(status_code=204)
+
+
+def _playing(manager: StreamManager, path: Path) -> list[str]:
+    """The names of the streams, not yet ended, whose ``file:`` source is ``path``."""
+    paths = {path, path.resolve()}
+    return [
+        s.cfg.name for s in manager.all() if s.cfg.spec.kind == "file" and Path(s.cfg.spec.target) in paths and s.active
+    ]

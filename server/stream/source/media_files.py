@@ -48,6 +48,15 @@ def listing(media_dir: Path) -> list[tuple[str, int]]:
     return sorted((p.name, p.stat().st_size) for p in media_dir.iterdir() if p.is_file() and NAME.fullmatch(p.name))
 
 
+def stored_video(media_dir: Path, name: str) -> Path:
+    """The path of the video ``name`` in ``media_dir``, resolved as a stream's ``file:`` source resolves it; a
+    ``bad_media_name`` or ``file_not_found`` error in words."""
+    path = Path(media_dir).resolve() / media_name(name)
+    if not path.is_file():
+        raise SourceError(errors.FILE_NOT_FOUND, f"no video {name} in the media folder")
+    return path
+
+
 class MediaUpload:
     """A video being received into ``media_dir`` as ``name``, at most ``limit_bytes``: ``write`` each chunk, then
     ``keep`` (checked as a video, moved into place) or ``discard``. Blocking file I/O: call from a thread."""
