@@ -282,9 +282,10 @@ def test_what_a_stream_did_on_its_own_is_said(page, server):
     delete_all(server)
 
 
-def test_a_video_from_this_computer_is_sent_and_played(page, server, tmp_path):
+def test_a_video_from_this_computer_is_sent_played_and_deleted(page, server, tmp_path):
     """The File tab sends the video into the server's media folder (under its name with what a media file's name
-    cannot hold as '-'), then plays it as a file: source; one over the server's limit is refused before it is sent."""
+    cannot hold as '-'), then plays it as a file: source; one over the server's limit is refused before it is sent.
+    The tab lists the folder's videos; one is deleted on a second click, not while a stream plays it."""
     clip = tmp_path / "holiday clip.mp4"
     write_mp4(generate(64, 30, seed=6).frames, clip, fps=15)
     page.click("label[for=kind-file]")
@@ -298,6 +299,7 @@ def test_a_video_from_this_computer_is_sent_and_played(page, server, tmp_path):
     assert "the server takes videos of at most 1.0 MB" in error.inner_text()
     page.set_input_files("#source-file", str(clip))
     page.fill("#fps", "10")
+    page.check("#loop")  # it plays until deleted
     page.click("#start-button")
     page.wait_for_url("**/?stream=*", timeout=30_000)
     stream_id = page.url.split("stream=")[1]
@@ -309,7 +311,19 @@ def test_a_video_from_this_computer_is_sent_and_played(page, server, tmp_path):
     page.click("label[for=kind-url]")  # the URL field now suggests it, as every video in the media folder
     suggested = "document.querySelectorAll('#media-files option[value=\"file:holiday-clip.mp4\"]').length"
     page.wait_for_function(f"() => {suggested} === 1", timeout=10_000)
+    page.click("label[for=kind-file]")
+    row = page.locator("#media-list li", has_text="holiday-clip.mp4")
+    row.locator("button").click()
+    assert row.locator("button").inner_text() == "Delete?"  # asked again: nothing deleted yet
+    row.locator("button").click()
+    error.wait_for(state="visible", timeout=10_000)
+    assert "media in use: streams play this video" in error.inner_text()
     delete_all(server)
+    row.locator("button").click()
+    row.locator("button").click()
+    row.wait_for(state="detached", timeout=10_000)
+    with urllib.request.urlopen(f"{server}/api/media", timeout=30) as res:
+        assert "holiday-clip.mp4" not in {f["name"] for f in json.load(res)["files"]}
 
 
 def test_rejected_source_shows_server_message(page):

@@ -59,6 +59,7 @@ export const api = {
   downloadCheckpoint: (id) => request("GET", `/api/streams/${encodeURIComponent(id)}/checkpoint`, undefined, { raw: true }),
   media: () => request("GET", "/api/media"),
   sendVideo: (name, file) => request("PUT", `/api/media/${encodeURIComponent(name)}`, file),
+  deleteVideo: (name) => request("DELETE", `/api/media/${encodeURIComponent(name)}`),
   health: async () => (await fetch("/healthz")).ok,
 };
 

@@ -7,7 +7,7 @@ import { drawLegend } from "./colorwheel.js";
 import { chosenFile, showKindFields, streamSpec } from "./form.js";
 import { errorWords, ms, num, shortSource } from "./format.js";
 import { LiveStream } from "./live.js";
-import { sendVideo, suggestMediaFiles } from "./media.js";
+import { listMediaFiles, sendVideo, suggestMediaFiles } from "./media.js";
 import { renderStreams } from "./streams.js";
 import { renderBudgetNote, renderNotes } from "./stream_notes.js";
 import { askToken } from "./token.js";
@@ -52,6 +52,18 @@ const charts = {
 };
 
 // ---------- new-stream form ----------
+function showFormError(err) {
+  const errorBox = $("form-error");
+  errorBox.textContent = err.message;
+  errorBox.hidden = false;
+}
+
+/** The File tab's list of the videos already in the server's media folder. */
+function showMediaFolder() {
+  $("form-error").hidden = true;
+  return listMediaFiles($("media-list"), showFormError);
+}
+
 async function onSubmit(ev) {
   ev.preventDefault();
   const button = $("start-button");
@@ -61,7 +73,10 @@ async function onSubmit(ev) {
   try {
     const spec = streamSpec();
     const file = chosenFile();
-    if (file) spec.source = await sendVideo(file, button);
+    if (file) {
+      spec.source = await sendVideo(file, button);
+      showMediaFolder();
+    }
     const stream = await api.create(spec);
     if (spec.source === "webcam") {
       try {
@@ -74,8 +89,7 @@ async function onSubmit(ev) {
     await refreshList();
     open(stream.id);
   } catch (err) {
-    errorBox.textContent = err.message;
-    errorBox.hidden = false;
+    showFormError(err);
   } finally {
     button.disabled = false;
   }
@@ -346,6 +360,7 @@ function applyCapabilities(caps) {
 function bindControls() {
   document.querySelectorAll('input[name="kind"]').forEach((r) => r.addEventListener("change", showKindFields));
   $("kind-url").addEventListener("change", () => suggestMediaFiles($("media-files")));
+  $("kind-file").addEventListener("change", showMediaFolder);
   showKindFields();
   $("stream-form").addEventListener("submit", onSubmit);
   document.querySelectorAll('input[name="mode"]').forEach((r) =>

@@ -1,8 +1,9 @@
-// The server's media folder from the page: a video on this computer sent into it (the File tab), and the videos
-// already there as the URL field's suggestions (file:NAME).
+// The server's media folder from the page: a video on this computer sent into it (the File tab), the videos already
+// there listed under it (each to delete), and as the URL field's suggestions (file:NAME).
 import { api } from "./api.js";
 
 const mb = (bytes) => `${(bytes / 2 ** 20).toFixed(1)} MB`;
+const fileSize = (bytes) => (bytes < 2 ** 20 ? `${Math.ceil(bytes / 2 ** 10)} KB` : mb(bytes));
 
 /** The name a video is sent under: its own, with what a media file's name cannot hold (server/stream/source/
  * media_files.py) as "-". */
@@ -31,4 +32,39 @@ export async function suggestMediaFiles(datalist) {
   const { files } = await api.media().catch(() => ({ files: [] }));
   const option = (file) => Object.assign(document.createElement("option"), { value: file.source });
   datalist.replaceChildren(...files.map(option));
+}
+
+/** Lists the media folder's videos in `list`, each with a Delete button that asks again before it deletes (a video
+ * deleted is gone from the server). `onError` gets what the server refused in words (a video a stream plays: 409). */
+export async function listMediaFiles(list, onError) {
+  const { files } = await api.media().catch(() => ({ files: [] }));
+  const item = (file) => {
+    const li = document.createElement("li");
+    const span = (className, textContent) => Object.assign(document.createElement("span"), { className, textContent });
+    const name = Object.assign(span("name", file.name), { title: file.name });
+    const size = span("size", fileSize(file.size_bytes));
+    const button = Object.assign(document.createElement("button"), {
+      type: "button", className: "ghost danger small", textContent: "Delete",
+    });
+    button.addEventListener("click", async () => {
+      if (!button.classList.contains("confirm")) {
+        button.classList.add("confirm");
+        button.textContent = "Delete?";
+        return;
+      }
+      button.disabled = true;
+      try {
+        await api.deleteVideo(file.name);
+        await listMediaFiles(list, onError);
+      } catch (err) {
+        onError(err);
+        button.disabled = false;
+        button.classList.remove("confirm");
+        button.textContent = "Delete";
+      }
+    });
+    li.append(name, size, button);
+    return li;
+  };
+  list.replaceChildren(...files.map(item));
 }
