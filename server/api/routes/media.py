@@ -22,7 +22,7 @@ router = APIRouter(prefix="/api/media", tags=["media"], dependencies=[Depends(re
 #: Room an upload must leave on the media folder's disk: by default (``media``, ``checkpoints`` side by side) the
 #: checkpoints share it, and must not fail for a video.
 MIN_FREE_BYTES = 512 * 2**20
-#: The HTTP status of each refusal a video sent can meet (others: 500, in words).
+#: The HTTP status of each refusal a video sent or deleted can meet (others: 500, in words).
 STATUS = {
     errors.BAD_MEDIA_NAME: 400,
     errors.FILE_NOT_FOUND: 404,

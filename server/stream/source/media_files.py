@@ -49,8 +49,9 @@ def listing(media_dir: Path) -> list[tuple[str, int]]:
 
 
 def stored_video(media_dir: Path, name: str) -> Path:
-    """The path of the video ``name`` in ``media_dir``, resolved as a stream's ``file:`` source resolves it; a
-    ``bad_media_name`` or ``file_not_found`` error in words."""
+    """The path of the video ``name`` in ``media_dir`` (the folder resolved, as a stream's ``file:`` source has it; the
+    name itself not, so that a link is deleted, not what it points to); a ``bad_media_name`` or ``file_not_found``
+    error in words."""
     path = Path(media_dir).resolve() / media_name(name)
     if not path.is_file():
         raise SourceError(errors.FILE_NOT_FOUND, f"no video {name} in the media folder")
