@@ -4,15 +4,13 @@ import { RecentTimings, renderStageBars, renderVerdict } from "./budget_bars.js"
 import { budgetSeries, LiveChart, lossSeries, COLORS } from "./charts.js";
 import { VersusStart } from "./versus_start.js";
 import { drawLegend } from "./colorwheel.js";
-import { chosenFile, showKindFields, streamSpec } from "./form.js";
 import { errorWords, ms, num, shortSource } from "./format.js";
 import { LiveStream } from "./live.js";
-import { listMediaFiles, sendVideo, suggestMediaFiles } from "./media.js";
+import { bindStreamForm } from "./new_stream.js";
 import { renderStreams } from "./streams.js";
 import { renderBudgetNote, renderNotes } from "./stream_notes.js";
 import { askToken } from "./token.js";
 import { FlowView } from "./view.js";
-import { WebcamPump } from "./webcam.js";
 
 const $ = (id) => document.getElementById(id);
 const POLL_MS = 2000;
@@ -50,50 +48,6 @@ const charts = {
     yLabel: "ms",
   }),
 };
-
-// ---------- new-stream form ----------
-function showFormError(err) {
-  const errorBox = $("form-error");
-  errorBox.textContent = err.message;
-  errorBox.hidden = false;
-}
-
-/** The File tab's list of the videos already in the server's media folder. */
-function showMediaFolder() {
-  $("form-error").hidden = true;
-  return listMediaFiles($("media-list"), showFormError);
-}
-
-async function onSubmit(ev) {
-  ev.preventDefault();
-  const button = $("start-button");
-  const errorBox = $("form-error");
-  errorBox.hidden = true;
-  button.disabled = true;
-  try {
-    const spec = streamSpec();
-    const file = chosenFile();
-    if (file) {
-      spec.source = await sendVideo(file, button);
-      showMediaFolder();
-    }
-    const stream = await api.create(spec);
-    if (spec.source === "webcam") {
-      try {
-        state.pumps.set(stream.id, await WebcamPump.start(stream.id, spec, (msg) => ($("live-sub").textContent = msg)));
-      } catch (err) {
-        await api.remove(stream.id).catch(() => {});
-        throw err;
-      }
-    }
-    await refreshList();
-    open(stream.id);
-  } catch (err) {
-    showFormError(err);
-  } finally {
-    button.disabled = false;
-  }
-}
 
 // ---------- stream list ----------
 async function refreshList() {
@@ -358,11 +312,13 @@ function applyCapabilities(caps) {
 
 // ---------- controls ----------
 function bindControls() {
-  document.querySelectorAll('input[name="kind"]').forEach((r) => r.addEventListener("change", showKindFields));
-  $("kind-url").addEventListener("change", () => suggestMediaFiles($("media-files")));
-  $("kind-file").addEventListener("change", showMediaFolder);
-  showKindFields();
-  $("stream-form").addEventListener("submit", onSubmit);
+  bindStreamForm({
+    pumps: state.pumps,
+    onCreated: async (id) => {
+      await refreshList();
+      open(id);
+    },
+  });
   document.querySelectorAll('input[name="mode"]').forEach((r) =>
     r.addEventListener("change", () => {
       view.mode = r.value;
