@@ -32,6 +32,11 @@ STATUS = {
 }
 
 
+def refusal(exc: SourceError) -> RequestError:
+    """What the media folder refused, as the HTTP answer its code has in ``STATUS``."""
+    return RequestError(STATUS.get(exc.code, 500), exc.code, exc.message)
+
+
 def listed(name: str, size: int) -> MediaFile:
     return MediaFile(name=name, size_bytes=size, source=f"file:{name}")
 
@@ -66,7 +71,7 @@ async def put_media(name: str, request: Request, settings: AppSettings) -> Media
         if declared > limit:
             raise too_large(limit)
     except SourceError as exc:
-        raise RequestError(STATUS.get(exc.code, 500), exc.code, exc.message) from exc
+        raise refusal(exc) from exc
     free = (await run_in_threadpool(shutil.disk_usage, settings.media_dir)).free
     if free - declared < MIN_FREE_BYTES:
         raise RequestError(507, errors.NO_SPACE, "the server's disk has no room for this video")
@@ -76,7 +81,7 @@ async def put_media(name: str, request: Request, settings: AppSettings) -> Media
             await run_in_threadpool(upload.write, chunk)
         path = await run_in_threadpool(upload.keep)
     except SourceError as exc:
-        raise RequestError(STATUS.get(exc.code, 500), exc.code, exc.message) from exc
+        raise refusal(exc) from exc
     except ClientDisconnect:
         raise RequestError(400, errors.BAD_REQUEST, "the upload was cut off before the whole file came") from None
     except OSError as exc:
@@ -95,7 +100,7 @@ async def delete_media(name: str, settings: AppSettings, manager: Manager) -> Re
     try:
         path = stored_video(settings.media_dir, name)
     except SourceError as exc:
-        raise RequestError(STATUS.get(exc.code, 500), exc.code, exc.message) from exc
+        raise refusal(exc) from exc
     if players := await run_in_threadpool(_playing, manager, path):
         names = ", ".join(players)
         raise RequestError(409, errors.MEDIA_IN_USE, f"streams play this video ({names}): delete them first")
