@@ -105,6 +105,10 @@ class StreamApi:
         """Send a video into the server's media folder as ``name``; a stream plays it as ``file:NAME``."""
         return self._call("PUT", f"/api/media/{urllib.parse.quote(name)}", file=file)
 
+    def delete_media(self, name: str) -> None:
+        """Delete the video ``name`` from the server's media folder (refused, 409, while a stream plays it)."""
+        self._call("DELETE", f"/api/media/{urllib.parse.quote(name)}")
+
     def get(self, stream_id: str) -> dict:
         return self._call("GET", f"/api/streams/{urllib.parse.quote(stream_id)}")
 

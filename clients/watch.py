@@ -1,8 +1,8 @@
 """`overtime watch STREAM_ID_OR_SOURCE`: follow a stream from the terminal, optionally recording it.
 
 Given a source (a URL, `demo`, `camera:N`, `file:...`, or a video on this machine, which it first sends into the
-server's media folder) instead of a stream id, it first creates the stream (and deletes it again on exit unless
---keep). Shows one progress line (fps, loss against zero flow's and the frozen start's,
+server's media folder) instead of a stream id, it first creates the stream, and on exit deletes it again, with the
+video it sent, unless --keep. Shows one progress line (fps, loss against zero flow's and the frozen start's,
 ΔP/ΔS, drops), and above it each change of state, of the frame budget in words, and what the stream did on its own
 (went back to its best weights). Saves a video of the overlay, the frame or the flow's colours at the frames' capture
 times (--save, H.264 MP4), the flow itself as one Middlebury .flo per frame (--save-flow) and the per-frame metrics
@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import os
 import re
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from clients.recording import PICTURES, FlowFiles, MetricsCsv, VideoRecorder, decode_jpeg
@@ -33,6 +35,9 @@ NO_FRAMES = 7  # connected, but no message for --idle-timeout seconds
 INTERRUPTED = 130
 
 SOURCE_PREFIXES = ("demo", "camera:", "file:", "webcam")
+#: The media folder's name the server keeps for its own demo video (``server.stream.source.sources.DEMO_FILE``): a
+#: video sent is never named so.
+DEMO_NAME = "demo.mp4"
 
 
 def is_source(arg: str) -> bool:
@@ -59,7 +64,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--token", default=os.environ.get("OVERTIME_TOKEN"), help="API token (or $OVERTIME_TOKEN)")
     p.add_argument("--frames", type=int, metavar="N", help="stop after N frames (default: until the stream ends)")
     p.add_argument("--idle-timeout", type=float, default=60.0, metavar="S", help="give up after S s without messages")
-    p.add_argument("--keep", action="store_true", help="keep a stream this command created when it exits")
+    p.add_argument(
+        "--keep", action="store_true", help="keep a stream this command created, and a video it sent, when it exits"
+    )
     new = p.add_argument_group("new stream (when given a source)")
     new.add_argument("--fps", type=float)
     new.add_argument("--width", type=int)
@@ -158,17 +165,48 @@ def media_name(path: Path) -> str:
     return name or "video"
 
 
-def send_video(api: StreamApi, path: Path) -> str:
-    """Send a video on this machine into the server's media folder (the server reads files from there only); its
-    ``file:`` source."""
-    print(f"sending {path} ({path.stat().st_size / 2**20:.1f} MB) to the server ...", file=sys.stderr)
-    return api.put_media(path, media_name(path))["source"]
+def place_video(api: StreamApi, folder: dict, path: Path) -> tuple[str, str | None]:
+    """A video on this machine in the server's media folder (the server reads files from there only): its ``file:``
+    source, and the name this command sent it under (None where the folder already held it: a video of the same name
+    and size, which is played, not sent again). Sent under a name of its own where the folder holds another video of
+    that name, so a file someone else sent (and a stream may play) is never replaced."""
+    held = {f["name"]: f for f in folder["files"]}
+    name, size = media_name(path), path.stat().st_size
+    if (there := held.get(name)) and there["size_bytes"] == size:
+        told = f"the server has {name} already ({size / 2**20:.1f} MB): playing it, not sending it again"
+        print(told, file=sys.stderr)
+        return there["source"], None
+    name = free_name(name, held)
+    print(f"sending {path} ({size / 2**20:.1f} MB) to the server as {name} ...", file=sys.stderr)
+    return api.put_media(path, name)["source"], name
 
 
-def too_large(api: StreamApi, path: Path) -> str | None:
+def free_name(name: str, taken: Iterable[str]) -> str:
+    """``name``, or the first of ``stem-2.ext``, ``stem-3.ext``, ... that ``taken`` (and the server's own demo video)
+    leaves free, within a media name's 128 characters."""
+    taken = {*taken, DEMO_NAME}
+    stem, dot, ext = name.rpartition(".") if "." in name else (name, "", "")
+    for n in itertools.count(2):
+        if name not in taken:
+            return name
+        suffix = f"-{n}{dot}{ext}"
+        name = stem[: 128 - len(suffix)] + suffix
+    raise AssertionError("unreachable")
+
+
+def remove_sent(api: StreamApi, name: str) -> None:
+    """Delete the video this command sent (its stream deleted first); where the server keeps it (another stream plays
+    it now), say so rather than fail the command over it."""
+    try:
+        api.delete_media(name)
+    except ApiError as err:
+        print(f"overtime watch: left {name} in the server's media folder: {err}", file=sys.stderr)
+
+
+def too_large(folder: dict, path: Path) -> str | None:
     """Words for a video larger than the server takes, asked before sending it: a server that refuses a body midway
     resets the connection, and the client would only see that."""
-    size, limit = path.stat().st_size, api.media()["max_upload_bytes"]
+    size, limit = path.stat().st_size, folder["max_upload_bytes"]
     if size <= limit:
         return None
     return f"{path} is {size / 2**20:.1f} MB; the server takes videos of at most {limit / 2**20:g} MB"
@@ -261,13 +299,14 @@ def follow(api: StreamApi, stream: dict, args: argparse.Namespace) -> int:
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     api = StreamApi(args.url, args.token)
-    created = False
+    created, sent = False, None  # sent: the media name of a video this command sent
     try:
         local = Path(args.target).expanduser()
         if not is_source(args.target) and local.is_file():
-            if words := too_large(api, local):
+            folder = api.media()
+            if words := too_large(folder, local):
                 return fail(REJECTED, words)
-            args.target = send_video(api, local)
+            args.target, sent = place_video(api, folder, local)
         if is_source(args.target):
             stream = api.create(stream_spec(args))
             created = True
@@ -285,6 +324,8 @@ def main(argv: list[str]) -> int:
         if created and not args.keep:
             with contextlib.suppress(ApiError):
                 api.delete(stream["id"])
+        if sent and not args.keep:
+            remove_sent(api, sent)
 
 
 if __name__ == "__main__":

@@ -91,16 +91,50 @@ def test_watch_exit_codes(server, tmp_path, capsys):
     assert usage.value.code == watch.USAGE
 
 
-def test_a_video_on_this_machine_is_sent_to_the_server_and_watched(server, tmp_path, capsys):
+def test_a_video_on_this_machine_is_sent_watched_and_removed_again(server, tmp_path, capsys):
     """The server reads files from its media folder only: `overtime watch PATH` sends the file there first, under its
-    own name with what a media name cannot hold as '-'."""
+    own name with what a media name cannot hold as '-', or a free name where the folder holds another video of that
+    name (which stays as it was); it deletes what it sent on exit, unless --keep. A video the folder holds already
+    (the same name and size) is played, not sent again, and stays."""
+
+    def media() -> dict[str, int]:
+        """The folder's videos but the demo's (there once a test before has played it)."""
+        files = httpx.get(f"{server}/api/media", timeout=10).json()["files"]
+        return {f["name"]: f["size_bytes"] for f in files if f["name"] != watch.DEMO_NAME}
+
+    def watched(*flags: str) -> str:
+        assert watch.main([str(clip), "--url", server, "--frames", "3", "--idle-timeout", "120", *flags]) == watch.OK
+        return capsys.readouterr().err
+
+    other = tmp_path / "other.mp4"
+    write_mp4(generate(64, 8, seed=5).frames, other, fps=15)
+    httpx.put(f"{server}/api/media/my-clip--1-.mp4", content=other.read_bytes(), timeout=30).raise_for_status()
     clip = tmp_path / "my clip (1).mp4"
     write_mp4(generate(64, 20, seed=4).frames, clip, fps=15)
-    assert watch.main([str(clip), "--url", server, "--frames", "3", "--idle-timeout", "120"]) == watch.OK
-    err = capsys.readouterr().err
-    assert f"sending {clip}" in err and "from file:my-clip--1-.mp4" in err, err
-    listed = httpx.get(f"{server}/api/media", timeout=10).json()["files"]
-    assert {"name": "my-clip--1-.mp4", "size_bytes": clip.stat().st_size, "source": "file:my-clip--1-.mp4"} in listed
+    assert clip.stat().st_size != other.stat().st_size
+
+    err = watched()
+    assert f"sending {clip}" in err and "from file:my-clip--1--2.mp4" in err, err
+    assert media() == {"my-clip--1-.mp4": other.stat().st_size}, "the video sent is deleted, the other one kept"
+
+    err = watched("--keep")
+    assert "from file:my-clip--1--2.mp4" in err and "left" not in err, err
+    assert media()["my-clip--1--2.mp4"] == clip.stat().st_size
+    httpx.delete(f"{server}/api/media/my-clip--1-.mp4", timeout=10).raise_for_status()
+    clip = clip.rename(tmp_path / "my-clip--1--2.mp4")
+    err = watched()
+    assert f"sending {clip}" not in err and "not sending it again" in err and "from file:my-clip--1--2.mp4" in err, err
+    assert media() == {"my-clip--1--2.mp4": clip.stat().st_size}, "a video this command did not send stays"
+
+
+def test_a_name_is_freed_within_a_media_names_length():
+    assert watch.free_name("a.mp4", {"b.mp4"}) == "a.mp4"
+    assert watch.free_name("a.mp4", {"a.mp4", "a-2.mp4"}) == "a-3.mp4"
+    assert watch.free_name("demo.mp4", set()) == "demo-2.mp4", "the server's demo name is never sent to"
+    assert watch.free_name("noext", {"noext"}) == "noext-2"
+    long = "x" * 124 + ".mp4"
+    freed = watch.free_name(long, {long})
+    assert len(freed) == 128 and freed.endswith("x-2.mp4")
 
 
 def test_a_state_says_what_the_stream_does_and_why():
