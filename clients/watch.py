@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import itertools
 import os
 import re
 import sys
@@ -186,12 +185,12 @@ def free_name(name: str, taken: Iterable[str]) -> str:
     leaves free, within a media name's 128 characters."""
     taken = {*taken, DEMO_NAME}
     stem, dot, ext = name.rpartition(".") if "." in name else (name, "", "")
-    for n in itertools.count(2):
-        if name not in taken:
-            return name
+    free, n = name, 1
+    while free in taken:
+        n += 1
         suffix = f"-{n}{dot}{ext}"
-        name = stem[: 128 - len(suffix)] + suffix
-    raise AssertionError("unreachable")
+        free = stem[: 128 - len(suffix)] + suffix
+    return free
 
 
 def remove_sent(api: StreamApi, name: str) -> None:
