@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from clients import watch
+from clients.stream_api import ApiError
 from models.streams import generate, write_mp4
 from testing.server import ServerProcess
 
@@ -125,6 +126,20 @@ def test_a_video_on_this_machine_is_sent_watched_and_removed_again(server, tmp_p
     err = watched()
     assert f"sending {clip}" not in err and "not sending it again" in err and "from file:my-clip--1--2.mp4" in err, err
     assert media() == {"my-clip--1--2.mp4": clip.stat().st_size}, "a video this command did not send stays"
+
+
+def test_a_sent_video_the_server_keeps_is_left_in_words(capsys):
+    """Another stream came to play the video this command sent: the server refuses to delete it (409), and the
+    command says what it left where, not a traceback."""
+
+    class RefusingApi:
+        def delete_media(self, name: str) -> None:
+            raise ApiError(409, words)
+
+    words = "media in use: streams play this video (theirs): delete them first"
+    watch.remove_sent(RefusingApi(), "clip.mp4")
+    err = capsys.readouterr().err
+    assert err == f"overtime watch: left clip.mp4 in the server's media folder: {words}\n", err
 
 
 def test_a_name_is_freed_within_a_media_names_length():
