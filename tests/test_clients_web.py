@@ -6,10 +6,13 @@ Screenshots land in $OVERTIME_SCREENSHOTS (`make screenshots` sets bench/results
 
 from __future__ import annotations
 
+import base64
+import contextlib
 import json
 import os
 import shutil
 import tempfile
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -324,6 +327,37 @@ def test_a_video_from_this_computer_is_sent_played_and_deleted(page, server, tmp
     row.wait_for(state="detached", timeout=10_000)
     with urllib.request.urlopen(f"{server}/api/media", timeout=30) as res:
         assert "holiday-clip.mp4" not in {f["name"] for f in json.load(res)["files"]}
+
+
+def test_the_file_tab_sends_a_video_once_and_never_over_another(page, server, tmp_path):
+    """A video the media folder holds already (the same name and size) is played without sending it again; beside
+    another video of that name the page sends its own as NAME-2 (never replacing a video someone sent)."""
+    mine, other = tmp_path / "mine.mp4", tmp_path / "other.mp4"
+    write_mp4(generate(64, 12, seed=7).frames, mine, fps=15)
+    write_mp4(generate(64, 6, seed=8).frames, other, fps=15)
+    assert mine.stat().st_size != other.stat().st_size
+    sent: list[str] = []
+    page.on("request", lambda r: sent.append(r.url.rsplit("/", 1)[1]) if r.method == "PUT" else None)
+    send = """async ([b64, name]) => {
+        const { sendVideo } = await import("./js/media.js");
+        const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+        return sendVideo(new File([bytes], name), document.createElement("button"));
+    }"""
+    b64 = {path: base64.b64encode(path.read_bytes()).decode() for path in (mine, other)}
+    try:
+        assert page.evaluate(send, [b64[other], "my clip.mp4"]) == "file:my-clip.mp4"
+        assert page.evaluate(send, [b64[other], "my clip.mp4"]) == "file:my-clip.mp4"
+        assert sent == ["my-clip.mp4"], "the same name and size is not sent again"
+        assert page.evaluate(send, [b64[mine], "my clip.mp4"]) == "file:my-clip-2.mp4"
+        assert sent == ["my-clip.mp4", "my-clip-2.mp4"]
+        with urllib.request.urlopen(f"{server}/api/media", timeout=30) as res:
+            sizes = {f["name"]: f["size_bytes"] for f in json.load(res)["files"]}
+        assert sizes["my-clip.mp4"] == other.stat().st_size and sizes["my-clip-2.mp4"] == mine.stat().st_size
+    finally:
+        for name in ("my-clip.mp4", "my-clip-2.mp4"):
+            delete = urllib.request.Request(f"{server}/api/media/{name}", method="DELETE")
+            with contextlib.suppress(urllib.error.HTTPError):
+                urllib.request.urlopen(delete, timeout=30)
 
 
 def test_rejected_source_shows_server_message(page):

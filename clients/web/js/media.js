@@ -11,17 +11,35 @@ function mediaName(file) {
   return file.name.replace(/[^A-Za-z0-9._-]/g, "-").slice(-128).replace(/^[._-]+/, "") || "video";
 }
 
-/** Sends `file` into the server's media folder, saying so on `button`; its file: source. Checked against the server's
- * limit first: a server that refuses a body midway resets the connection, and the page would only see that. */
+/** `name`, or the first of stem-2.ext, stem-3.ext, ... that `taken` (and the server's own demo.mp4) leaves free,
+ * within a media name's 128 characters: as `overtime watch` names a video it sends (clients/watch.py). */
+function freeName(name, taken) {
+  const dot = name.lastIndexOf(".");
+  const [stem, ext] = dot > 0 ? [name.slice(0, dot), name.slice(dot)] : [name, ""];
+  let free = name;
+  for (let n = 2; free === "demo.mp4" || taken.has(free); n += 1) {
+    const suffix = `-${n}${ext}`;
+    free = stem.slice(0, 128 - suffix.length) + suffix;
+  }
+  return free;
+}
+
+/** Puts `file` in the server's media folder, saying so on `button`; its file: source. Checked against the server's
+ * limit first: a server that refuses a body midway resets the connection, and the page would only see that. A video
+ * of the same name and size there already is played, not sent again; beside another of that name it is sent under a
+ * free one, so a video someone else sent (and a stream may play) is never replaced. */
 export async function sendVideo(file, button) {
-  const { max_upload_bytes: limit } = await api.media();
+  const { files, max_upload_bytes: limit } = await api.media();
   if (file.size > limit) {
     throw new Error(`${file.name} is ${mb(file.size)}; the server takes videos of at most ${mb(limit)}`);
   }
+  const name = mediaName(file);
+  const there = files.find((held) => held.name === name);
+  if (there && there.size_bytes === file.size) return there.source;
   const label = button.textContent;
   button.textContent = `Sending ${mb(file.size)} …`;
   try {
-    return (await api.sendVideo(mediaName(file), file)).source;
+    return (await api.sendVideo(freeName(name, new Set(files.map((held) => held.name))), file)).source;
   } finally {
     button.textContent = label;
   }
