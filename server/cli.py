@@ -46,11 +46,16 @@ def _exit_normally(signum: int, frame: object) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    if not settings.ray_address:  # on a cluster the streams' processes start on their nodes
+        from .stream import fork_server
+
+        fork_server.start()  # its preload imports torch while this process does the same for the API
+
     import uvicorn
 
     from .api.app import create_app
 
-    settings = settings_from(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     signal.signal(signal.SIGTERM, _exit_normally)
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning")

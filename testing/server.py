@@ -33,8 +33,9 @@ class ServerProcess:
     """``with ServerProcess(workdir, "--allow-private", token="t") as srv: srv.client.post("/api/streams", ...)``
 
     ``flags`` go on the command line, ``settings`` into the environment as ``OVERTIME_*`` variables; media,
-    checkpoints, cache and the log live under ``workdir``. ``client`` is raw HTTP with the token (for tests of
-    status codes); ``api()`` the API client."""
+    checkpoints, cache and the log live under ``workdir``; ``checkout`` is the code it runs (another one's
+    ``server`` package, with this interpreter, for a benchmark against it). ``client`` is raw HTTP with the token
+    (for tests of status codes); ``api()`` the API client."""
 
     def __init__(
         self,
@@ -43,8 +44,9 @@ class ServerProcess:
         token: str | None = None,
         port: int | None = None,
         settings: dict[str, str] | None = None,
+        checkout: Path = ROOT,
     ) -> None:
-        self.workdir = Path(workdir)
+        self.workdir, self.checkout = Path(workdir), Path(checkout)
         self.port = port or free_port()
         self.url = f"http://{HOST}:{self.port}"
         self.ws_url = f"ws://{HOST}:{self.port}"
@@ -71,7 +73,7 @@ class ServerProcess:
         self.media_dir.mkdir(parents=True, exist_ok=True)
         self.checkpoint_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child keeps it
-        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, env=self.env)
+        self.proc = subprocess.Popen(self.cmd, cwd=self.checkout, stdout=log, stderr=subprocess.STDOUT, env=self.env)
         try:
             until(self._healthy, timeout_s, "the server answering /healthz", 0.2)
         except TimeoutError:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from models.cpu_loops import numba_installed
-from server.stream.generation import CONTEXT
+from server.stream.fork_server import CONTEXT
 
 pytestmark = pytest.mark.realtime
 
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: (in the suite, the engine's tests ask with theirs).
 PROBE = """
 import json, sys
-from server.stream.generation import CONTEXT
+from server.stream.fork_server import CONTEXT
 
 def loaded(out):
     from models import cpu_loops
@@ -50,3 +50,11 @@ def test_a_forked_process_starts_with_dynamo_and_the_cpu_loops_loaded(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     loops = True if numba_installed() else None
     assert json.loads(done.stdout) == {"dynamo": True, "loops": loops}
+
+
+def test_the_fork_server_starts_without_torch_in_the_process_that_starts_it():
+    """``overtime serve`` starts the fork server before it loads the API, so that the two load torch at once on two
+    cores: the module that starts it must load nothing heavy itself."""
+    code = "import sys, server.stream.fork_server; print(sorted({'torch', 'numpy', 'av'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stdout + done.stderr[-2000:]

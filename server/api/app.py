@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,7 +15,6 @@ from fastapi.staticfiles import StaticFiles
 from ..placement import make_placement
 from ..settings import Settings
 from ..stream.checkpoints import is_url
-from ..stream.generation import warm_up
 from .manager import RequestError, StreamManager
 from .metrics import ServerMetrics
 from .routes import faults, health, media, streams, ws
@@ -31,8 +29,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings.media_dir.mkdir(parents=True, exist_ok=True)
         if not is_url(settings.checkpoint_dir):
             Path(settings.checkpoint_dir).mkdir(parents=True, exist_ok=True)
-        if not settings.ray_address:  # on a cluster the streams' processes start on their nodes
-            threading.Thread(target=warm_up, name="forkserver-warm-up", daemon=True).start()  # streams start sooner
         placement = await run_in_threadpool(make_placement, settings)
         manager = StreamManager(settings, ServerMetrics(), asyncio.get_running_loop(), placement)
         app.state.manager = manager

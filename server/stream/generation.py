@@ -3,20 +3,17 @@
 Why fresh each time: a process killed while holding a ``multiprocessing.Queue`` lock would wedge whoever uses that
 queue next, so a failed generation is dropped whole and the next one starts clean (``supervisor.py`` supervises).
 
-Both processes are forked from multiprocessing's fork server, started once and preloaded with the decoder and the
-learner process modules (torch among them) and what every learner loads at its start (``learner.preload``): a clean
-process without threads, so forking it is safe, and a process starts in a fraction of a second instead of
-re-importing torch for seconds (spawn). Where there is no fork server: spawn.
+Both processes are forked from the service's fork server (``fork_server.py``), where there is one.
 """
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import queue
 import threading
 import time
 from typing import Any
 
+from .fork_server import CONTEXT
 from .learner.process import run_learner_process
 from .learner.process_config import LearnerProcessConfig
 from .protocol import DecoderMessage, LearnerMessage
@@ -25,20 +22,6 @@ from .source.decoder import DecoderConfig, run_decoder
 
 RING_SLOTS = 4
 LEARNER_STOP_S = 20.0  # room for the final checkpoint
-PRELOAD = ["server.stream.source.decoder", "server.stream.learner.process", "server.stream.learner.preload"]
-if "forkserver" in mp.get_all_start_methods():
-    CONTEXT = mp.get_context("forkserver")
-    CONTEXT.set_forkserver_preload(PRELOAD)
-else:  # never fork a process that runs threads (uvicorn, torch)
-    CONTEXT = mp.get_context("spawn")
-
-
-def warm_up() -> None:
-    """Start the fork server now (it imports torch: seconds), so that the first stream does not wait for it."""
-    if CONTEXT.get_start_method() == "forkserver":
-        from multiprocessing import forkserver
-
-        forkserver.ensure_running()
 
 
 class Generation:

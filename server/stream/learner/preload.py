@@ -1,4 +1,4 @@
-"""What the fork server loads besides the modules of its processes (``generation.PRELOAD``), so that every learner
+"""What the fork server loads besides the modules of its processes (``fork_server.PRELOAD``), so that every learner
 forked from it starts with it loaded instead of loading it again: loaded in each learner, these took 2.3 s of a warm
 stream's first picture on 2 cores (3.7-3.9 s after its request on box.mp4, ``bench.service_clip --quick``); preloaded,
 it comes after 0.9-1.6 s (bench/results/service-clip-cpu.md).
