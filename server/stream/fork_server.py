@@ -6,7 +6,9 @@ decoder's and the learner's modules (torch among them) and what every learner lo
 (spawn). Where there is no fork server: spawn.
 
 This module imports nothing heavy, so that ``overtime serve`` can start the fork server before it imports the API
-(which loads torch too): the two imports then run on two cores at once, not one after the other.
+(which loads torch too): the two imports then run on two cores at once, not one after the other. On 2 CPU cores a
+fresh server's first stream so shows its first picture 8.8 s after the server's start instead of 11.2 s (medians;
+``bench/results/first-picture.md``).
 """
 
 from __future__ import annotations
