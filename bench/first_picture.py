@@ -38,9 +38,10 @@ def revision(checkout: Path) -> str:
 def check_imports_from(checkout: Path) -> None:
     """The server a run starts must be the checkout's own, not the package this interpreter has installed."""
     code = "import server, sys; sys.stdout.write(server.__file__)"
-    done = subprocess.run([sys.executable, "-c", code], cwd=checkout, capture_output=True, text=True, check=True)
-    if not Path(done.stdout).resolve().is_relative_to(checkout.resolve()):
-        raise SystemExit(f"bench.first_picture: in {checkout} this interpreter imports server from {done.stdout}")
+    done = subprocess.run([sys.executable, "-c", code], cwd=checkout, capture_output=True, text=True)
+    if done.returncode != 0 or not Path(done.stdout).resolve().is_relative_to(checkout.resolve()):
+        found = done.stdout or "nowhere (it cannot import it)"
+        raise SystemExit(f"bench.first_picture: in {checkout} this interpreter imports server from {found}")
 
 
 def one_start(checkout: Path, clip: Path) -> dict:
