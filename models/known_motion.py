@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from .block_codec import round_trip
 from .flow_cleanup import noise_correlation, pair_noise, warp_residual
 from .flow_loss import flow_lengths, pixel_grid, sample_at, warp
 from .luma import luma
@@ -199,10 +200,11 @@ class KnownMotion:
     def _uniform(self, low: float = 0.0, high: float = 1.0) -> float:
         return low + (high - low) * float(torch.rand((), generator=self.generator))
 
-    def __call__(self, shown: Tensor, flow: Tensor, motion: StreamMotion) -> KnownPair:
+    def __call__(self, shown: Tensor, flow: Tensor, motion: StreamMotion, quality: int | None = None) -> KnownPair:
         """A made pair from ``shown`` (1, 6, H, W: the real pair, RGB in [0, 1]) and its flow as the net sees it
-        (1, 2, H, W), moving as much as ``motion`` says the stream does; or this slot's pair again, while it has served
-        fewer than ``hold`` pairs, and known nowhere for ``unknown`` pairs more (where the size is the same)."""
+        (1, 2, H, W), moving as much as ``motion`` says the stream does, its frames through a block codec at
+        ``quality`` if given (``models.block_codec``); or this slot's pair again, while it has served fewer than
+        ``hold`` pairs, and known nowhere for ``unknown`` pairs more (where the size is the same)."""
         key = self.made % self.every
         self.made += 1
         slot = self.slots.get(key)
@@ -216,6 +218,9 @@ class KnownMotion:
                 return KnownPair(slot.pair.pair, slot.pair.flow, torch.zeros_like(slot.pair.valid), known=False)
             return slot.pair
         made = self._make(shown, flow, motion)
+        if quality is not None:
+            frames = made.pair.view(2, 3, *made.pair.shape[-2:])
+            made = KnownPair(round_trip(frames, quality).view_as(made.pair), made.flow, made.valid)
         self.slots[key] = _Slot(_servable(made))
         return made
 

@@ -22,6 +22,7 @@ from pipeline_core import Pipeline, Schedule, StepResult
 from pipeline_core.partition import only_shown
 from pipeline_core.stage import GradAlign, LossFn, learned_part
 
+from .block_codec import MADE_QUALITY, READ_EVERY, StreamCodec
 from .flow_loss import guarded_flow_loss, nan_if_blown_up, online_zero_flow_loss
 from .known_motion import KnownMotion, StreamMotion, known_flow_loss
 from .prior_adam import PriorAdam
@@ -65,6 +66,13 @@ PRIOR_ANCHOR = 1.0 / 3.0
 #: 1/2 level's match at the full rate moved carphone's 1.024x, at 0.3 1.008x, as shipped the exact-flow gains went
 #: (astronaut 0.97x frozen against 0.95x: ``docs/notebook/2026-12-01-the-priors-anchored-the-half-level-slower.md``).
 CONV_RATES = {1: 1.0, 2: 0.3}
+#: How many times faster the priors learn, unanchored, on a stream that reaches the net through a starved block codec
+#: (``KnownMotionFeed``): anchored, or at their rate, made pairs through a codec took coffee's H.264 stream to 0.96 and
+#: 0.91 of its frozen start over its last 100 pairs, both 0.85
+#: (docs/notebook/2026-12-06-made-pairs-through-a-codec-for-a-starved-stream.md).
+STARVED_PRIOR_BOOST = 3.0
+#: The option that only the priors' optimizer group holds (``flow_optimizer``), by which the learner finds it.
+PRIOR_GROUP = "anchor"
 #: The attribute ``Learning.prepare`` sets on a convolution's parameters that learn at a share of the rate (a
 #: pipeline's copies of the layers keep it: ``pipeline_core.partition.copy_layer``); ``flow_optimizer`` groups by it.
 LR_SHARE = "lr_share"
@@ -162,26 +170,54 @@ class Feed:
     def observe(self, output: Tensor, readings: Mapping[str, Tensor] | None = None) -> None:
         """The flow a step put out and what its layers read (``StepResult.readings``), for the pairs still to come."""
 
+    def tune(self, pipe: Pipeline) -> None:
+        """Set what the stream asks of ``pipe``'s optimizers, where that changed (after each step)."""
+
+    def retune(self) -> None:
+        """Set it again at the next ``tune``: ``pipe`` loaded weights and optimizer states saved with other options."""
+
 
 class KnownMotionFeed(Feed):
     """Each step's input: the real pair (shown) and a pair made from its second frame with a known flow (learned
     from; ``models.known_motion``); the target: that flow. The made pair moves as much as the stream does
     (``StreamMotion``), and borrows the stream's noise and change of light through the newest flow the learner showed
     (zero flow until it has shown one). For a pipeline of ``stages``, each made pair is then served ``stages - 1``
-    pairs more known nowhere (``KnownMotion``'s ``unknown``): no stage pushes one pair's gradient through another."""
+    pairs more known nowhere (``KnownMotion``'s ``unknown``): no stage pushes one pair's gradient through another.
 
-    def __init__(self, seed: int = 0, stages: int = 1) -> None:
+    A stream that reaches the net through a starved block codec (``models.block_codec.StreamCodec``) gets made pairs
+    through a codec's round trip, and ``prior_options[True]`` for its priors' optimizer group (``PRIOR_GROUP``), the
+    others ``prior_options[False]`` (``Learning.prior_options``): only a made pair that looks coded teaches the net a
+    starved codec's frames, and the priors then learn it only let go of their start and faster. Where a grid alone
+    called a stream starved, a real clip coded well lost 3 % on its moving pixels
+    (docs/notebook/2026-12-06-made-pairs-through-a-codec-for-a-starved-stream.md)."""
+
+    def __init__(
+        self, seed: int = 0, stages: int = 1, prior_options: Mapping[bool, Mapping[str, float]] | None = None
+    ) -> None:
         self.motion = KnownMotion(seed, KNOWN_HOLD, KNOWN_EVERY, unknown=stages - 1)
         self.stream = StreamMotion()
+        self.codec = StreamCodec()
+        self.prior_options = prior_options
         self.flow: Tensor | None = None
+        self._set: bool | None = False  # the decision whose options the optimizers hold (as built), None: not known
 
     def __call__(self, pair: Tensor) -> tuple[Tensor, Tensor]:
         flow = self.flow if self.flow is not None and self.flow.shape[-2:] == pair.shape[-2:] else None
         if flow is None:
             flow = pair.new_zeros(1, 2, *pair.shape[-2:])
-        known = self.motion(pair, flow.to(pair.device), self.stream)
+        self.codec.observe(pair)
+        known = self.motion(pair, flow.to(pair.device), self.stream, MADE_QUALITY if self.codec.starved else None)
         self.learns = known.known
         return torch.cat([pair, known.pair]), known.target()
+
+    def tune(self, pipe: Pipeline) -> None:
+        """The priors' options as the stream's codec asks, once its evidence was read and where they differ."""
+        if self.prior_options is not None and self.codec.pairs >= READ_EVERY and self._set != self.codec.starved:
+            pipe.set_group_options(PRIOR_GROUP, self.prior_options[self.codec.starved])
+            self._set = self.codec.starved
+
+    def retune(self) -> None:
+        self._set = None
 
     def observe(self, output: Tensor, readings: Mapping[str, Tensor] | None = None) -> None:
         """A non-finite flow (a broken frame's) counts as none: it would spoil every pair made after it. The camera's
@@ -222,7 +258,17 @@ class Learning:
 
     def feed(self, seed: int = 0, stages: int = 1) -> Feed:
         """The feed of a learner split into ``stages`` (``KnownMotionFeed``)."""
-        return KnownMotionFeed(seed, stages) if self.known_motion else Feed()
+        return KnownMotionFeed(seed, stages, self.prior_options(stages)) if self.known_motion else Feed()
+
+    def prior_options(self, stages: int) -> dict[bool, dict[str, float]] | None:
+        """The priors' optimizer options (``PRIOR_GROUP``) of a learner split into ``stages``, on a stream that does
+        not (False) and does (True) reach it through a starved codec (``KnownMotionFeed``): there they learn
+        ``STARVED_PRIOR_BOOST`` times faster, unanchored. None where the priors have no group of their own."""
+        if self.prior_scale is None or self.prior_anchor is None:
+            return None
+        rate = self.prior_scale * self.stage_rate(stages)
+        return {False: {"lr_scale": rate, "anchor": self.prior_anchor},
+                True: {"lr_scale": rate * STARVED_PRIOR_BOOST, "anchor": 0.0}}  # fmt: skip
 
     def sample(self, pair: Tensor) -> Tensor:
         """The pipeline's sample input for a real pair (1, 6, H, W)."""
@@ -395,5 +441,6 @@ def predict_then_learn(pipe: Pipeline, pairs: Iterable[torch.Tensor], feed: Feed
         r = pipe.step(step_input, target=target)
         if r.output is not None:
             feed.observe(r.output, r.readings)
+        feed.tune(pipe)
         yield r
     yield from pipe.flush()

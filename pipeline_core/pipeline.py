@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -237,6 +237,14 @@ class Pipeline:
         if len(lrs) != self.depth:
             raise ValueError(f"{len(lrs)} learning rates for {self.depth} stages")
         self.runtime.set_lr(lrs)
+        if self._graphs is not None:
+            self._graphs.clear()
+
+    def set_group_options(self, holding: str, options: Mapping[str, float]) -> None:
+        """Every stage's optimizer groups that hold the option ``holding`` take ``options``
+        (``Stage.set_group_options``: an ``lr_scale`` moves their rate). Graphs bake the rates in, so they are
+        re-captured."""
+        self.runtime.set_group_options(holding, dict(options))
         if self._graphs is not None:
             self._graphs.clear()
 

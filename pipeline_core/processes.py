@@ -260,6 +260,9 @@ class ProcessRuntime:
     def set_lr(self, lrs: list[float]) -> None:
         self._call("set_lr", [(lr,) for lr in lrs])
 
+    def set_group_options(self, holding: str, options: dict[str, float]) -> None:
+        self._call("set_group_options", [(holding, dict(options))] * self.depth)
+
     def modules(self) -> list[nn.Module]:
         return self._call("module", [()] * self.depth)
 

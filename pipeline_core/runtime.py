@@ -168,6 +168,10 @@ class LocalRuntime:
         for stage, lr in zip(self.stages, lrs, strict=True):
             stage.set_lr(lr)
 
+    def set_group_options(self, holding: str, options: dict[str, float]) -> None:
+        for stage in self.stages:
+            stage.set_group_options(holding, options)
+
     def modules(self) -> list[nn.Module]:
         return [stage.module for stage in self.stages]
 

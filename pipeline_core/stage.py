@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -200,6 +200,18 @@ class Stage:
         if self.optimizer is not None:
             for group in self.optimizer.param_groups:
                 group["lr"] = lr * group.get("lr_scale", 1.0)
+
+    def set_group_options(self, holding: str, options: Mapping[str, float]) -> None:
+        """``options`` on the optimizer's parameter groups that hold the option ``holding`` (a learner tunes one kind
+        of group as the data asks: the flow nets' priors, ``models.online.KnownMotionFeed``); an ``lr_scale`` among
+        them moves the group's rate with it, from the stage's rate."""
+        if self.optimizer is None:
+            return
+        for group in self.optimizer.param_groups:
+            if holding in group:
+                base = group["lr"] / group.get("lr_scale", 1.0)
+                group.update(options)
+                group["lr"] = base * group.get("lr_scale", 1.0)
 
     def end_step(self) -> None:
         """Drop forward-only results: they were needed only within the step."""

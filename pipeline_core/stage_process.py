@@ -146,6 +146,7 @@ def _serve(worker: StageWorker, conn: Connection) -> bool:
         "state_dict": stage.state_dict,
         "load_state_dict": stage.load_state_dict,
         "set_lr": stage.set_lr,
+        "set_group_options": stage.set_group_options,
         "module": lambda: stage.module,
     }
     parent = os.getppid()

@@ -7,11 +7,13 @@ import numpy as np
 import pytest
 import torch
 
+from models.block_codec import GRID_EVIDENCE, READ_EVERY, grid_strength
 from models.flow_loss import warp
 from models.known_motion import KnownMotion, StreamMotion, known_flow_loss, light_change, sensor_noise
-from models.online import KnownMotionFeed, frame_pair
+from models.online import KNOWN_MOTION, PRIOR_GROUP, STARVED_PRIOR_BOOST, KnownMotionFeed, frame_pair
 from models.still_gate import CAMERA_READING
 from models.streams import generate
+from tests.codec_support import stream
 
 
 def real_pair(noise: float = 0.0, gain: float = 1.0) -> torch.Tensor:
@@ -161,3 +163,35 @@ def test_a_pair_made_of_a_broken_frame_spoils_none_of_the_pairs_it_serves_after_
         served = motion(pair, flow, stream)
         assert torch.isfinite(served.pair).all() and float(served.valid.sum()) == 0.0
     assert float(motion(pair, flow, stream).valid.mean()) > 0.5  # then a pair made afresh
+
+
+class Recorder:
+    """A pipeline's ``set_group_options``, recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict]] = []
+
+    def set_group_options(self, holding: str, options: dict) -> None:
+        self.calls.append((holding, dict(options)))
+
+
+def test_a_starved_codecs_stream_gets_coded_made_pairs_and_its_priors_let_go():
+    """``models.block_codec``'s evidence, read over the stream: the made pairs go through the codec's round trip and
+    the priors' group takes the options for a starved stream, once, and again after the weights were loaded."""
+    options = KNOWN_MOTION.prior_options(stages=2)
+    assert options[True]["anchor"] == 0.0 and options[False]["anchor"] == KNOWN_MOTION.prior_anchor
+    assert options[True]["lr_scale"] == pytest.approx(
+        STARVED_PRIOR_BOOST * KNOWN_MOTION.prior_scale * KNOWN_MOTION.stage_rate(2)
+    )
+    for starved in (True, False):
+        feed, pipe = KNOWN_MOTION.feed(seed=0, stages=2), Recorder()
+        made_grids = []
+        for pair in stream(starved_grid=True, skips=starved, pairs=2 * READ_EVERY):
+            step_input, _ = feed(pair)
+            made_grids.append(float(grid_strength(step_input[1:, 3:6])))
+            feed.tune(pipe)
+        assert pipe.calls == ([(PRIOR_GROUP, options[True])] if starved else [])
+        assert (min(made_grids[READ_EVERY:]) > GRID_EVIDENCE) is starved  # made afresh after the decision: coded
+        feed.retune()
+        feed.tune(pipe)
+        assert pipe.calls[-1] == (PRIOR_GROUP, options[starved])

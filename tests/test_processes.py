@@ -114,6 +114,9 @@ def test_processes_compute_what_local_computes(schedule, opt):
         # The rest of the API goes to the workers too: learning rate, then loading weights.
         local.set_lr(0.01)
         procs.set_lr(0.01)
+        local.set_group_options("lr", {"lr_scale": 2.0})
+        procs.set_group_options("lr", {"lr_scale": 2.0})
+        assert all(g["lr"] == 0.02 for s in procs.state_dict()["stages"] for g in s["optimizer"]["param_groups"])
         assert_same_results(run(local, xs[STEPS:], ys[STEPS:]), run(procs, xs[STEPS:], ys[STEPS:]))
         checkpoint = make_state(opt)
         local.load_state_dict(checkpoint)

@@ -82,6 +82,21 @@ def test_set_lr_and_reset():
     assert not s.inputs and not s.forwarded
 
 
+def test_group_options_reach_only_the_groups_that_hold_the_option():
+    def two_groups(params):
+        weight, bias = params
+        return torch.optim.SGD([{"params": [weight]}, {"params": [bias], "lr_scale": 10.0, "anchor": 1.0}], lr=0.1)
+
+    s = Stage(1, nn.Sequential(nn.Linear(3, 2)), CPU, two_groups)
+    s.set_lr(0.1)
+    s.set_group_options("anchor", {"anchor": 0.0, "lr_scale": 30.0})
+    plain, tagged = s.optimizer.param_groups
+    assert "anchor" not in plain and plain["lr"] == 0.1
+    assert tagged["anchor"] == 0.0 and abs(tagged["lr"] - 3.0) < 1e-12  # the stage's rate times the new scale
+    s.set_lr(0.2)
+    assert abs(tagged["lr"] - 6.0) < 1e-12
+
+
 def test_state_dict_is_a_snapshot():
     s = stage()
     state = s.state_dict()

@@ -278,6 +278,7 @@ class Learner:
         r = self.pipe.step(step_input, target=target)
         if r.output is not None:
             self.feed.observe(r.output, r.readings)
+        self.feed.tune(self.pipe)
         return zero, (r if r.frame is not None else None)
 
     def start_score(self) -> StartScore:
@@ -309,5 +310,7 @@ class Learner:
         self.nonfinite += 1
 
     def _apply_lr(self) -> None:
-        """Every stage at ``lr`` (a loaded optimizer state brings the rate it was saved with)."""
+        """Every stage at ``lr`` (a loaded optimizer state brings the rate it was saved with), and the options the
+        stream asks of its optimizers set again at the next step (``models.online.Feed.tune``)."""
         self.pipe.set_lr(self.lr)
+        self.feed.retune()
