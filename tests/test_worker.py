@@ -11,13 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from models.online import frame_pair
+from models.block_codec import READ_EVERY
+from models.online import KNOWN_MOTION, PRIOR_GROUP, frame_pair
 from pipeline_core.processes import ProcessRuntime
 from pipeline_core.runtime import LocalRuntime
 from server.stream import checkpoints
 from server.stream.learner import learner as learner_module
 from server.stream.learner.learner import CheckpointMismatch, Learner, LearnerConfig
 from server.stream.learner.profile_cache import JsonCache
+from tests.codec_support import H, W, stream
 
 pytestmark = pytest.mark.realtime
 
@@ -348,3 +350,30 @@ def test_cpu_stages_are_processes_that_learn_as_threads_do(cfg, monkeypatch, tmp
     finally:
         with_processes.close()
         with_threads.close()
+
+
+def prior_groups(learner: Learner) -> list[dict]:
+    """The priors' optimizer group of every stage, as the pipeline's state holds it (in the stage processes too)."""
+    stages = learner.pipe.state_dict()["stages"]
+    return [g for s in stages for g in s["optimizer"]["param_groups"] if PRIOR_GROUP in g]
+
+
+def test_a_starved_codecs_stream_lets_its_priors_go_in_every_stage_process_and_again_after_going_back(cfg):
+    """``models.online.KnownMotionFeed``'s decision reaches the stage processes, and a load of weights saved with the
+    other options (going back to the start's) is followed by the stream's own again at the next step."""
+    learner = Learner(replace(cfg, init="pretrained", stages=2, lr=None), (W, H))
+    starved = KNOWN_MOTION.prior_options(stages=2)[True]
+    assert isinstance(learner.pipe.runtime, ProcessRuntime) and len(prior_groups(learner)) == 2
+    xs = stream(starved_grid=True, skips=True, pairs=READ_EVERY + 2)
+    for x in xs[:READ_EVERY]:
+        assert all(g["anchor"] == KNOWN_MOTION.prior_anchor for g in prior_groups(learner))
+        learner.step(x)
+    groups = prior_groups(learner)
+    assert all(g["anchor"] == 0.0 and g["lr_scale"] == pytest.approx(starved["lr_scale"]) for g in groups)
+    learner.go_back_to_best()  # the weights it began with, saved with the options of a stream not starved
+    assert all(g["anchor"] == KNOWN_MOTION.prior_anchor for g in prior_groups(learner))
+    learner.step(xs[READ_EVERY])
+    assert all(g["anchor"] == 0.0 for g in prior_groups(learner))
+    _, r = learner.step(xs[READ_EVERY + 1])  # and it learns on
+    assert r is not None and r.frame == READ_EVERY
+    learner.pipe.close()
