@@ -176,6 +176,11 @@ class Feed:
     def retune(self) -> None:
         """Set it again at the next ``tune``: ``pipe`` loaded weights and optimizer states saved with other options."""
 
+    @property
+    def starved_codec(self) -> bool:
+        """Whether it learns as for the frames of a starved block codec (``KnownMotionFeed``)."""
+        return False
+
 
 class KnownMotionFeed(Feed):
     """Each step's input: the real pair (shown) and a pair made from its second frame with a known flow (learned
@@ -218,6 +223,10 @@ class KnownMotionFeed(Feed):
 
     def retune(self) -> None:
         self._set = None
+
+    @property
+    def starved_codec(self) -> bool:
+        return self.codec.starved
 
     def observe(self, output: Tensor, readings: Mapping[str, Tensor] | None = None) -> None:
         """A non-finite flow (a broken frame's) counts as none: it would spoil every pair made after it. The camera's

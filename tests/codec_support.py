@@ -33,18 +33,21 @@ def coded(image: np.ndarray, quality: int = 8) -> np.ndarray:
     return (round_trip(tensor(image), quality)[0].permute(1, 2, 0).numpy() * 255).round().astype(np.uint8)
 
 
-def stream(starved_grid: bool, skips: bool, pairs: int) -> list[torch.Tensor]:
-    """Pairs of a picture moving a pixel a frame, coded (``starved_grid``) and with every other macroblock column
-    left as it was in the frame before (``skips``)."""
-    base = picture(4, H, W + pairs + 1)
-    frames = [base[:, t : t + W].copy() for t in range(pairs + 1)]
+def frames(starved_grid: bool, skips: bool, count: int) -> list[np.ndarray]:
+    """``count`` frames of a picture moving a pixel a frame, coded (``starved_grid``) and with every other macroblock
+    column left as it was in the frame before (``skips``)."""
+    base = picture(4, H, W + count)
+    out = [base[:, t : t + W].copy() for t in range(count)]
     if starved_grid:
-        frames = [coded(f) for f in frames]
-    out = []
-    for a, b in zip(frames, frames[1:], strict=False):
-        b = b.copy()
-        if skips:
+        out = [coded(f) for f in out]
+    if skips:
+        for before, frame in zip(out, out[1:], strict=False):
             for x in range(0, W, 2 * MACROBLOCK):
-                b[:, x : x + MACROBLOCK] = a[:, x : x + MACROBLOCK]
-        out.append(torch.cat([tensor(a), tensor(b)], 1))
+                frame[:, x : x + MACROBLOCK] = before[:, x : x + MACROBLOCK]
     return out
+
+
+def stream(starved_grid: bool, skips: bool, pairs: int) -> list[torch.Tensor]:
+    """The pairs (1, 6, H, W) of ``frames``."""
+    made = frames(starved_grid, skips, pairs + 1)
+    return [torch.cat([tensor(a), tensor(b)], 1) for a, b in zip(made, made[1:], strict=False)]

@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch import nn
 
+from models.block_codec import READ_EVERY
 from models.flow_nets import FLOW_NETS
 from models.streams import load_photo
 from pipeline_core import StepResult
@@ -24,8 +25,9 @@ from server.stream.learner.process_config import LearnerProcessConfig
 from server.stream.learner.profile_cache import JsonCache, key
 from server.stream.learner.start_score import StartScore
 from server.stream.learner.versus_start import VersusStart
-from server.stream.protocol import BudgetChanged, FrameLearned, FramesDropped, NonFiniteLoss, WentBackToBest
+from server.stream.protocol import BudgetChanged, CodecRead, FrameLearned, FramesDropped, NonFiniteLoss, WentBackToBest
 from server.stream.sizing import LearningSizes
+from tests.codec_support import H, W, frames
 
 pytestmark = pytest.mark.realtime
 
@@ -361,4 +363,14 @@ def test_a_frame_whose_step_learned_from_a_pair_known_nowhere_has_no_loss_nor_sc
     assert all(m.loss > 0 and m.loss_zero > 0 for m in frames if m.frame not in none)
     scored = {m.start_scored.frame for m in frames if m.start_scored is not None}
     assert scored and not scored & set(none)
+    loop.learner.pipe.close()
+
+
+def test_a_stream_that_shows_a_starved_codec_says_so(tmp_path):
+    """The feed's reading of the frames (``models.block_codec.StreamCodec``) goes out once, when it changes."""
+    loop = make_loop(tmp_path, 0, auto=False, init="pretrained")
+    assert loop.learner.size == (W, H)  # the frames reach the net at the size they were coded at
+    for i, picture in enumerate(frames(starved_grid=True, skips=True, count=READ_EVERY + 4)):
+        loop.on_frame(picture, i / FPS, 0, i, i / FPS)
+    assert [m for m in loop.out if isinstance(m, CodecRead)] == [CodecRead(READ_EVERY / FPS, True)]
     loop.learner.pipe.close()

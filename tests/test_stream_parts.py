@@ -62,6 +62,7 @@ EXAMPLES = [
     protocol.CheckpointWritten(12, 3, None),
     protocol.NonFiniteLoss(5e-5, 1, 10),
     protocol.WentBackToBest(120, 1.07, 10),
+    protocol.CodecRead(4.0, True),
     protocol.LearnerFailed(errors.WORKER_FAILED, "no"),
     protocol.CheckpointRequest(7),
     protocol.InjectFault("nan_loss"),
@@ -271,6 +272,10 @@ def test_what_learning_bought_is_shown_and_going_back_to_the_best_weights_is_sai
     assert "went back to its best weights" in status.notes[-1] and "1.07" in status.notes[-1]
     assert parts.notices[-1] == {"type": "note", "note": status.notes[-1]}  # the page and `overtime watch` say it
     assert status.versus_start.standing() is None  # the window starts afresh with the weights it went back to
+    d.handle(protocol.CodecRead(4.25, True))
+    assert "at 4.2 s" in status.notes[-1] and "starved" in status.notes[-1] and "learn faster" in status.notes[-1]
+    d.handle(protocol.CodecRead(9.0, False))
+    assert status.notes[-1] == "at 9.0 s the frames no longer show a starved codec: learning as before"
 
 
 # -- checkpoint acknowledgements ------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from .frame_record import FrameRecord
 from .protocol import (
     BudgetChanged,
     CheckpointWritten,
+    CodecRead,
     DecoderFailed,
     DecoderMessage,
     DecoderStats,
@@ -119,6 +120,13 @@ class MessageDispatcher:
                     f"start's over the last {m.scored} frames the start scored), so it went back to its best weights"
                 )
                 status.versus_start.pairs.clear()
+            case CodecRead():
+                status.add_note(
+                    f"at {m.at_s:.1f} s the frames show a block codec starved of bits (its grid, blocks left as they "
+                    "were): the pairs learned from are coded alike and the priors learn faster"
+                    if m.starved
+                    else f"at {m.at_s:.1f} s the frames no longer show a starved codec: learning as before"
+                )
             case NonFiniteLoss():
                 status.lr, status.resumed_from = m.lr, m.restored_from
                 counts.nonfinite_loss()

@@ -164,6 +164,16 @@ class WentBackToBest:
 
 
 @dataclass(frozen=True)
+class CodecRead:
+    """Learner -> work: from ``at_s`` (the source's time) on, the stream's frames do (``starved``) or no longer do show
+    a starved block codec at the learning size, and it learns as for one or as before
+    (``models.online.KnownMotionFeed``)."""
+
+    at_s: float
+    starved: bool
+
+
+@dataclass(frozen=True)
 class LearnerFailed:
     """Learner -> work: the learner could not start (its code from ``errors``); the process exits."""
 
@@ -193,6 +203,7 @@ LearnerMessage = (
     | LearnedToTheEnd
     | FrameLearned
     | WentBackToBest
+    | CodecRead
     | BudgetChanged
     | FramesDropped
     | CheckpointWritten
