@@ -113,6 +113,10 @@ def round_trip(picture: Tensor, quality: int) -> Tensor:
 #: 0.87-1.06, tree.avi at its own 320x240 1.31) and at least this share of macroblocks unchanged (the H.264 streams
 #: 0.44-0.89, tree.avi at 320x240 0.18).
 GRID_EVIDENCE, UNCHANGED_EVIDENCE = 1.15, 0.3
+#: A stream read as starved stays so until its grid or its unchanged share falls under these: the running means of the
+#: H.264 streams dipped to 1.12 and 0.14 now and then (a decision that came and went with them let the priors go and
+#: anchored them again), those of every other stream stayed under a grid of 1.05.
+GRID_GONE, UNCHANGED_GONE = 1.08, 0.1
 #: How fast ``StreamCodec`` follows the stream (its weight on the newest pair), and every how many pairs it reads its
 #: evidence on the host.
 READING_WEIGHT, READ_EVERY = 0.1, 10
@@ -123,7 +127,8 @@ MADE_QUALITY = 8
 class StreamCodec:
     """Whether the stream reaches the net through a starved block codec (module docstring): running means over its
     pairs of ``grid_strength`` and ``unchanged_share`` (0-d tensors on the pairs' device), read on the host only every
-    ``READ_EVERY`` pairs. ``starved``: the last reading's decision (False before the first)."""
+    ``READ_EVERY`` pairs. ``starved``: the last reading's decision (False before the first), taken on the evidence
+    above and let go only under the lower ``GRID_GONE`` and ``UNCHANGED_GONE``."""
 
     def __init__(self) -> None:
         self.grid: Tensor | None = None
@@ -141,4 +146,5 @@ class StreamCodec:
             self.unchanged = torch.lerp(self.unchanged, unchanged, READING_WEIGHT)
         self.pairs += 1
         if self.pairs % READ_EVERY == 0:
-            self.starved = bool((self.grid >= GRID_EVIDENCE) & (self.unchanged >= UNCHANGED_EVIDENCE))
+            grid, unchanged = (GRID_GONE, UNCHANGED_GONE) if self.starved else (GRID_EVIDENCE, UNCHANGED_EVIDENCE)
+            self.starved = bool((self.grid >= grid) & (self.unchanged >= unchanged))

@@ -7,7 +7,17 @@ import numpy as np
 import pytest
 import torch
 
-from models.block_codec import GRID_EVIDENCE, READ_EVERY, StreamCodec, grid_strength, unchanged_share
+from models import block_codec
+from models.block_codec import (
+    GRID_EVIDENCE,
+    GRID_GONE,
+    READ_EVERY,
+    UNCHANGED_EVIDENCE,
+    UNCHANGED_GONE,
+    StreamCodec,
+    grid_strength,
+    unchanged_share,
+)
 from tests.codec_support import H, W, coded, opencv_jpeg, picture, stream, tensor
 
 
@@ -47,3 +57,20 @@ def test_a_stream_is_starved_where_it_shows_a_grid_and_skipped_blocks(starved_gr
         decisions.append(codec.starved)
     assert not any(decisions[: READ_EVERY - 1]), "decided before its evidence was read"
     assert decisions[-1] is (starved_grid and skips)
+
+
+def test_a_starved_stream_stays_so_while_its_evidence_dips_and_leaves_once_it_is_gone(monkeypatch):
+    monkeypatch.setattr(block_codec, "READING_WEIGHT", 0.0)  # the running means stay where they are put
+
+    def decided(starved: bool, grid: float, unchanged: float) -> bool:
+        codec = StreamCodec()
+        codec.starved, codec.grid, codec.unchanged = starved, torch.tensor(grid), torch.tensor(unchanged)
+        for pair in stream(starved_grid=False, skips=False, pairs=READ_EVERY):
+            codec.observe(pair)
+        return codec.starved
+
+    dipped = (GRID_EVIDENCE - 0.01, UNCHANGED_EVIDENCE - 0.01)
+    assert decided(True, *dipped) and not decided(False, *dipped)
+    assert not decided(True, GRID_GONE - 0.01, UNCHANGED_EVIDENCE) and not decided(
+        True, GRID_EVIDENCE, UNCHANGED_GONE - 0.01
+    )
