@@ -114,7 +114,7 @@ def round_trip(picture: Tensor, quality: int) -> Tensor:
 #: 0.44-0.89, tree.avi at 320x240 0.18).
 GRID_EVIDENCE, UNCHANGED_EVIDENCE = 1.15, 0.3
 #: A stream read as starved stays so until its grid or its unchanged share falls under these: the running means of the
-#: H.264 streams dipped to 1.12 and 0.14 now and then (a decision that came and went with them let the priors go and
+#: H.264 streams dipped to 1.09 and 0.14 now and then (a decision that came and went with them let the priors go and
 #: anchored them again), those of every other stream stayed under a grid of 1.05.
 GRID_GONE, UNCHANGED_GONE = 1.08, 0.1
 #: How fast ``StreamCodec`` follows the stream (its weight on the newest pair), and every how many pairs it reads its
