@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from models.block_codec import MACROBLOCK, round_trip
+from models.online import frame_pair
 
 H, W = 96, 128
 
@@ -50,4 +51,4 @@ def frames(starved_grid: bool, skips: bool, count: int) -> list[np.ndarray]:
 def stream(starved_grid: bool, skips: bool, pairs: int) -> list[torch.Tensor]:
     """The pairs (1, 6, H, W) of ``frames``."""
     made = frames(starved_grid, skips, pairs + 1)
-    return [torch.cat([tensor(a), tensor(b)], 1) for a, b in zip(made, made[1:], strict=False)]
+    return [frame_pair(a, b) for a, b in zip(made, made[1:], strict=False)]

@@ -18,6 +18,7 @@ from models.block_codec import (
     grid_strength,
     unchanged_share,
 )
+from models.online import frame_pair
 from tests.codec_support import H, W, coded, opencv_jpeg, picture, stream, tensor
 
 
@@ -44,7 +45,7 @@ def test_a_grid_shows_only_where_the_frames_were_coded_at_the_size_read():
 def test_the_unchanged_share_counts_the_macroblocks_left_as_they_were():
     first, second = picture(2), picture(3)
     second[:, : W // 4] = first[:, : W // 4]  # a quarter of the macroblocks
-    pair = torch.cat([tensor(first), tensor(second)], 1)
+    pair = frame_pair(first, second)
     assert float(unchanged_share(pair)) == pytest.approx(0.25)
 
 
