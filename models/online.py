@@ -24,6 +24,7 @@ from pipeline_core.stage import GradAlign, LossFn, learned_part
 
 from .block_codec import MADE_QUALITY, READ_EVERY, StreamCodec
 from .flow_loss import guarded_flow_loss, nan_if_blown_up, online_zero_flow_loss
+from .flow_memory import FlowMemory
 from .known_motion import KnownMotion, StreamMotion, known_flow_loss
 from .prior_adam import PriorAdam
 from .scene_cuts import SceneCuts
@@ -170,6 +171,11 @@ class Feed:
     def observe(self, output: Tensor, readings: Mapping[str, Tensor] | None = None) -> None:
         """The flow a step put out and what its layers read (``StepResult.readings``), for the pairs still to come."""
 
+    def show(self, output: Tensor) -> Tensor:
+        """A step's ``output`` as the stream shows it (after ``observe``, once per output, in order): its pair's flow
+        (``shown``) may be more than the net's alone."""
+        return output
+
     def tune(self, pipe: Pipeline) -> None:
         """Set what the stream asks of ``pipe``'s optimizers, where that changed (after each step)."""
 
@@ -194,7 +200,9 @@ class KnownMotionFeed(Feed):
     others ``prior_options[False]`` (``Learning.prior_options``): only a made pair that looks coded teaches the net a
     starved codec's frames, and the priors then learn it only let go of their start and faster. Where a grid alone
     called a stream starved, a real clip coded well lost 3 % on its moving pixels
-    (docs/notebook/2026-12-06-made-pairs-through-a-codec-for-a-starved-stream.md)."""
+    (docs/notebook/2026-12-06-made-pairs-through-a-codec-for-a-starved-stream.md). Such a stream also shows its
+    flows through a memory of the flows before (``models.flow_memory``), which fills in the blocks the encoder left
+    still."""
 
     def __init__(
         self, seed: int = 0, stages: int = 1, prior_options: Mapping[bool, Mapping[str, float]] | None = None
@@ -202,6 +210,7 @@ class KnownMotionFeed(Feed):
         self.motion = KnownMotion(seed, KNOWN_HOLD, KNOWN_EVERY, unknown=stages - 1)
         self.stream = StreamMotion()
         self.codec = StreamCodec()
+        self.memory = FlowMemory()
         self.prior_options = prior_options
         self.flow: Tensor | None = None
         self._set: bool | None = False  # the decision whose options the optimizers hold (as built), None: not known
@@ -236,6 +245,12 @@ class KnownMotionFeed(Feed):
         if camera is not None:
             camera = torch.nan_to_num(camera[:1].to(self.flow), nan=0.0, posinf=0.0, neginf=0.0)
         self.stream.observe(self.flow, camera)
+
+    def show(self, output: Tensor) -> Tensor:
+        if not self.codec.starved:
+            self.memory.reset()
+            return output
+        return torch.cat([self.memory(shown(output)), output[1:]])
 
 
 #: How many pairs one made pair serves, as it was made, every how many pairs (``models.known_motion.KnownMotion``):
@@ -434,7 +449,8 @@ def online_pipeline(
 
 def predict_then_learn(pipe: Pipeline, pairs: Iterable[torch.Tensor], feed: Feed | None = None) -> Iterator[StepResult]:
     """Feed each frame pair once, in order, as ``feed`` makes it a step's input and target (by default the pair alone,
-    its own target); yield every step's result, then the flush's. ``shown(r.output)`` is the pair's flow.
+    its own target); yield every step's result, then the flush's, each output as the stream shows it (``Feed.show``):
+    ``shown(r.output)`` is the pair's flow.
 
     Scoring ``shown(r.output)`` against pair ``r.frame`` is prequential: no weight that produced the output has
     learned from that pair (nor from a pair made of its frames). A stage records its output when it forwards, before
@@ -450,6 +466,10 @@ def predict_then_learn(pipe: Pipeline, pairs: Iterable[torch.Tensor], feed: Feed
         r = pipe.step(step_input, target=target)
         if r.output is not None:
             feed.observe(r.output, r.readings)
+            r.output = feed.show(r.output)
         feed.tune(pipe)
         yield r
-    yield from pipe.flush()
+    for r in pipe.flush():
+        if r.output is not None:
+            r.output = feed.show(r.output)
+        yield r

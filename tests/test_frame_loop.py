@@ -374,3 +374,17 @@ def test_a_stream_that_shows_a_starved_codec_says_so(tmp_path):
         loop.on_frame(picture, i / FPS, 0, i, i / FPS)
     assert [m for m in loop.out if isinstance(m, CodecRead)] == [CodecRead(READ_EVERY / FPS, True)]
     loop.learner.pipe.close()
+
+
+def test_every_frame_publishes_its_flow_as_the_feed_shows_it_those_in_flight_at_the_end_too(tmp_path, monkeypatch):
+    """``Feed.show`` (a starved stream's memory of the flow) is what the page gets, for the frames the pipeline
+    flushes once the source ends as for the others."""
+    loop = make_loop(tmp_path, 1, auto=False, init="pretrained")
+    shows = []
+    monkeypatch.setattr(loop.learner.feed, "show", lambda output: shows.append(1) or torch.full_like(output, 7.0))
+    for i, picture in enumerate(frames(starved_grid=True, skips=True, count=6)):
+        loop.on_frame(picture, i / FPS, 0, i, i / FPS)
+    loop.finish()
+    flows = [m.flow for m in loop.out if isinstance(m, FrameLearned)]
+    assert len(flows) == len(shows) == 5 and all((np.asarray(f) == 7.0).all() for f in flows)
+    loop.learner.pipe.close()

@@ -59,6 +59,27 @@ def test_predict_then_learn_yields_every_pair_once_in_order():
     assert all(r.output.shape == (1, 2, 32, 32) and r.loss is not None for r in results if r.frame is not None)
 
 
+class Marking(Feed):
+    """Shows each output with its order number added, to see which outputs went through ``show``, in what order."""
+
+    def __init__(self) -> None:
+        self.shows = 0
+
+    def show(self, output: torch.Tensor) -> torch.Tensor:
+        self.shows += 1
+        return torch.full_like(output, float(self.shows))
+
+
+def test_every_output_the_stream_gets_is_shown_by_the_feed_the_flushs_too():
+    stream = generate(size=32, frames=6, seed=2)
+    pairs = [frame_pair(stream.frames[t], stream.frames[t + 1]) for t in range(len(stream.flow))]
+    torch.manual_seed(0)
+    feed = Marking()
+    with online_pipeline(build_flow_net("fast", init="scratch"), pairs[0], 2, layers=SPLITS[2]) as pipe:
+        outputs = [r.output for r in predict_then_learn(pipe, iter(pairs), feed) if r.output is not None]
+    assert feed.shows == len(pairs) and [float(o.mean()) for o in outputs] == list(range(1, len(pairs) + 1))
+
+
 def test_the_learner_moves_stale_gradients_with_the_flow_unless_told_not_to():
     sample = torch.zeros(1, 6, 16, 16)
     with online_pipeline(build_flow_net("fast", init="scratch"), sample, 2, layers=SPLITS[2]) as pipe:

@@ -274,8 +274,9 @@ def test_what_learning_bought_is_shown_and_going_back_to_the_best_weights_is_sai
     assert status.versus_start.standing() is None  # the window starts afresh with the weights it went back to
     d.handle(protocol.CodecRead(4.25, True))
     assert "at 4.2 s" in status.notes[-1] and "starved" in status.notes[-1] and "learn faster" in status.notes[-1]
+    assert "remembers the flows before" in status.notes[-1]
     d.handle(protocol.CodecRead(9.0, False))
-    assert status.notes[-1] == "at 9.0 s the frames no longer show a starved codec: learning as before"
+    assert status.notes[-1] == "at 9.0 s the frames no longer show a starved codec: learning and showing as before"
 
 
 # -- checkpoint acknowledgements ------------------------------------------------------------------------------------

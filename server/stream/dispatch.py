@@ -123,9 +123,10 @@ class MessageDispatcher:
             case CodecRead():
                 status.add_note(
                     f"at {m.at_s:.1f} s the frames show a block codec starved of bits (its grid, blocks left as they "
-                    "were): the pairs learned from are coded alike and the priors learn faster"
+                    "were): the pairs learned from are coded alike, the priors learn faster and the flow shown "
+                    "remembers the flows before"
                     if m.starved
-                    else f"at {m.at_s:.1f} s the frames no longer show a starved codec: learning as before"
+                    else f"at {m.at_s:.1f} s the frames no longer show a starved codec: learning and showing as before"
                 )
             case NonFiniteLoss():
                 status.lr, status.resumed_from = m.lr, m.restored_from

@@ -289,7 +289,7 @@ class FrameLoop:
     def finish(self) -> None:
         """Every frame inside the pipeline learned and published: before a rebuild, and once the source has ended
         (else a file's last frames, a short clip's every frame, would go unlearned)."""
-        for r in self.learner.pipe.flush():
+        for r in self.learner.flush():
             if not self.pending:  # a non-finite loss among them threw the frames in flight away
                 break
             self._send_off(r)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import copy
 import time
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -268,8 +269,8 @@ class Learner:
     def step(self, x: torch.Tensor) -> tuple[torch.Tensor, StepResult | None]:
         """One real frame pair (on ``device``) in: the loss zero flow has on what the step learns from (0-d, on the
         device: the baseline a learned flow must beat), and what left the pipeline, None while it fills
-        (``models.online.shown`` of its output is a pair's flow). Nothing is read on the host here: the caller checks
-        the loss once it has it (``recover`` after a non-finite one)."""
+        (``models.online.shown`` of its output is a pair's flow as the stream shows it: ``Feed.show``). Nothing is
+        read on the host here: the caller checks the loss once it has it (``recover`` after a non-finite one)."""
         if self.poison_next:
             x, self.poison_next = torch.full_like(x, float("nan")), False
         step_input, target = self._fed = self.feed(x)
@@ -278,8 +279,16 @@ class Learner:
         r = self.pipe.step(step_input, target=target)
         if r.output is not None:
             self.feed.observe(r.output, r.readings)
+            r.output = self.feed.show(r.output)
         self.feed.tune(self.pipe)
         return zero, (r if r.frame is not None else None)
+
+    def flush(self) -> Iterator[StepResult]:
+        """The frames inside the pipeline, each output as the stream shows it (``step``)."""
+        for r in self.pipe.flush():
+            if r.output is not None:
+                r.output = self.feed.show(r.output)
+            yield r
 
     def start_score(self) -> StartScore:
         """The frozen start's scoring of what the last step learned from, to run a few layers at a time
