@@ -19,6 +19,9 @@ Every pair is scored before it is learned from, for
   reference passes its own forward-backward test (the ``consistent`` columns), over the first 30 pairs, 100 and the
   whole clip, beside Farneback and DIS-fast.
 
+A set run with ``--only`` rewrites the files of the streams and clips it runs, and its summary reads the set's other
+streams and clips from the files an earlier run left in the folder (each row says when its file was written).
+
 ``python -m bench.adaptation --heldout`` runs the photographs' streams no setting of the adapting learner was chosen
 on (``HELDOUT_STREAMS``, clean and shifted) into ``bench/results/adaptation-heldout/``; ``--size 256`` makes them at
 256x256 (the size issue 60 measured at) into ``adaptation-heldout-256/``.
@@ -32,6 +35,7 @@ scored) and writes ``STEM.json``: for ``frozen``, ``adapting`` and ``adapting_d2
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -293,10 +297,11 @@ def summary(streams: dict[str, dict], clips: dict[str, dict]) -> tuple[str, dict
         data["streams"][name] = {"ratios": ratios, "worst_per100": worst, "d2_over_d1_whole": d2}
         a = ratios["adapting"]
         rows.append(f"| {name} | {f['last100']:.3f} | {a['first100']:.3f} | {a['last100']:.3f} | {a['whole']:.3f} "
-                    f"| {ratios['adapting_d2']['last100']:.3f} | {worst:.3f} | {d2:.3f} |")  # fmt: skip
+                    f"| {ratios['adapting_d2']['last100']:.3f} | {worst:.3f} | {d2:.3f} "
+                    f"| {r['started']} |")  # fmt: skip
     lines = ["## Exact-flow streams", "",
              "| stream | frozen last 100 (px) | adapting / frozen: first 100 | last 100 | whole | D = 2 last 100 "
-             "| worst 100 of either | D = 2 / D = 1 whole |", "|---|---|---|---|---|---|---|---|", *rows]  # fmt: skip
+             "| worst 100 of either | D = 2 / D = 1 whole | run |", "|---" * 9 + "|", *rows]  # fmt: skip
     unshifted = [v["ratios"]["adapting"]["last100"] for k, v in data["streams"].items()
                  if not any(k.endswith(f"-{s}") for s in SHIFTS) and not k.startswith("long")]  # fmt: skip
     shifted = {k: v["ratios"]["adapting"]["last100"] for k, v in data["streams"].items()
@@ -315,7 +320,7 @@ def summary(streams: dict[str, dict], clips: dict[str, dict]) -> tuple[str, dict
                   f"- D = 2 / D = 1 over a whole stream, worst: {t['d2_over_d1_max']:.3f}"]  # fmt: skip
     if clips:
         lines += ["", "## Real clips", "", "| clip | window | learner | all: / frozen | / better classical "
-                  "| moving consistent: / frozen | / better classical |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+                  "| moving consistent: / frozen | / better classical | run |", "|---" * 8 + "|"]  # fmt: skip
         for stem, c in clips.items():
             data["clips"][stem] = {"versus_frozen": c["versus_frozen"], "versus_classical": c["versus_classical"]}
             for window in c["versus_frozen"]:
@@ -323,8 +328,16 @@ def summary(streams: dict[str, dict], clips: dict[str, dict]) -> tuple[str, dict
                     vf, vc = c["versus_frozen"][window][learner], c["versus_classical"][window][learner]
                     cells = (vf["epe_all"], vc["epe_all"], vf["epe_moving_consistent"], vc["epe_moving_consistent"])
                     row = " | ".join(f"{v:.3f}" for v in cells)
-                    lines.append(f"| {c['clip']} | {window} | {learner} | {row} |")
+                    lines.append(f"| {c['clip']} | {window} | {learner} | {row} | {c['started']} |")
     return "\n".join(lines) + "\n", data
+
+
+def with_kept(out: Path, names: list[str], ran: dict[str, dict]) -> dict[str, dict]:
+    """In ``names``' order, the results of those ``ran`` now, else as an earlier run left them in ``out`` (where it
+    left any): a set run in parts sums up whole."""
+    files = {name: out / f"{name}.json" for name in names if name not in ran}
+    return {name: ran[name] if name in ran else json.loads(files[name].read_text())
+            for name in names if name in ran or files[name].is_file()}  # fmt: skip
 
 
 def run_set(args: argparse.Namespace, command: str) -> int:
@@ -340,6 +353,10 @@ def run_set(args: argparse.Namespace, command: str) -> int:
         stream_futures = [pool.submit(run_stream_job, j, out, command) for j in jobs]
         clip_futures = [pool.submit(run_clip, v, out, command) for v in videos]
         streams, clips = (dict(f.result() for f in futures) for futures in (stream_futures, clip_futures))
+    for name, result in (*streams.items(), *clips.items()):  # as its file has it (``Run.write`` adds when)
+        result["started"] = json.loads((out / f"{name}.json").read_text())["started"]
+    streams = with_kept(out, [j.name for j in stream_set(args.heldout, args.size)], streams)
+    clips = with_kept(out, sorted({*clips, *(p.stem for p in out.glob("clip-*.json"))}), clips)
     text, data = summary(streams, clips)
     run.write("summary", "Learning while watching: adapting against its frozen start", text, data)
     return 0

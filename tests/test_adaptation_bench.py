@@ -70,13 +70,21 @@ def test_the_summary_reads_the_targets_off_the_streams():
     pairs = np.linspace(1.0, 0.5, 300)
     frozen = {**adaptation.windows(np.ones(300)), "pairs": np.ones(300).tolist()}
     learner = {**adaptation.windows(pairs), "pairs": pairs.tolist()}
-    streams = {"photo-1": {"frozen": frozen, "adapting": learner, "adapting_d2": learner},
-               "photo-1-night": {"frozen": frozen, "adapting": learner, "adapting_d2": learner}}  # fmt: skip
+    run = {"frozen": frozen, "adapting": learner, "adapting_d2": learner, "started": "2026-12-06 12:00 UTC"}
+    streams = {"photo-1": run, "photo-1-night": run}
     text, data = adaptation.summary(streams, {})
     assert data["targets"]["unshifted_last100_median"] == pytest.approx(pairs[-100:].mean())
     assert data["targets"]["shifted_last100"] == {"photo-1-night": pytest.approx(pairs[-100:].mean())}
     assert data["targets"]["never_worse_max"] == pytest.approx(pairs[:100].mean())
     assert data["targets"]["d2_over_d1_max"] == pytest.approx(1.0) and "| photo-1-night |" in text
+
+
+def test_a_set_run_in_parts_sums_up_whole(tmp_path):
+    (tmp_path / "a.json").write_text(json.dumps({"started": "earlier", "frozen": 1}))
+    (tmp_path / "b.json").write_text(json.dumps({"started": "earlier", "frozen": 2}))
+    got = adaptation.with_kept(tmp_path, ["a", "b", "c", "d"], {"b": {"started": "now"}, "d": {"started": "now"}})
+    assert list(got) == ["a", "b", "d"]  # the set's order; "c" neither run nor left by an earlier run
+    assert got["a"] == {"started": "earlier", "frozen": 1} and got["b"] == got["d"] == {"started": "now"}
 
 
 def test_the_held_out_set_shares_no_photograph_or_seed_with_the_set_the_learner_was_chosen_on():
