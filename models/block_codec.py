@@ -136,15 +136,23 @@ class StreamCodec:
         self.pairs = 0
         self.starved = False
 
-    def observe(self, pair: Tensor) -> None:
-        """Read ``pair`` (1, 6, H, W: the real pair, RGB in [0, 1]); decide on the host where its turn came."""
-        grid, unchanged = grid_strength(pair[:, 3:6]), unchanged_share(pair)
-        if self.grid is None or self.unchanged is None or self.grid.device != pair.device:
-            self.grid, self.unchanged = grid, unchanged
+    def observe(self, pair: Tensor, contiguous: bool = True) -> None:
+        """Read ``pair`` (1, 6, H, W: the real pair, RGB in [0, 1]); decide on the host where its turn came.
+        ``contiguous``: its frames follow one another in the source. Blocks left unchanged tell an encoder's skips only
+        there: over frames the worker skipped between them fewer blocks are left so (a CPU stream that drops half its
+        frames let its starved codec go), and a frame paired with itself (a new shot) leaves every block so."""
+        grid = grid_strength(pair[:, 3:6])
+        if self.grid is None or self.grid.device != pair.device:
+            self.grid, self.unchanged = grid, None
         else:
             self.grid = torch.lerp(self.grid, grid, READING_WEIGHT)
-            self.unchanged = torch.lerp(self.unchanged, unchanged, READING_WEIGHT)
+        if contiguous:
+            unchanged, differs = unchanged_share(pair), (pair[:, :3] != pair[:, 3:6]).any()
+            if self.unchanged is None:
+                self.unchanged = torch.where(differs, unchanged, 0.0)
+            else:
+                self.unchanged = torch.lerp(self.unchanged, unchanged, READING_WEIGHT * differs.float())
         self.pairs += 1
-        if self.pairs % READ_EVERY == 0:
+        if self.pairs % READ_EVERY == 0 and self.unchanged is not None:
             grid, unchanged = (GRID_GONE, UNCHANGED_GONE) if self.starved else (GRID_EVIDENCE, UNCHANGED_EVIDENCE)
             self.starved = bool((self.grid >= grid) & (self.unchanged >= unchanged))

@@ -165,7 +165,9 @@ class Feed:
 
     learns = True
 
-    def __call__(self, pair: Tensor) -> tuple[Tensor, Tensor]:
+    def __call__(self, pair: Tensor, contiguous: bool = True) -> tuple[Tensor, Tensor]:
+        """``pair``'s step input and target; ``contiguous``: its frames follow one another in the source (none
+        skipped between them)."""
         return pair, pair
 
     def observe(self, output: Tensor, readings: Mapping[str, Tensor] | None = None) -> None:
@@ -215,11 +217,11 @@ class KnownMotionFeed(Feed):
         self.flow: Tensor | None = None
         self._set: bool | None = False  # the decision whose options the optimizers hold (as built), None: not known
 
-    def __call__(self, pair: Tensor) -> tuple[Tensor, Tensor]:
+    def __call__(self, pair: Tensor, contiguous: bool = True) -> tuple[Tensor, Tensor]:
         flow = self.flow if self.flow is not None and self.flow.shape[-2:] == pair.shape[-2:] else None
         if flow is None:
             flow = pair.new_zeros(1, 2, *pair.shape[-2:])
-        self.codec.observe(pair)
+        self.codec.observe(pair, contiguous)
         known = self.motion(pair, flow.to(pair.device), self.stream, MADE_QUALITY if self.codec.starved else None)
         self.learns = known.known
         return torch.cat([pair, known.pair]), known.target()

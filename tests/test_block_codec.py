@@ -75,3 +75,22 @@ def test_a_starved_stream_stays_so_while_its_evidence_dips_and_leaves_once_it_is
     assert not decided(True, GRID_GONE - 0.01, UNCHANGED_EVIDENCE) and not decided(
         True, GRID_EVIDENCE, UNCHANGED_GONE - 0.01
     )
+
+
+def test_blocks_left_unchanged_count_only_between_frames_that_follow_one_another():
+    """Frames the worker skipped (a CPU stream dropping frames) leave fewer blocks unchanged, and a frame paired with
+    itself (a new shot) leaves every one so: neither is the encoder's evidence."""
+    starved, skipped = stream(True, True, READ_EVERY), stream(True, False, 3 * READ_EVERY)
+    for contiguous in (False, True):
+        codec = StreamCodec()
+        for pair in starved:
+            codec.observe(pair)
+        assert codec.starved
+        for pair in skipped:  # coded, its blocks all changed: as frames two apart read
+            codec.observe(pair, contiguous)
+        assert codec.starved is not contiguous
+    codec = StreamCodec()
+    for pair in stream(True, False, 2 * READ_EVERY):
+        codec.observe(pair)
+        codec.observe(torch.cat([pair[:, 3:], pair[:, 3:]], 1))  # the frame paired with itself
+    assert not codec.starved and float(codec.unchanged) < 0.01

@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from models.block_codec import READ_EVERY
+from models.block_codec import MACROBLOCK, READ_EVERY
 from models.flow_nets import FLOW_NETS
 from models.streams import load_photo
 from pipeline_core import StepResult
@@ -85,9 +85,9 @@ def slow_steps(learner: Learner, seconds_at_largest: float, largest: tuple[int, 
     """Every step also sleeps in proportion to the learning size's pixels, as a slower machine would take."""
     step = learner.step
 
-    def slowed(x: torch.Tensor):
+    def slowed(x: torch.Tensor, contiguous: bool = True):
         time.sleep(seconds_at_largest * x.shape[-1] * x.shape[-2] / (largest[0] * largest[1]))
-        return step(x)
+        return step(x, contiguous)
 
     learner.step = slowed
 
@@ -125,9 +125,9 @@ def test_the_budget_counts_what_the_host_spends_on_a_gpu_step_and_at_least_the_s
     loop.shares_cores = shares_cores
     step = loop.learner.step
 
-    def overlapped(x: torch.Tensor):
+    def overlapped(x: torch.Tensor, contiguous: bool = True):
         time.sleep(0.02)
-        zero, r = step(x)
+        zero, r = step(x, contiguous)
         if r is None:  # nothing left the pipeline yet (it fills)
             return zero, None
         device_clock = SimpleNamespace(seconds=5.0)  # the step's span as a device's events would tell it
@@ -373,6 +373,22 @@ def test_a_stream_that_shows_a_starved_codec_says_so(tmp_path):
     for i, picture in enumerate(frames(starved_grid=True, skips=True, count=READ_EVERY + 4)):
         loop.on_frame(picture, i / FPS, 0, i, i / FPS)
     assert [m for m in loop.out if isinstance(m, CodecRead)] == [CodecRead(READ_EVERY / FPS, True)]
+    loop.learner.pipe.close()
+
+
+def test_a_starved_stream_whose_frames_the_worker_skips_now_and_then_stays_starved(tmp_path):
+    """Over a frame the worker skipped the encoder's unchanged blocks changed: only pairs of frames that follow one
+    another read them (``StreamCodec.observe``'s ``contiguous``), else a CPU stream that drops frames lets its starved
+    codec go."""
+    made = frames(starved_grid=True, skips=False, count=40)
+    for t in range(1, len(made)):  # each frame leaves half its macroblock columns as the frame before had them
+        for x in range((t % 2) * MACROBLOCK, W, 2 * MACROBLOCK):
+            made[t][:, x : x + MACROBLOCK] = made[t - 1][:, x : x + MACROBLOCK]
+    loop = make_loop(tmp_path, 0, auto=False, init="pretrained")
+    got = np.cumsum([0, *[1, 2, 2, 2, 2] * 3])  # one pair in five of frames that follow one another
+    for seq in got:
+        loop.on_frame(made[seq], seq / FPS, 0, int(seq), seq / FPS)
+    assert [m.starved for m in loop.out if isinstance(m, CodecRead)] == [True]
     loop.learner.pipe.close()
 
 

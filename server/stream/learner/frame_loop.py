@@ -137,7 +137,7 @@ class FrameLoop:
         x = torch.cat([current if cut else previous, current])[None]
         learner = self.learner
         epochs, stepping = learner.pipe.epochs, time.perf_counter()
-        loss_zero, r = learner.step(x)
+        loss_zero, r = learner.step(x, contiguous=frames == 1)
         stepped = time.perf_counter() - stepping
         learns = learner.feed.learns
         if learner.feed.starved_codec != self.starved_codec:

@@ -266,14 +266,15 @@ class Learner:
         """Where frame pairs go in (the first stage's device)."""
         return self.pipe.stages[0].device
 
-    def step(self, x: torch.Tensor) -> tuple[torch.Tensor, StepResult | None]:
+    def step(self, x: torch.Tensor, contiguous: bool = True) -> tuple[torch.Tensor, StepResult | None]:
         """One real frame pair (on ``device``) in: the loss zero flow has on what the step learns from (0-d, on the
         device: the baseline a learned flow must beat), and what left the pipeline, None while it fills
         (``models.online.shown`` of its output is a pair's flow as the stream shows it: ``Feed.show``). Nothing is
-        read on the host here: the caller checks the loss once it has it (``recover`` after a non-finite one)."""
+        read on the host here: the caller checks the loss once it has it (``recover`` after a non-finite one).
+        ``contiguous``: the pair's frames follow one another in the source (``Feed``)."""
         if self.poison_next:
             x, self.poison_next = torch.full_like(x, float("nan")), False
-        step_input, target = self._fed = self.feed(x)
+        step_input, target = self._fed = self.feed(x, contiguous)
         with torch.no_grad():
             zero = self.learning.zero_flow_loss(step_input, target)
         r = self.pipe.step(step_input, target=target)
