@@ -48,9 +48,10 @@ import numpy as np
 import torch
 
 from models.camera_shifts import SHIFTS, shift
+from models.feeds import shown
 from models.flow_metrics import epe
 from models.flow_nets import build_flow_net, size_multiple
-from models.online import frame_pair, learning_for, online_pipeline, predict_then_learn, shown, stream_pairs
+from models.online import frame_pair, learning_for, online_pipeline, predict_then_learn, stream_pairs
 from models.streams import MIN_SIDE, Stream, for_net, generate, load_npz, save_npz
 from testing.report import RESULTS, Run, command_line
 

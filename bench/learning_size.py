@@ -39,7 +39,8 @@ from bench.realflow import (
 )
 from bench.realflow_scores import WINDOWS, Clip, PairScores
 from models.classical import resize_flow
-from models.online import default_lr, frame_pair, learning_for, online_pipeline, shown
+from models.feeds import shown
+from models.online import default_lr, frame_pair, learning_for, online_pipeline
 from models.scene_cuts import SceneCuts
 from server.stream.learner.reach import MotionCap
 from server.stream.sizing import Size, fit, learning_ladder, made_for_side

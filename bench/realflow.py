@@ -47,7 +47,7 @@ from bench.realflow_report import (
     versus_classical,
 )
 from bench.realflow_scores import WINDOWS, Clip, PairScores
-from models import online
+from models import feeds
 from models.classical import REFINEMENT, classical_methods, dis_refined, resize_flow
 from models.flow_metrics import FAST_MOTION, consistent_mask
 from models.flow_nets import FLOW_NETS, INITS, build_flow_net
@@ -161,7 +161,7 @@ def learn(
         for r in predict_then_learn(pipe, pairs, learning_for(init).feed(args.seed, stages)):
             scores.seconds.append(r.step_seconds)
             if r.frame is not None:
-                scores.add(r.frame, online.shown(r.output)[0].detach().permute(1, 2, 0).cpu().numpy(), r.loss)
+                scores.add(r.frame, feeds.shown(r.output)[0].detach().permute(1, 2, 0).cpu().numpy(), r.loss)
     return scores, {"init": init, "stages": stages, "balance": pipe.balance, "lr": lr, "net": args.net}
 
 

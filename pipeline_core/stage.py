@@ -203,7 +203,7 @@ class Stage:
 
     def set_group_options(self, holding: str, options: Mapping[str, float]) -> None:
         """``options`` on the optimizer's parameter groups that hold the option ``holding`` (a learner tunes one kind
-        of group as the data asks: the flow nets' priors, ``models.online.KnownMotionFeed``); an ``lr_scale`` among
+        of group as the data asks: the flow nets' priors, ``models.feeds.KnownMotionFeed``); an ``lr_scale`` among
         them moves the group's rate with it, from the stage's rate."""
         if self.optimizer is None:
             return

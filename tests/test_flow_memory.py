@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from models.block_codec import READ_EVERY
+from models.feeds import shown
 from models.flow_memory import GAINS, TRUSTED_AFTER, FlowMemory, carried
-from models.online import KNOWN_MOTION, shown
+from models.online import KNOWN_MOTION
 from tests.codec_support import stream
 
 H, W, BLOCK = 48, 64, 16

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from models.block_codec import GRID_EVIDENCE, READ_EVERY, grid_strength
+from models.feeds import PRIOR_GROUP, KnownMotionFeed
 from models.flow_loss import warp
 from models.known_motion import KnownMotion, StreamMotion, known_flow_loss, light_change, sensor_noise
-from models.online import KNOWN_MOTION, PRIOR_GROUP, STARVED_PRIOR_BOOST, KnownMotionFeed, frame_pair
+from models.online import KNOWN_MOTION, STARVED_PRIOR_BOOST, frame_pair
 from models.still_gate import CAMERA_READING
 from models.streams import generate
 from tests.codec_support import stream

@@ -4,13 +4,13 @@ what each way of learning learns."""
 import pytest
 import torch
 
+from models.feeds import Feed
 from models.flow_nets import build_flow_net
 from models.online import (
     CONV_RATES,
     KNOWN_MOTION,
     PHOTOMETRIC,
     PRIOR_SCALE,
-    Feed,
     frame_pair,
     online_pipeline,
     predict_then_learn,

@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from models.block_codec import READ_EVERY
-from models.online import KNOWN_MOTION, PRIOR_GROUP, frame_pair
+from models.feeds import PRIOR_GROUP
+from models.online import KNOWN_MOTION, frame_pair
 from pipeline_core.processes import ProcessRuntime
 from pipeline_core.runtime import LocalRuntime
 from server.stream import checkpoints
@@ -359,7 +360,7 @@ def prior_groups(learner: Learner) -> list[dict]:
 
 
 def test_a_starved_codecs_stream_lets_its_priors_go_in_every_stage_process_and_again_after_going_back(cfg):
-    """``models.online.KnownMotionFeed``'s decision reaches the stage processes, and a load of weights saved with the
+    """``models.feeds.KnownMotionFeed``'s decision reaches the stage processes, and a load of weights saved with the
     other options (going back to the start's) is followed by the stream's own again at the next step."""
     learner = Learner(replace(cfg, init="pretrained", stages=2, lr=None), (W, H))
     starved = KNOWN_MOTION.prior_options(stages=2)[True]

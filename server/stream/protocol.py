@@ -167,7 +167,7 @@ class WentBackToBest:
 class CodecRead:
     """Learner -> work: from ``at_s`` (the source's time) on, the stream's frames do (``starved``) or no longer do show
     a starved block codec at the learning size, and it learns as for one or as before
-    (``models.online.KnownMotionFeed``)."""
+    (``models.feeds.KnownMotionFeed``)."""
 
     at_s: float
     starved: bool

@@ -57,7 +57,7 @@ class InPipeline:
     loss_zero: torch.Tensor  # zero flow's loss on what its step learned from, on the learner's device
     scene_cut: bool  # it began a new shot (paired with itself)
     frames: int  # how many frames of the stream its pair spans: more than one where the worker skipped some
-    learns: bool = True  # its step had something to learn from (``models.online.Feed.learns``); else its loss is 0
+    learns: bool = True  # its step had something to learn from (``models.feeds.Feed.learns``); else its loss is 0
     scored: Scoring | None = None  # the frozen start's scoring of what this frame's step learned from, if it has one
     start_done: Scoring | None = None  # a scoring whose last layers ran on this frame (its loss comes down with it)
 

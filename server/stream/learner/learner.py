@@ -269,7 +269,7 @@ class Learner:
     def step(self, x: torch.Tensor, contiguous: bool = True) -> tuple[torch.Tensor, StepResult | None]:
         """One real frame pair (on ``device``) in: the loss zero flow has on what the step learns from (0-d, on the
         device: the baseline a learned flow must beat), and what left the pipeline, None while it fills
-        (``models.online.shown`` of its output is a pair's flow as the stream shows it: ``Feed.show``). Nothing is
+        (``models.feeds.shown`` of its output is a pair's flow as the stream shows it: ``Feed.show``). Nothing is
         read on the host here: the caller checks the loss once it has it (``recover`` after a non-finite one).
         ``contiguous``: the pair's frames follow one another in the source (``Feed``)."""
         if self.poison_next:
@@ -321,6 +321,6 @@ class Learner:
 
     def _apply_lr(self) -> None:
         """Every stage at ``lr`` (a loaded optimizer state brings the rate it was saved with), and the options the
-        stream asks of its optimizers set again at the next step (``models.online.Feed.tune``)."""
+        stream asks of its optimizers set again at the next step (``models.feeds.Feed.tune``)."""
         self.pipe.set_lr(self.lr)
         self.feed.retune()
