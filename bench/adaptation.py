@@ -217,7 +217,8 @@ def markdown(results: dict[str, dict]) -> str:
 
 
 def write_stream(stream: Stream, name: str, learners: tuple[str, ...], out: Path, command: str) -> dict[str, dict]:
-    """Score ``stream`` and write ``out/name.{json,md,png}``; the results."""
+    """Score ``stream`` and write ``out/name.{json,md,png}``; the results, with when the run started (as its files
+    say)."""
     run = Run(command=command, directory=out)
     print(f"{name}: {len(stream.flow)} pairs", file=sys.stderr, flush=True)
     results = score_stream(stream, learners)
@@ -225,7 +226,7 @@ def write_stream(stream: Stream, name: str, learners: tuple[str, ...], out: Path
     title = f"{name}: {len(stream.frames)} frames {size}, net {NET}, end-point error (px), each pair before learning"
     run.png(f"{name}.png", plot(results, title))
     run.write(name, title, f"{markdown(results)}\n![adapting / frozen]({name}.png)", results)
-    return results
+    return {**results, "started": run.started}
 
 
 def run_stream_job(job: StreamJob, out: Path, command: str) -> tuple[str, dict[str, dict]]:
@@ -255,10 +256,9 @@ def run_clip(video: Path, out: Path, command: str) -> tuple[str, dict]:
     result = {"clip": video.name, "size": [width, height], "fps": fps, "pairs": len(clip.pseudo_gt), "methods": methods,
               "versus_classical": {w: versus_classical(methods, w) for w in WINDOWS},
               "versus_frozen": {w: versus_frozen(methods, w) for w in WINDOWS}}  # fmt: skip
-    stem = f"clip-{video.stem}"
-    Run(command=command, directory=out).write(stem, f"{video.name} at {width}x{height}: adapting against frozen",
-                                              clip_markdown(result), result)  # fmt: skip
-    return stem, result
+    stem, run = f"clip-{video.stem}", Run(command=command, directory=out)
+    run.write(stem, f"{video.name} at {width}x{height}: adapting against frozen", clip_markdown(result), result)
+    return stem, {**result, "started": run.started}
 
 
 #: The real clips' scores compared: all pixels, and the moving pixels where the reference passes its own test.
@@ -354,8 +354,6 @@ def run_set(args: argparse.Namespace, command: str) -> int:
         stream_futures = [pool.submit(run_stream_job, j, out, command) for j in jobs]
         clip_futures = [pool.submit(run_clip, v, out, command) for v in videos]
         streams, clips = (dict(f.result() for f in futures) for futures in (stream_futures, clip_futures))
-    for name, result in (*streams.items(), *clips.items()):  # as its file has it (``Run.write`` adds when)
-        result["started"] = json.loads((out / f"{name}.json").read_text())["started"]
     streams = with_kept(out, [j.name for j in stream_set(args.heldout, args.size)], streams)
     clips = with_kept(out, sorted({*clips, *(p.stem for p in out.glob("clip-*.json"))}), clips)
     text, data = summary(streams, clips)
