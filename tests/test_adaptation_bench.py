@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from bench import adaptation
+from bench import adaptation, adaptation_report
 from models.streams import Stream, for_net, generate, padded, save_npz
 
 
@@ -72,7 +72,7 @@ def test_the_summary_reads_the_targets_off_the_streams():
     learner = {**adaptation.windows(pairs), "pairs": pairs.tolist()}
     run = {"frozen": frozen, "adapting": learner, "adapting_d2": learner, "started": "2026-12-06 12:00 UTC"}
     streams = {"photo-1": run, "photo-1-night": run}
-    text, data = adaptation.summary(streams, {})
+    text, data = adaptation_report.summary(streams, {})
     assert data["targets"]["unshifted_last100_median"] == pytest.approx(pairs[-100:].mean())
     assert data["targets"]["shifted_last100"] == {"photo-1-night": pytest.approx(pairs[-100:].mean())}
     assert data["targets"]["never_worse_max"] == pytest.approx(pairs[:100].mean())
@@ -82,7 +82,9 @@ def test_the_summary_reads_the_targets_off_the_streams():
 def test_a_set_run_in_parts_sums_up_whole(tmp_path):
     (tmp_path / "a.json").write_text(json.dumps({"started": "earlier", "frozen": 1}))
     (tmp_path / "b.json").write_text(json.dumps({"started": "earlier", "frozen": 2}))
-    got = adaptation.with_kept(tmp_path, ["a", "b", "c", "d"], {"b": {"started": "now"}, "d": {"started": "now"}})
+    got = adaptation_report.with_kept(
+        tmp_path, ["a", "b", "c", "d"], {"b": {"started": "now"}, "d": {"started": "now"}}
+    )
     assert list(got) == ["a", "b", "d"]  # the set's order; "c" neither run nor left by an earlier run
     assert got["a"] == {"started": "earlier", "frozen": 1} and got["b"] == got["d"] == {"started": "now"}
 
