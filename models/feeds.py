@@ -18,6 +18,7 @@ from .block_codec import MADE_QUALITY, READ_EVERY, StreamCodec
 from .flow_memory import FlowMemory
 from .known_motion import KnownMotion, StreamMotion
 from .still_gate import CAMERA_READING
+from .stream_noise import StreamNoise
 
 #: The option that only the priors' optimizer group holds (``models.online.flow_optimizer``), by which the learner
 #: finds it.
@@ -55,6 +56,11 @@ class Feed:
         """Whether it learns as for the frames of a starved block codec (``KnownMotionFeed``)."""
         return False
 
+    @property
+    def noisy_camera(self) -> bool:
+        """Whether it smooths the pairs of a camera whose noise outweighs its picture's detail (``KnownMotionFeed``)."""
+        return False
+
 
 class KnownMotionFeed(Feed):
     """Each step's input: the real pair (shown) and a pair made from its second frame with a known flow (learned
@@ -70,7 +76,8 @@ class KnownMotionFeed(Feed):
     called a stream starved, a real clip coded well lost 3 % on its moving pixels
     (docs/notebook/2026-12-06-made-pairs-through-a-codec-for-a-starved-stream.md). Such a stream also shows its
     flows through a memory of the flows before (``models.flow_memory``), which fills in the blocks the encoder left
-    still."""
+    still. A stream whose sensor noise outweighs its picture's detail (a night camera: ``models.stream_noise``) is
+    shown, and learns from, its pairs smoothed as much as its noise asks."""
 
     def __init__(
         self, seed: int = 0, stages: int = 1, prior_options: Mapping[bool, Mapping[str, float]] | None = None
@@ -79,6 +86,7 @@ class KnownMotionFeed(Feed):
         self.stream = StreamMotion()
         self.codec = StreamCodec()
         self.memory = FlowMemory()
+        self.noise = StreamNoise()
         self.prior_options = prior_options
         self.flow: Tensor | None = None
         self._set: bool | None = False  # the decision whose options the optimizers hold (as built), None: not known
@@ -87,8 +95,11 @@ class KnownMotionFeed(Feed):
         flow = self.flow if self.flow is not None and self.flow.shape[-2:] == pair.shape[-2:] else None
         if flow is None:
             flow = pair.new_zeros(1, 2, *pair.shape[-2:])
+        flow = flow.to(pair.device)
         self.codec.observe(pair, contiguous)
-        known = self.motion(pair, flow.to(pair.device), self.stream, MADE_QUALITY if self.codec.starved else None)
+        self.noise.observe(pair, flow)
+        pair = self.noise(pair)
+        known = self.motion(pair, flow, self.stream, MADE_QUALITY if self.codec.starved else None)
         self.learns = known.known
         return torch.cat([pair, known.pair]), known.target()
 
@@ -104,6 +115,10 @@ class KnownMotionFeed(Feed):
     @property
     def starved_codec(self) -> bool:
         return self.codec.starved
+
+    @property
+    def noisy_camera(self) -> bool:
+        return self.noise.noisy
 
     def observe(self, output: Tensor, readings: Mapping[str, Tensor] | None = None) -> None:
         """A non-finite flow (a broken frame's) counts as none: it would spoil every pair made after it. The camera's

@@ -25,7 +25,15 @@ from server.stream.learner.process_config import LearnerProcessConfig
 from server.stream.learner.profile_cache import JsonCache, key
 from server.stream.learner.start_score import StartScore
 from server.stream.learner.versus_start import VersusStart
-from server.stream.protocol import BudgetChanged, CodecRead, FrameLearned, FramesDropped, NonFiniteLoss, WentBackToBest
+from server.stream.protocol import (
+    BudgetChanged,
+    CodecRead,
+    FrameLearned,
+    FramesDropped,
+    NoiseRead,
+    NonFiniteLoss,
+    WentBackToBest,
+)
 from server.stream.sizing import LearningSizes
 from tests.codec_support import H, W, frames
 
@@ -373,6 +381,20 @@ def test_a_stream_that_shows_a_starved_codec_says_so(tmp_path):
     for i, picture in enumerate(frames(starved_grid=True, skips=True, count=READ_EVERY + 4)):
         loop.on_frame(picture, i / FPS, 0, i, i / FPS)
     assert [m for m in loop.out if isinstance(m, CodecRead)] == [CodecRead(READ_EVERY / FPS, True)]
+    loop.learner.pipe.close()
+
+
+def test_a_night_cameras_stream_says_so(tmp_path):
+    """The feed's reading of the camera's noise against the picture's detail (``models.stream_noise``) goes out once,
+    when it changes: frames dark, low in contrast and noisy, as a night camera sees them."""
+    rng = np.random.default_rng(0)
+    night = [np.clip(f * 0.15 + rng.normal(0, 4, f.shape), 0, 255).astype(np.uint8)
+             for f in frames(starved_grid=False, skips=False, count=3 * READ_EVERY + 1)]  # fmt: skip
+    loop = make_loop(tmp_path, 0, auto=False, init="pretrained")
+    for i, picture in enumerate(night):
+        loop.on_frame(picture, i / FPS, 0, i, i / FPS)
+    assert [m.noisy for m in loop.out if isinstance(m, NoiseRead)] == [True]
+    assert not [m for m in loop.out if isinstance(m, CodecRead)]
     loop.learner.pipe.close()
 
 

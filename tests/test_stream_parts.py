@@ -63,6 +63,7 @@ EXAMPLES = [
     protocol.NonFiniteLoss(5e-5, 1, 10),
     protocol.WentBackToBest(120, 1.07, 10),
     protocol.CodecRead(4.0, True),
+    protocol.NoiseRead(4.0, True),
     protocol.LearnerFailed(errors.WORKER_FAILED, "no"),
     protocol.CheckpointRequest(7),
     protocol.InjectFault("nan_loss"),
@@ -277,6 +278,13 @@ def test_what_learning_bought_is_shown_and_going_back_to_the_best_weights_is_sai
     assert "remembers the flows before" in status.notes[-1]
     d.handle(protocol.CodecRead(9.0, False))
     assert status.notes[-1] == "at 9.0 s the frames no longer show a starved codec: learning and showing as before"
+    d.handle(protocol.NoiseRead(12.0, True))
+    assert "at 12.0 s" in status.notes[-1] and "night camera" in status.notes[-1] and "smoothed" in status.notes[-1]
+    d.handle(protocol.NoiseRead(15.5, False))
+    assert (
+        status.notes[-1].startswith("at 15.5 s the camera's noise no longer outweighs")
+        and "as they come" in status.notes[-1]
+    )
 
 
 # -- checkpoint acknowledgements ------------------------------------------------------------------------------------

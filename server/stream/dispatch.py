@@ -26,6 +26,7 @@ from .protocol import (
     LearnerFailed,
     LearnerMessage,
     LearnerReady,
+    NoiseRead,
     NonFiniteLoss,
     Phase,
     SourceEnded,
@@ -127,6 +128,14 @@ class MessageDispatcher:
                     "remembers the flows before"
                     if m.starved
                     else f"at {m.at_s:.1f} s the frames no longer show a starved codec: learning and showing as before"
+                )
+            case NoiseRead():
+                status.add_note(
+                    f"at {m.at_s:.1f} s the camera's noise outweighs the picture's detail (a night camera): the net "
+                    "is shown, and learns from, its pairs smoothed"
+                    if m.noisy
+                    else f"at {m.at_s:.1f} s the camera's noise no longer outweighs the picture's detail: pairs shown "
+                    "as they come"
                 )
             case NonFiniteLoss():
                 status.lr, status.resumed_from = m.lr, m.restored_from

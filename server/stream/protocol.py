@@ -174,6 +174,16 @@ class CodecRead:
 
 
 @dataclass(frozen=True)
+class NoiseRead:
+    """Learner -> work: from ``at_s`` (the source's time) on, the stream's noise does (``noisy``) or no longer does
+    outweigh its picture's detail, and the net is shown its pairs smoothed or as they come
+    (``models.stream_noise``)."""
+
+    at_s: float
+    noisy: bool
+
+
+@dataclass(frozen=True)
 class LearnerFailed:
     """Learner -> work: the learner could not start (its code from ``errors``); the process exits."""
 
@@ -204,6 +214,7 @@ LearnerMessage = (
     | FrameLearned
     | WentBackToBest
     | CodecRead
+    | NoiseRead
     | BudgetChanged
     | FramesDropped
     | CheckpointWritten

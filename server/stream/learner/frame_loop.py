@@ -32,7 +32,7 @@ from models.scene_cuts import SceneCuts
 from pipeline_core import StepResult
 
 from ..pictures import JPEG_KINDS, FlowScale, Painter, mask_kinds
-from ..protocol import BudgetChanged, CodecRead, FrameLearned, NonFiniteLoss, StartScored, WentBackToBest
+from ..protocol import BudgetChanged, CodecRead, FrameLearned, NoiseRead, NonFiniteLoss, StartScored, WentBackToBest
 from ..ring import FrameRing
 from ..sizing import Size, made_for_side
 from .budget import BudgetController
@@ -95,6 +95,7 @@ class FrameLoop:
         self.pace = SourcePace()  # how often the source really sends frames: the frame budget's ΔS
         self.cuts = SceneCuts()  # a frame that begins a new shot is paired with itself: no flow, nothing to learn
         self.starved_codec = False  # the learner's feed learns as for a starved codec's frames (said on a change)
+        self.noisy_camera = False  # the learner's feed smooths a noisy camera's pairs (said on a change)
         self.shot: int | None = None  # the decoder's shot of the previous frame (a looping file's restarts)
         self.pending: deque[InPipeline] = deque()  # frames inside the pipeline
         self.outgoing: deque[Outgoing] = deque()  # frames out of the pipeline, their results on the way (``lag``)
@@ -143,6 +144,9 @@ class FrameLoop:
         if learner.feed.starved_codec != self.starved_codec:
             self.starved_codec = learner.feed.starved_codec
             self.out.put(CodecRead(source_time, self.starved_codec))
+        if learner.feed.noisy_camera != self.noisy_camera:
+            self.noisy_camera = learner.feed.noisy_camera
+            self.out.put(NoiseRead(source_time, self.noisy_camera))
         scored, start_done, start_s = self.start_scorer.after_step(learner.start_score, learns)
         self.pending.append(InPipeline(picture, capture_time, loss_zero, cut, frames, learns, scored, start_done))
         if learner.pipe.epochs != epochs:

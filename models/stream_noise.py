@@ -1,0 +1,91 @@
+"""A night camera's noise against its picture's detail: how to tell it, and the smoothing that the net then sees.
+
+Why: at night a camera's sensor noise is as large as its picture's detail, and the shipped net, pretrained on mildly
+noisy clips, follows the noise. Learning does not mend it: the made pairs a stream learns from say smoothing hurts
+(a made pair carries its source frame's noise into both frames, where it moves with the picture like detail), and
+given the true flow as its loss the learner at its rates reaches only 0.994 of its start at night
+(docs/notebook/2026-12-01-the-still-flow-lead-withdrawn.md). Smoothing the frames before the net does: on the night
+streams of the benchmark a Gaussian of 0.6-1.5 px took the frozen net to 0.76-0.94 of its error, where on every
+clean, blurred, infrared, coded or flickering stream it cost 4-73 %
+(docs/notebook/2026-12-06-a-night-cameras-frames-smoothed.md). So the stream reads its own noise (``sensor_noise``:
+one frame's noise off the real pair's residual under the newest flow, as the still gate reads it) against its
+picture's detail (``detail``: the mean gradient of its smoothed grey picture), and smooths only where the noise is
+the larger: there its night streams read 1.4-4.0 times their detail, every other stream and real clip of the
+benchmarks under 0.05.
+
+Tensor ops on the pair's device; the decision whether to smooth at all is read on the host every ``READ_EVERY``
+pairs, as a starved codec's is (``models.block_codec``), so a stream that is not noisy is shown as it was, bit for
+bit and at no cost.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .block_codec import READ_EVERY
+from .known_motion import sensor_noise
+from .luma import luma
+
+#: The weight of the newest pair in the running mean of the noise-to-detail reading.
+READING_WEIGHT = 0.05
+#: Smoothing starts where the noise reads over this share of the detail, and its standard deviation (px) grows by
+#: ``SMOOTHING_PER_READING`` with every unit of the reading past it, up to ``MAX_SMOOTHING``.
+NOISY, SMOOTHING_PER_READING, MAX_SMOOTHING = 0.5, 0.5, 1.5
+#: The Gaussian's half-width (px): 2.7 standard deviations at ``MAX_SMOOTHING``.
+RADIUS = 4
+#: The detail is read on the grey picture smoothed by this much (px), so that its own noise does not count as detail.
+DETAIL_SMOOTHING = 1.0
+
+
+def gaussian(images: Tensor, sigma: Tensor | float) -> Tensor:
+    """``images`` (B, C, H, W) smoothed by a Gaussian of standard deviation ``sigma`` px (a 0-d tensor: no host read;
+    0 leaves them as they were), separable, ``RADIUS`` px each side, edges replicated."""
+    sigma = torch.as_tensor(sigma, dtype=images.dtype, device=images.device)
+    taps = torch.arange(-RADIUS, RADIUS + 1, dtype=images.dtype, device=images.device)
+    kernel = torch.exp(-0.5 * (taps / sigma.clamp_min(1e-3)) ** 2)
+    kernel = kernel / kernel.sum()
+    c = images.shape[1]
+    across, down = kernel.view(1, 1, 1, -1).expand(c, 1, 1, -1), kernel.view(1, 1, -1, 1).expand(c, 1, -1, 1)
+    rows = F.conv2d(F.pad(images, (RADIUS, RADIUS, 0, 0), mode="replicate"), across, groups=c)
+    return F.conv2d(F.pad(rows, (0, 0, RADIUS, RADIUS), mode="replicate"), down, groups=c)
+
+
+def detail(picture: Tensor) -> Tensor:
+    """(0-d) How much detail ``picture`` (1, 3, H, W) in [0, 1] holds: the mean length of its grey picture's gradient,
+    smoothed first by ``DETAIL_SMOOTHING``."""
+    grey = gaussian(luma(picture), DETAIL_SMOOTHING)
+    return torch.hypot(grey[..., 1:, 1:] - grey[..., :-1, 1:], grey[..., 1:, 1:] - grey[..., 1:, :-1]).mean()
+
+
+class StreamNoise:
+    """How noisy the stream is against its picture's detail (module docstring): a running mean of the reading over
+    its real pairs from none (0-d tensor on their device), and ``smoothing``, the Gaussian (px) it asks for;
+    ``noisy``, read on the host every ``READ_EVERY`` pairs: whether it smooths at all (False before the first)."""
+
+    def __init__(self) -> None:
+        self.reading: Tensor | None = None
+        self.pairs = 0
+        self.noisy = False
+
+    def observe(self, pair: Tensor, flow: Tensor) -> None:
+        """Read the real ``pair`` (1, 6, H, W) under ``flow`` (1, 2, H, W), the newest flow shown; decide on the host
+        where its turn came."""
+        reading = (sensor_noise(pair, flow).reshape(()) / detail(pair[:, 3:6]).clamp_min(1e-4)).nan_to_num(0.0)
+        if self.reading is None or self.reading.device != pair.device:
+            self.reading = torch.zeros_like(reading)  # from no noise: a first pair's reading has no flow to read under
+        self.reading = torch.lerp(self.reading, reading, READING_WEIGHT)
+        self.pairs += 1
+        if self.pairs % READ_EVERY == 0:
+            self.noisy = bool(self.reading > NOISY)
+
+    @property
+    def smoothing(self) -> Tensor:
+        """(0-d) The Gaussian's standard deviation (px) that the stream's noise asks for."""
+        assert self.reading is not None, "observe a pair first"
+        return ((self.reading - NOISY) * SMOOTHING_PER_READING).clamp(0.0, MAX_SMOOTHING)
+
+    def __call__(self, pair: Tensor) -> Tensor:
+        """``pair`` as the net is shown it: smoothed where the stream is noisy, else itself."""
+        return gaussian(pair, self.smoothing) if self.noisy else pair

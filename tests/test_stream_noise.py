@@ -1,0 +1,62 @@
+"""``models.stream_noise``: a stream whose noise outweighs its picture's detail (a night camera) reads as noisy and is
+shown smoothed; a clean one is shown as it was, bit for bit; the smoothing is a Gaussian as OpenCV makes it."""
+
+import cv2
+import numpy as np
+import pytest
+import torch
+
+from models.block_codec import READ_EVERY
+from models.online import KNOWN_MOTION
+from models.stream_noise import MAX_SMOOTHING, NOISY, RADIUS, StreamNoise, gaussian
+from tests.image_support import noisy, textured
+
+PAIRS = 4 * READ_EVERY
+
+
+def still_stream(light: float, levels: float) -> list[torch.Tensor]:
+    """Pairs (1, 6, 64, 64) of one still textured picture at ``light`` of its brightness, each frame with noise of
+    its own of ``levels`` 8-bit levels."""
+    picture = textured(64, 64, seed=3) * light
+    frames = [noisy(picture, levels, seed) for seed in range(PAIRS + 1)]
+    return [torch.cat([a, b], 1) for a, b in zip(frames, frames[1:], strict=False)]
+
+
+@pytest.mark.parametrize("sigma", [0.6, 1.5])
+def test_the_smoothing_is_opencvs_gaussian(sigma):
+    picture = textured(40, 56, seed=1)
+    expected = cv2.GaussianBlur(picture[0].permute(1, 2, 0).numpy(), (2 * RADIUS + 1, 2 * RADIUS + 1), sigma,
+                                borderType=cv2.BORDER_REPLICATE)  # fmt: skip
+    assert np.allclose(gaussian(picture, torch.tensor(sigma))[0].permute(1, 2, 0).numpy(), expected, atol=1e-5)
+
+
+def test_no_smoothing_leaves_the_picture_as_it_was():
+    picture = textured(40, 56, seed=1)
+    assert torch.equal(gaussian(picture, torch.tensor(0.0)), picture)
+
+
+@pytest.mark.parametrize(("light", "levels", "expected"), [(0.15, 4.0, True), (1.0, 0.5, False)])
+def test_a_stream_is_noisy_where_its_noise_outweighs_its_detail(light, levels, expected):
+    """Dark, low in contrast and noisy as a night camera sees it, against the same picture in daylight."""
+    noise, flow = StreamNoise(), torch.zeros(1, 2, 64, 64)
+    for pair in still_stream(light, levels):
+        noise.observe(pair, flow)
+    assert noise.noisy is expected
+    assert (float(noise.reading) > NOISY) is expected
+    assert 0.0 < float(noise.smoothing) <= MAX_SMOOTHING if expected else float(noise.smoothing) == 0.0
+
+
+@pytest.mark.parametrize("night", [True, False])
+def test_the_feed_shows_and_learns_from_a_noisy_streams_pairs_smoothed(night):
+    """The step input's real pair (sample 0) is the stream's pair smoothed at night, the pair itself by day; the made
+    pair is made from what the net is shown."""
+    feed = KNOWN_MOTION.feed(seed=0)
+    pairs = still_stream(0.15, 4.0) if night else still_stream(1.0, 0.5)
+    for pair in pairs:
+        step_input, _ = feed(pair)
+    if night:
+        assert not torch.equal(step_input[:1], pair)
+        assert torch.equal(step_input[:1], gaussian(pair, feed.noise.smoothing))
+        assert float((step_input[:1, 3:] - step_input[:1, :3]).std()) < 0.6 * float((pair[:, 3:] - pair[:, :3]).std())
+    else:
+        assert torch.equal(step_input[:1], pair)
