@@ -8,10 +8,10 @@ given the true flow as its loss the learner at its rates reaches only 0.994 of i
 streams of the benchmark a Gaussian of 0.6-1.5 px took the frozen net to 0.76-0.94 of its error, where on every
 clean, blurred, infrared, coded or flickering stream it cost 4-73 %
 (docs/notebook/2026-12-06-a-night-cameras-frames-smoothed.md). So the stream reads its own noise (``sensor_noise``:
-one frame's noise off the real pair's residual under the newest flow, as the still gate reads it) against its
-picture's detail (``detail``: the mean gradient of its smoothed grey picture), and smooths only where the noise is
-the larger: there its night streams read 1.4-4.0 times their detail, every other stream and real clip of the
-benchmarks under 0.05.
+one frame's noise off the real pair's residual under the newest flow, as the still gate reads it, once the pair's
+change of light and its coarse picture are taken out, so that a flicker does not count) against its picture's detail
+(``detail``: the mean gradient of its smoothed grey picture), and smooths only where the noise is the larger: there
+the benchmark's night streams read 1.3-4.0 times their detail, its other streams and real clips at most 0.12.
 
 Tensor ops on the pair's device; the decision whether to smooth at all is read on the host every ``READ_EVERY``
 pairs, as a starved codec's is (``models.block_codec``), so a stream that is not noisy is shown as it was, bit for
@@ -25,16 +25,19 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .block_codec import READ_EVERY
-from .known_motion import sensor_noise
+from .known_motion import light_change, sensor_noise
 from .luma import luma
 
-#: The weight of the newest pair in the running mean of the noise-to-detail reading.
-READING_WEIGHT = 0.05
-#: Smoothing starts where the noise reads over this share of the detail, and its standard deviation (px) grows by
-#: ``SMOOTHING_PER_READING`` with every unit of the reading past it, up to ``MAX_SMOOTHING``.
-NOISY, SMOOTHING_PER_READING, MAX_SMOOTHING = 0.5, 0.5, 1.5
+#: The reading is taken on every ``READ_PAIR_EVERY``-th pair (3-4 ms a pair at 128x96 on one CPU thread, 25 at
+#: 320x240), and the newest weighs this much in its running mean (about the last 20 pairs).
+READ_PAIR_EVERY, READING_WEIGHT = 5, 0.25
+#: Smoothing starts where the noise reads over this share of the detail; its standard deviation (px) is
+#: ``SMOOTHING_PER_READING`` times the reading, up to ``MAX_SMOOTHING``.
+NOISY, SMOOTHING_PER_READING, MAX_SMOOTHING = 0.5, 0.4, 1.5
 #: The Gaussian's half-width (px): 2.7 standard deviations at ``MAX_SMOOTHING``.
 RADIUS = 4
+#: The noise is read on the pair less its picture smoothed by this much (px): the fine grain alone.
+COARSE = 2.0
 #: The detail is read on the grey picture smoothed by this much (px), so that its own noise does not count as detail.
 DETAIL_SMOOTHING = 1.0
 
@@ -62,7 +65,8 @@ def detail(picture: Tensor) -> Tensor:
 class StreamNoise:
     """How noisy the stream is against its picture's detail (module docstring): a running mean of the reading over
     its real pairs from none (0-d tensor on their device), and ``smoothing``, the Gaussian (px) it asks for;
-    ``noisy``, read on the host every ``READ_EVERY`` pairs: whether it smooths at all (False before the first)."""
+    ``noisy``, read on the host every ``READ_EVERY`` pairs: whether it smooths at all (False before the first).
+    ``smoothing`` is asked for only once ``noisy``, so a reading has been taken."""
 
     def __init__(self) -> None:
         self.reading: Tensor | None = None
@@ -70,13 +74,17 @@ class StreamNoise:
         self.noisy = False
 
     def observe(self, pair: Tensor, flow: Tensor) -> None:
-        """Read the real ``pair`` (1, 6, H, W) under ``flow`` (1, 2, H, W), the newest flow shown; decide on the host
-        where its turn came."""
-        reading = (sensor_noise(pair, flow).reshape(()) / detail(pair[:, 3:6]).clamp_min(1e-4)).nan_to_num(0.0)
-        if self.reading is None or self.reading.device != pair.device:
-            self.reading = torch.zeros_like(reading)  # from no noise: a first pair's reading has no flow to read under
-        self.reading = torch.lerp(self.reading, reading, READING_WEIGHT)
+        """Read the real ``pair`` (1, 6, H, W) under ``flow`` (1, 2, H, W), the newest flow shown, where its turn came;
+        decide on the host where that turn came."""
         self.pairs += 1
+        if self.pairs % READ_PAIR_EVERY:
+            return
+        lit = torch.cat([pair[:, :3] * light_change(pair, flow), pair[:, 3:6]], 1)  # a flicker's change is no noise
+        lit = lit - gaussian(lit, COARSE)  # nor is what is left of it over the rows: the band's edges
+        reading = (sensor_noise(lit, flow).reshape(()) / detail(pair[:, 3:6]).clamp_min(1e-4)).nan_to_num(0.0)
+        if self.reading is None or self.reading.device != pair.device:
+            self.reading = torch.zeros_like(reading)  # from no noise, so that one pair alone does not decide
+        self.reading = torch.lerp(self.reading, reading, READING_WEIGHT)
         if self.pairs % READ_EVERY == 0:
             self.noisy = bool(self.reading > NOISY)
 
@@ -84,7 +92,7 @@ class StreamNoise:
     def smoothing(self) -> Tensor:
         """(0-d) The Gaussian's standard deviation (px) that the stream's noise asks for."""
         assert self.reading is not None, "observe a pair first"
-        return ((self.reading - NOISY) * SMOOTHING_PER_READING).clamp(0.0, MAX_SMOOTHING)
+        return (self.reading * SMOOTHING_PER_READING).clamp(max=MAX_SMOOTHING)
 
     def __call__(self, pair: Tensor) -> Tensor:
         """``pair`` as the net is shown it: smoothed where the stream is noisy, else itself."""

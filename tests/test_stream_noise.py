@@ -43,7 +43,21 @@ def test_a_stream_is_noisy_where_its_noise_outweighs_its_detail(light, levels, e
         noise.observe(pair, flow)
     assert noise.noisy is expected
     assert (float(noise.reading) > NOISY) is expected
-    assert 0.0 < float(noise.smoothing) <= MAX_SMOOTHING if expected else float(noise.smoothing) == 0.0
+    if expected:
+        assert 0.0 < float(noise.smoothing) <= MAX_SMOOTHING
+
+
+def test_a_flickering_light_is_not_noise():
+    """The whole picture's gain swinging from frame to frame, and a darker band rolling down it, as mains flicker
+    shows on a camera: the change of light is read out before the noise (``light_change``), and what is left is the
+    fine grain of the pair's residual alone."""
+    picture, noise, flow = textured(64, 64, seed=3), StreamNoise(), torch.zeros(1, 2, 64, 64)
+    rows = torch.linspace(0, 1, 64)[None, None, :, None]
+    band = [1 - 0.2 * torch.cos(np.pi * ((rows + 0.37 * t) % 1 - 0.5)) ** 8 for t in range(PAIRS + 1)]
+    frames = [noisy(picture * (1 + 0.25 * np.sin(t / 0.53)) * band[t], 0.5, t) for t in range(PAIRS + 1)]
+    for a, b in zip(frames, frames[1:], strict=False):
+        noise.observe(torch.cat([a, b], 1), flow)
+    assert not noise.noisy and float(noise.reading) < 0.5 * NOISY
 
 
 @pytest.mark.parametrize("night", [True, False])
