@@ -11,7 +11,7 @@ clean, blurred, infrared, coded or flickering stream it cost 4-73 %
 one frame's noise off the real pair's residual under the newest flow, as the still gate reads it, once the pair's
 change of light and its coarse picture are taken out, so that a flicker does not count) against its picture's detail
 (``detail``: the mean gradient of its smoothed grey picture), and smooths only where the noise is the larger: there
-the benchmark's night streams read 1.3-4.0 times their detail, its other streams and real clips at most 0.12.
+the benchmark's night streams read 1.3-4.0 times their detail, its other streams and real clips at most 0.23.
 
 Tensor ops on the pair's device; the decision whether to smooth at all is read on the host every ``READ_EVERY``
 pairs, as a starved codec's is (``models.block_codec``), so a stream that is not noisy is shown as it was, bit for
