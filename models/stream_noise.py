@@ -5,8 +5,8 @@ noisy clips, follows the noise. Learning does not mend it: the made pairs a stre
 (a made pair carries its source frame's noise into both frames, where it moves with the picture like detail), and
 given the true flow as its loss the learner at its rates reaches only 0.994 of its start at night
 (docs/notebook/2026-12-01-the-still-flow-lead-withdrawn.md). Smoothing the frames before the net does: on the night
-streams of the benchmark a Gaussian of 0.6-1.5 px took the frozen net to 0.76-0.94 of its error, where on every
-clean, blurred, infrared, coded or flickering stream it cost 4-73 %
+streams of the benchmark a Gaussian of 0.6 px to past 2 took the frozen net to 0.72-0.94 of its error at each
+stream's best width, where on the clean and blurred streams it cost 1.5-73 %
 (docs/notebook/2026-12-06-a-night-cameras-frames-smoothed.md). So the stream reads its own noise (``sensor_noise``:
 one frame's noise off the real pair's residual under the newest flow, as the still gate reads it, once the pair's
 change of light and its coarse picture are taken out, so that a flicker does not count) against its picture's detail
