@@ -1,6 +1,7 @@
 """Online unsupervised flow on real footage, scored prequentially against a pseudo ground truth.
 
-``python -m bench.realflow --video FILE [--size WxH] [--fps N] [--stages 1,2] [--init scratch|PATH ...] [--noise L]``
+``python -m bench.realflow --video FILE [--size WxH] [--fps N] [--stages 1,2] [--init scratch|PATH ...] [--noise L]
+[--shift NAME]``
 
 The clip is decoded as the service decodes it (PyAV, ``server.stream.source.resample``: timestamps on the 1/fps grid,
 swscale to the working size; offline, so never paced) and played once. Every learner is the service's
@@ -20,7 +21,9 @@ method's. Writes ``realflow-<clip>-<W>x<H>.{json,md,png}`` and ``-sheet.png`` (d
 sheet also shows the pair with the fastest motion. ``--noise L``: what every method sees has a camera's noise added
 (Gaussian, L levels of 8 bits at the working size, rounded to them; ``-noiseL`` in the file names), while the
 reference stays the clean source's: how the flow holds up before a noisy sensor, as a webcam's raw frames in dim light
-are.
+are. ``--shift NAME``: what every method sees is the clip as a camera shift of ``models.camera_shifts`` shows it
+(night, blur, h264, infrared, flicker; seeded; ``-NAME`` in the file names), the reference again the clean source's:
+the exact-flow streams' shifts (``bench.adaptation``) on real footage, whose pictures and motions they do not hold.
 """
 
 from __future__ import annotations
@@ -38,16 +41,19 @@ import torch
 
 from bench.flow import learner_name, parse_stages, plot
 from bench.realflow_report import (
+    AS_SHIPPED,
     CLASSICAL,
     fastest_pair,
     losing_pairs,
     markdown,
     picture_sheet,
     sheet_pairs,
+    versus_as_shipped,
     versus_classical,
 )
 from bench.realflow_scores import WINDOWS, Clip, PairScores
 from models import feeds
+from models.camera_shifts import SHIFTS
 from models.classical import REFINEMENT, classical_methods, dis_refined, resize_flow
 from models.flow_metrics import FAST_MOTION, consistent_mask
 from models.flow_nets import FLOW_NETS, INITS, build_flow_net
@@ -149,6 +155,12 @@ def with_sensor_noise(clip: Clip, levels: float, seed: int) -> Clip:
     return replace(clip, frames=np.clip(np.rint(clip.frames + noise), 0, 255).astype(np.uint8))
 
 
+def with_camera_shift(clip: Clip, name: str, seed: int) -> Clip:
+    """The clip as the camera shift ``name`` (``models.camera_shifts.SHIFTS``) shows it: its working-size frames
+    shifted, a motion blur along the reference's flow; its reference unchanged."""
+    return replace(clip, frames=SHIFTS[name](clip.frames, clip.pseudo_gt, np.random.default_rng(seed)))
+
+
 def learn(
     clip: Clip, init: str, stages: int, lr: float | None, args: argparse.Namespace, shown: set[int]
 ) -> tuple[PairScores, dict]:
@@ -163,6 +175,20 @@ def learn(
             if r.frame is not None:
                 scores.add(r.frame, feeds.shown(r.output)[0].detach().permute(1, 2, 0).cpu().numpy(), r.loss)
     return scores, {"init": init, "stages": stages, "balance": pipe.balance, "lr": lr, "net": args.net}
+
+
+def run_as_shipped(clip: Clip, net: str, shown: set[int]) -> PairScores:
+    """The pretrained net as shipped, frozen and shown each pair as it comes: no feed (``learning_for``), so neither
+    its flow memory, still gate nor a night camera's smoothing; what the feed costs or buys shows against it."""
+    model = build_flow_net(net, init="pretrained").eval()
+    scores = PairScores(clip, shown)
+    with torch.no_grad():
+        for t, x in enumerate(stream_pairs(clip.frames)):
+            start = time.perf_counter()
+            flow = feeds.shown(model(x))[0].permute(1, 2, 0).numpy()
+            scores.seconds.append(time.perf_counter() - start)
+            scores.add(t, flow)
+    return scores
 
 
 def run_references(clip: Clip, shown: set[int]) -> dict[str, PairScores]:
@@ -219,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--noise", type=float, default=0.0, help="Gaussian noise on what the methods see, in 8-bit levels (default 0)"
     )
+    parser.add_argument(
+        "--shift", choices=sorted(SHIFTS), help="what the methods see as this camera shift shows it (default: filmed)"
+    )
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = torch default)")
     parser.add_argument("--out", type=Path, default=Path("bench/results"), help="folder for the results")
     args = parser.parse_args(argv)
@@ -246,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         clip = load_clip(args.video, fps, width, height)
     except ValueError as exc:  # too few frames, or frames that change shape
         parser.error(str(exc))
+    if args.shift:
+        clip = with_camera_shift(clip, args.shift, args.seed)
     if args.noise:
         clip = with_sensor_noise(clip, args.noise, args.seed)
     gt_seconds = time.perf_counter() - start
@@ -260,16 +291,21 @@ def main(argv: list[str] | None = None) -> int:
                 name = f"{init_label(init)}/{learner_name(d)}" + (f" lr {lr:g}" if len(rates) > 1 else "")
                 print(f"{name}: learning online over {pairs} pairs ...", file=sys.stderr, flush=True)
                 all_scores[name], info[name] = learn(clip, init, d, lr, args, shown)
+    if "pretrained" in inits:
+        all_scores[AS_SHIPPED] = run_as_shipped(clip, args.net, shown)
     print("classical references ...", file=sys.stderr, flush=True)
     all_scores.update(run_references(clip, shown))
 
     matched = ~clip.unmatched  # the reference's statistics, like the scores, over the pairs with a correspondence
     speeds, consistent = np.linalg.norm(clip.pseudo_gt[matched], axis=-1), clip.consistent[matched]
-    noisy = f" with noise of {args.noise:g} levels" if args.noise else ""
+    seen_as = (f" as a {args.shift} camera shows it" if args.shift else "") + (
+        f" with noise of {args.noise:g} levels" if args.noise else ""
+    )
     result = {
-        "title": f"{args.video.name} at {width}x{height}, {fps:g} fps{noisy}: online flow vs a pseudo ground truth",
+        "title": f"{args.video.name} at {width}x{height}, {fps:g} fps{seen_as}: online flow vs a pseudo ground truth",
         "torch_threads": torch.get_num_threads(),
         "noise_levels": args.noise,
+        "camera_shift": args.shift,
         "clip": {
             "path": str(args.video),
             "source": source,
@@ -294,10 +330,12 @@ def main(argv: list[str] | None = None) -> int:
         "methods": {name: {**scores.summary(), **info.get(name, {})} for name, scores in all_scores.items()},
     }
     result["versus_classical"] = {window: versus_classical(result["methods"], window) for window in WINDOWS}
+    result["versus_as_shipped"] = {window: versus_as_shipped(result["methods"], window) for window in WINDOWS}
     if info:  # the first learner's
         result["losing_pairs"] = losing_pairs(all_scores, next(iter(info)))
     result["seconds"] = time.perf_counter() - start
-    stem = f"realflow-{args.video.stem}-{width}x{height}" + (f"-noise{args.noise:g}" if args.noise else "")
+    stem = f"realflow-{args.video.stem}-{width}x{height}" + (f"-{args.shift}" if args.shift else "")
+    stem += f"-noise{args.noise:g}" if args.noise else ""
     run.png(f"{stem}.png", plot(all_scores, result["title"]))
     run.png(f"{stem}-sheet.png", picture_sheet(clip, all_scores, result["title"], fastest))
     body = f"{markdown(result)}\n![over time]({stem}.png)\n\n![pictures]({stem}-sheet.png)"

@@ -4,6 +4,8 @@ chosen across the clip and at its fastest motion)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from bench.realflow_scores import MATCHED_SHARE, WINDOWS, Clip, PairScores
@@ -11,6 +13,7 @@ from models.flow_metrics import FAST_MOTION, motion_mask, photometric_residual
 from models.flow_viz import color_wheel_legend, flow_to_color
 
 CLASSICAL = ("farneback", "dis_fast")  # at the working size; DIS medium is the pseudo-GT's own method
+AS_SHIPPED = "pretrained, as shipped"  # the frozen net without the service's feed (``bench.realflow.run_as_shipped``)
 #: The scores each learner is set against the better classical method on, with their column titles.
 RATIOS = {
     "epe_all": "EPE all",
@@ -131,7 +134,8 @@ def markdown(result: dict) -> str:
                 f"| {w['epe_moving_consistent']:.3f} | {w['epe_fast_consistent']:.3f} | {w['f1_moving']:.3f} "
                 f"| {w['photo']:.4f} | {m['ms_per_pair']:.1f} |"
             )
-        lines += ratio_table(result["methods"], window)
+        lines += ratio_table(versus_classical(result["methods"], window), "better of Farneback and DIS-fast")
+        lines += ratio_table(versus_as_shipped(result["methods"], window), "the net as shipped")
     if result.get("losing_pairs"):
         lines += losing_pairs_table(result["losing_pairs"])
     learned = [(name, m) for name, m in result["methods"].items() if "balance" in m]
@@ -211,23 +215,32 @@ def versus_classical(methods: dict[str, dict], window: str) -> dict[str, dict[st
     """Per learner, its EPE (``RATIOS``: all, moving and fast pixels, the last two also where the pseudo-GT is
     consistent) over the better of Farneback's and DIS-fast's in ``window`` (< 1: the learner wins; NaN where the
     window has no such pixel)."""
+    return _versus(methods, window, lambda score: min(methods[c][window][score] for c in CLASSICAL))
+
+
+def versus_as_shipped(methods: dict[str, dict], window: str) -> dict[str, dict[str, float]]:
+    """Per learner, its EPE (``RATIOS``) over the net's as shipped (``AS_SHIPPED``) in ``window`` (< 1: the service's
+    feed and learning paid); none where the run has no such net."""
+    if AS_SHIPPED not in methods:
+        return {}
+    return _versus(methods, window, lambda score: methods[AS_SHIPPED][window][score])
+
+
+def _versus(methods: dict[str, dict], window: str, baseline: Callable[[str], float]) -> dict[str, dict[str, float]]:
+    """Per learner (a method with a pipeline ``balance``), each of its ``RATIOS`` scores over ``baseline(score)``."""
     ratios = {}
     for name, m in methods.items():
-        if "balance" not in m:
-            continue
-        ratios[name] = {}
-        for score in RATIOS:
-            better = min(methods[c][window][score] for c in CLASSICAL)
-            ratios[name][score] = m[window][score] / better if better > 0 else float("nan")
+        if "balance" in m:
+            bases = {score: baseline(score) for score in RATIOS}
+            ratios[name] = {s: m[window][s] / base if base > 0 else float("nan") for s, base in bases.items()}
     return ratios
 
 
-def ratio_table(methods: dict[str, dict], window: str) -> list[str]:
-    """``versus_classical`` as markdown rows (none without a learner)."""
-    ratios = versus_classical(methods, window)
+def ratio_table(ratios: dict[str, dict[str, float]], against: str) -> list[str]:
+    """Ratios (``versus_classical``, ``versus_as_shipped``) as markdown rows (none without a learner)."""
     if not ratios:
         return []
-    lines = ["", "| learner / better of Farneback and DIS-fast | " + " | ".join(RATIOS.values()) + " |"]
+    lines = ["", f"| learner / {against} | " + " | ".join(RATIOS.values()) + " |"]
     lines.append("|---" * (len(RATIOS) + 1) + "|")
     for name, r in ratios.items():
         lines.append(f"| {name} | " + " | ".join(f"{r[score]:.2f}" for score in RATIOS) + " |")

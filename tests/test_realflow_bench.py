@@ -48,7 +48,7 @@ def test_writes_scored_results_for_every_method(clip, tmp_path):
     counts = ("pairs", "unmatched_pairs", "moving_pixels", "fast_pixels")
     counts += ("consistent_moving_pixels", "consistent_fast_pixels")
     learners = [f"{init}/{d}" for init in ("pretrained", "scratch") for d in ("sequential", "partime_d2")]
-    assert list(methods) == [*learners, "farneback", "dis_fast", "zero_flow"]
+    assert list(methods) == [*learners, realflow.AS_SHIPPED, "farneback", "dis_fast", "zero_flow"]
     for name, m in methods.items():
         assert m["scored_pairs"] == 11, name  # PARTIME's last pair comes out of the flush and is scored too
         assert [m[w]["pairs"] for w in ("first30", "first100", "all")] == [11, 11, 11], name
@@ -87,7 +87,7 @@ def test_writes_scored_results_for_every_method(clip, tmp_path):
     assert zero["consistent_moving_pixels"] == pytest.approx(
         result["pseudo_gt"]["consistent_moving_fraction"] * zero["moving_pixels"], abs=0.5
     )
-    assert md.count("| scratch/partime_d2 |") == 6  # and its ratios to the better classical method
+    assert md.count("| scratch/partime_d2 |") == 9  # its rows, its ratios to the classical methods and the shipped net
     for png in (stem.with_suffix(".png"), tmp_path / "realflow-moving-64x48-sheet.png"):
         with Image.open(png) as image:
             assert image.size[0] > 400 and image.size[1] > 300
@@ -246,3 +246,30 @@ def test_noise_is_added_to_what_the_methods_see_and_not_to_the_reference(clip, t
     assert result["noise_levels"] == 4.0 and "with noise of 4 levels" in result["title"]
     with pytest.raises(SystemExit):
         realflow.main(["--video", str(clip), "--noise", "-1"])
+
+
+def test_a_camera_shift_changes_what_the_methods_see_and_not_the_reference(clip, tmp_path):
+    frames = np.random.default_rng(1).integers(0, 256, (3, 8, 8, 3), np.uint8)
+    flow, consistent = np.ones((2, 8, 8, 2), np.float32), np.ones((2, 8, 8), bool)
+    moving = realflow_scores.Clip(frames, flow, consistent, [0.0, 0.1, 0.2], {})
+    for name in ("night", "blur"):
+        shifted = realflow.with_camera_shift(moving, name, seed=0)
+        assert shifted.frames.shape == frames.shape and shifted.frames.dtype == np.uint8
+        assert not np.array_equal(shifted.frames, frames) and shifted.pseudo_gt is moving.pseudo_gt
+        assert np.array_equal(shifted.frames, realflow.with_camera_shift(moving, name, seed=0).frames)
+    assert realflow.with_camera_shift(moving, "night", 0).frames.mean() < frames.mean() / 2  # little light
+
+    argv = ["--video", str(clip), "--size", "64x48", "--stages", "1", "--init", "pretrained", "--shift", "night",
+            "--threads", "1", "--out", str(tmp_path)]  # fmt: skip
+    run_realflow(argv)
+    result = json.loads((tmp_path / "realflow-moving-64x48-night.json").read_text())
+    assert result["camera_shift"] == "night" and "as a night camera shows it" in result["title"]
+    shipped = result["methods"][realflow.AS_SHIPPED]  # the frozen net without the feed, beside the learner
+    assert "balance" not in shipped and 0 < shipped["all"]["epe_all"] < float("inf")
+    learner = result["methods"]["pretrained/sequential"]["all"]["epe_moving_consistent"]
+    assert result["versus_as_shipped"]["all"]["pretrained/sequential"]["epe_moving_consistent"] == pytest.approx(
+        learner / shipped["all"]["epe_moving_consistent"]
+    )
+    assert "| learner / the net as shipped |" in (tmp_path / "realflow-moving-64x48-night.md").read_text()
+    with pytest.raises(SystemExit):
+        realflow.main(["--video", str(clip), "--shift", "fog"])
