@@ -18,6 +18,7 @@ from .block_codec import MADE_QUALITY, READ_EVERY, StreamCodec
 from .flow_memory import FlowMemory
 from .known_motion import KnownMotion, StreamMotion
 from .still_gate import CAMERA_READING
+from .stream_flicker import StreamFlicker
 from .stream_noise import StreamNoise
 
 #: The option that only the priors' optimizer group holds (``models.online.flow_optimizer``), by which the learner
@@ -52,6 +53,15 @@ class Feed:
         """Set it again at the next ``tune``: ``pipe`` loaded weights and optimizer states saved with other options."""
 
     @property
+    def reads(self) -> dict[str, bool]:
+        """What it reads of the stream's frames, by name, each as it holds now (the stream's notes say each change)."""
+        return {
+            "starved_codec": self.starved_codec,
+            "noisy_camera": self.noisy_camera,
+            "flickering_light": self.flickering_light,
+        }
+
+    @property
     def starved_codec(self) -> bool:
         """Whether it learns as for the frames of a starved block codec (``KnownMotionFeed``)."""
         return False
@@ -59,6 +69,11 @@ class Feed:
     @property
     def noisy_camera(self) -> bool:
         """Whether it smooths the pairs of a camera whose noise outweighs its picture's detail (``KnownMotionFeed``)."""
+        return False
+
+    @property
+    def flickering_light(self) -> bool:
+        """Whether it brings the pairs of a flickering light to one light row by row (``KnownMotionFeed``)."""
         return False
 
 
@@ -77,7 +92,8 @@ class KnownMotionFeed(Feed):
     (docs/notebook/2026-12-06-made-pairs-through-a-codec-for-a-starved-stream.md). Such a stream also shows its
     flows through a memory of the flows before (``models.flow_memory``), which fills in the blocks the encoder left
     still. A stream whose sensor noise outweighs its picture's detail (a night camera: ``models.stream_noise``) is
-    shown, and learns from, its pairs smoothed as much as its noise asks."""
+    shown, and learns from, its pairs smoothed as much as its noise asks; one whose light flickers
+    (``models.stream_flicker``), its pairs brought to one light row by row first."""
 
     def __init__(
         self, seed: int = 0, stages: int = 1, prior_options: Mapping[bool, Mapping[str, float]] | None = None
@@ -86,6 +102,7 @@ class KnownMotionFeed(Feed):
         self.stream = StreamMotion()
         self.codec = StreamCodec()
         self.memory = FlowMemory()
+        self.flicker = StreamFlicker()
         self.noise = StreamNoise()
         self.prior_options = prior_options
         self.flow: Tensor | None = None
@@ -97,6 +114,8 @@ class KnownMotionFeed(Feed):
             flow = pair.new_zeros(1, 2, *pair.shape[-2:])
         flow = flow.to(pair.device)
         self.codec.observe(pair, contiguous)
+        self.flicker.observe(pair, flow)
+        pair = self.flicker(pair)
         self.noise.observe(pair, flow)
         pair = self.noise(pair)
         known = self.motion(pair, flow, self.stream, MADE_QUALITY if self.codec.starved else None)
@@ -119,6 +138,10 @@ class KnownMotionFeed(Feed):
     @property
     def noisy_camera(self) -> bool:
         return self.noise.noisy
+
+    @property
+    def flickering_light(self) -> bool:
+        return self.flicker.flickering
 
     def observe(self, output: Tensor, readings: Mapping[str, Tensor] | None = None) -> None:
         """A non-finite flow (a broken frame's) counts as none: it would spoil every pair made after it. The camera's
