@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from models.block_codec import MACROBLOCK, READ_EVERY
-from server.stream.protocol import CodecRead, FrameLearned, NoiseRead
+from server.stream.protocol import FeedRead, FrameLearned
 from tests.codec_support import H, W, frames
 from tests.frame_loop_support import FPS, make_loop
 
@@ -21,7 +21,7 @@ def test_a_stream_that_shows_a_starved_codec_says_so(tmp_path):
     assert loop.learner.size == (W, H)  # the frames reach the net at the size they were coded at
     for i, picture in enumerate(frames(starved_grid=True, skips=True, count=READ_EVERY + 4)):
         loop.on_frame(picture, i / FPS, 0, i, i / FPS)
-    assert [m for m in loop.out if isinstance(m, CodecRead)] == [CodecRead(READ_EVERY / FPS, True)]
+    assert [m for m in loop.out if isinstance(m, FeedRead)] == [FeedRead(READ_EVERY / FPS, "starved_codec", True)]
     loop.learner.pipe.close()
 
 
@@ -34,8 +34,7 @@ def test_a_night_cameras_stream_says_so(tmp_path):
     loop = make_loop(tmp_path, 0, auto=False, init="pretrained")
     for i, picture in enumerate(night):
         loop.on_frame(picture, i / FPS, 0, i, i / FPS)
-    assert [m.noisy for m in loop.out if isinstance(m, NoiseRead)] == [True]
-    assert not [m for m in loop.out if isinstance(m, CodecRead)]
+    assert [(m.reading, m.holds) for m in loop.out if isinstance(m, FeedRead)] == [("noisy_camera", True)]
     loop.learner.pipe.close()
 
 
@@ -51,7 +50,7 @@ def test_a_starved_stream_whose_frames_the_worker_skips_now_and_then_stays_starv
     got = np.cumsum([0, *[1, 2, 2, 2, 2] * 3])  # one pair in five of frames that follow one another
     for seq in got:
         loop.on_frame(made[seq], seq / FPS, 0, int(seq), seq / FPS)
-    assert [m.starved for m in loop.out if isinstance(m, CodecRead)] == [True]
+    assert [(m.reading, m.holds) for m in loop.out if isinstance(m, FeedRead)] == [("starved_codec", True)]
     loop.learner.pipe.close()
 
 

@@ -14,6 +14,7 @@ from unittest import mock
 import numpy as np
 import pytest
 
+from models.online import KNOWN_MOTION
 from server import errors
 from server.api.schemas import StreamInfo
 from server.settings import Settings
@@ -62,8 +63,7 @@ EXAMPLES = [
     protocol.CheckpointWritten(12, 3, None),
     protocol.NonFiniteLoss(5e-5, 1, 10),
     protocol.WentBackToBest(120, 1.07, 10),
-    protocol.CodecRead(4.0, True),
-    protocol.NoiseRead(4.0, True),
+    protocol.FeedRead(4.0, "noisy_camera", True),
     protocol.LearnerFailed(errors.WORKER_FAILED, "no"),
     protocol.CheckpointRequest(7),
     protocol.InjectFault("nan_loss"),
@@ -273,18 +273,21 @@ def test_what_learning_bought_is_shown_and_going_back_to_the_best_weights_is_sai
     assert "went back to its best weights" in status.notes[-1] and "1.07" in status.notes[-1]
     assert parts.notices[-1] == {"type": "note", "note": status.notes[-1]}  # the page and `overtime watch` say it
     assert status.versus_start.standing() is None  # the window starts afresh with the weights it went back to
-    d.handle(protocol.CodecRead(4.25, True))
+    d.handle(protocol.FeedRead(4.25, "starved_codec", True))
     assert "at 4.2 s" in status.notes[-1] and "starved" in status.notes[-1] and "learn faster" in status.notes[-1]
     assert "remembers the flows before" in status.notes[-1]
-    d.handle(protocol.CodecRead(9.0, False))
+    d.handle(protocol.FeedRead(9.0, "starved_codec", False))
     assert status.notes[-1] == "at 9.0 s the frames no longer show a starved codec: learning and showing as before"
-    d.handle(protocol.NoiseRead(12.0, True))
+    d.handle(protocol.FeedRead(12.0, "noisy_camera", True))
     assert "at 12.0 s" in status.notes[-1] and "night camera" in status.notes[-1] and "smoothed" in status.notes[-1]
-    d.handle(protocol.NoiseRead(15.5, False))
+    d.handle(protocol.FeedRead(15.5, "noisy_camera", False))
     assert (
         status.notes[-1].startswith("at 15.5 s the camera's noise no longer outweighs")
         and "as they come" in status.notes[-1]
     )
+    d.handle(protocol.FeedRead(16.0, "flickering_light", True))
+    assert "at 16.0 s the light flickers" in status.notes[-1] and "one light row by row" in status.notes[-1]
+    assert set(dispatch.FEED_NOTES) == set(KNOWN_MOTION.feed(seed=0).reads)  # every reading has its words
 
 
 # -- checkpoint acknowledgements ------------------------------------------------------------------------------------

@@ -16,17 +16,16 @@ from .frame_record import FrameRecord
 from .protocol import (
     BudgetChanged,
     CheckpointWritten,
-    CodecRead,
     DecoderFailed,
     DecoderMessage,
     DecoderStats,
+    FeedRead,
     FrameLearned,
     FramesDropped,
     LearnedToTheEnd,
     LearnerFailed,
     LearnerMessage,
     LearnerReady,
-    NoiseRead,
     NonFiniteLoss,
     Phase,
     SourceEnded,
@@ -38,6 +37,25 @@ from .restart_policy import Outcome
 from .status import StreamStatus
 
 END_WAIT_S = 10.0  # after the source ended, for the learner to learn the frames it had not yet (a ring's worth)
+#: What the stream's notes say when a reading of the learner's feed (``FeedRead``, ``models.feeds.Feed.reads``) starts
+#: or stops holding, after the source's time.
+FEED_NOTES: dict[str, dict[bool, str]] = {
+    "starved_codec": {
+        True: "the frames show a block codec starved of bits (its grid, blocks left as they were): the pairs learned "
+        "from are coded alike, the priors learn faster and the flow shown remembers the flows before",
+        False: "the frames no longer show a starved codec: learning and showing as before",
+    },
+    "noisy_camera": {
+        True: "the camera's noise outweighs the picture's detail (a night camera): the net is shown, and learns from, "
+        "its pairs smoothed",
+        False: "the camera's noise no longer outweighs the picture's detail: pairs shown as they come",
+    },
+    "flickering_light": {
+        True: "the light flickers from frame to frame (the picture's gain swings, a band rolls down it): the net is "
+        "shown, and learns from, its pairs brought to one light row by row",
+        False: "the light no longer flickers: pairs shown as they come",
+    },
+}
 
 
 class MessageDispatcher:
@@ -121,22 +139,8 @@ class MessageDispatcher:
                     f"start's over the last {m.scored} frames the start scored), so it went back to its best weights"
                 )
                 status.versus_start.pairs.clear()
-            case CodecRead():
-                status.add_note(
-                    f"at {m.at_s:.1f} s the frames show a block codec starved of bits (its grid, blocks left as they "
-                    "were): the pairs learned from are coded alike, the priors learn faster and the flow shown "
-                    "remembers the flows before"
-                    if m.starved
-                    else f"at {m.at_s:.1f} s the frames no longer show a starved codec: learning and showing as before"
-                )
-            case NoiseRead():
-                status.add_note(
-                    f"at {m.at_s:.1f} s the camera's noise outweighs the picture's detail (a night camera): the net "
-                    "is shown, and learns from, its pairs smoothed"
-                    if m.noisy
-                    else f"at {m.at_s:.1f} s the camera's noise no longer outweighs the picture's detail: pairs shown "
-                    "as they come"
-                )
+            case FeedRead():
+                status.add_note(f"at {m.at_s:.1f} s {FEED_NOTES[m.reading][m.holds]}")
             case NonFiniteLoss():
                 status.lr, status.resumed_from = m.lr, m.restored_from
                 counts.nonfinite_loss()

@@ -164,23 +164,14 @@ class WentBackToBest:
 
 
 @dataclass(frozen=True)
-class CodecRead:
-    """Learner -> work: from ``at_s`` (the source's time) on, the stream's frames do (``starved``) or no longer do show
-    a starved block codec at the learning size, and it learns as for one or as before
-    (``models.feeds.KnownMotionFeed``)."""
+class FeedRead:
+    """Learner -> work: from ``at_s`` (the source's time) on, what the learner's feed reads of the frames under the
+    name ``reading`` (``models.feeds.Feed.reads``: a starved codec, a noisy camera, a flickering light) holds
+    (``holds``) or no longer does, and the stream learns and shows as for it or as before."""
 
     at_s: float
-    starved: bool
-
-
-@dataclass(frozen=True)
-class NoiseRead:
-    """Learner -> work: from ``at_s`` (the source's time) on, the stream's noise does (``noisy``) or no longer does
-    outweigh its picture's detail, and the net is shown its pairs smoothed or as they come
-    (``models.stream_noise``)."""
-
-    at_s: float
-    noisy: bool
+    reading: str
+    holds: bool
 
 
 @dataclass(frozen=True)
@@ -213,8 +204,7 @@ LearnerMessage = (
     | LearnedToTheEnd
     | FrameLearned
     | WentBackToBest
-    | CodecRead
-    | NoiseRead
+    | FeedRead
     | BudgetChanged
     | FramesDropped
     | CheckpointWritten

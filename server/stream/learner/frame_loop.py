@@ -32,7 +32,7 @@ from models.scene_cuts import SceneCuts
 from pipeline_core import StepResult
 
 from ..pictures import JPEG_KINDS, FlowScale, Painter, mask_kinds
-from ..protocol import BudgetChanged, CodecRead, FrameLearned, NoiseRead, NonFiniteLoss, StartScored, WentBackToBest
+from ..protocol import BudgetChanged, FeedRead, FrameLearned, NonFiniteLoss, StartScored, WentBackToBest
 from ..ring import FrameRing
 from ..sizing import Size, made_for_side
 from .budget import BudgetController
@@ -94,8 +94,7 @@ class FrameLoop:
         self.previous_picture: np.ndarray | None = None
         self.pace = SourcePace()  # how often the source really sends frames: the frame budget's ΔS
         self.cuts = SceneCuts()  # a frame that begins a new shot is paired with itself: no flow, nothing to learn
-        self.starved_codec = False  # the learner's feed learns as for a starved codec's frames (said on a change)
-        self.noisy_camera = False  # the learner's feed smooths a noisy camera's pairs (said on a change)
+        self.feed_reads: dict[str, bool] = {}  # what the learner's feed reads of the frames (said on a change)
         self.shot: int | None = None  # the decoder's shot of the previous frame (a looping file's restarts)
         self.pending: deque[InPipeline] = deque()  # frames inside the pipeline
         self.outgoing: deque[Outgoing] = deque()  # frames out of the pipeline, their results on the way (``lag``)
@@ -141,12 +140,10 @@ class FrameLoop:
         loss_zero, r = learner.step(x, contiguous=frames == 1)
         stepped = time.perf_counter() - stepping
         learns = learner.feed.learns
-        if learner.feed.starved_codec != self.starved_codec:
-            self.starved_codec = learner.feed.starved_codec
-            self.out.put(CodecRead(source_time, self.starved_codec))
-        if learner.feed.noisy_camera != self.noisy_camera:
-            self.noisy_camera = learner.feed.noisy_camera
-            self.out.put(NoiseRead(source_time, self.noisy_camera))
+        for reading, holds in learner.feed.reads.items():
+            if self.feed_reads.get(reading, False) != holds:
+                self.feed_reads[reading] = holds
+                self.out.put(FeedRead(source_time, reading, holds))
         scored, start_done, start_s = self.start_scorer.after_step(learner.start_score, learns)
         self.pending.append(InPipeline(picture, capture_time, loss_zero, cut, frames, learns, scored, start_done))
         if learner.pipe.epochs != epochs:
