@@ -14,9 +14,9 @@ a stream is corrected only where its light reads as flickering: the median row's
 over its pairs, past ``FLICKERING``. The benchmark's flickering streams and clips read 0.11-0.43 a pair; every other
 stream and clip at most 0.034 (p90), most under 0.01.
 
-Tensor ops on the pair's device; the decision whether to correct at all is read on the host every ``READ_EVERY``
-pairs, as a starved codec's is (``models.block_codec``), so a stream that does not flicker is shown as it was, bit for
-bit, and reads its light on every ``READ_PAIR_EVERY``-th pair only.
+Tensor ops on the pair's device; the decision whether to correct at all is read on the host after ``FIRST_DECISION``
+pairs (a flicker's first pairs are its worst: the band reads as motion) and then every ``READ_EVERY``, as a starved
+codec's is (``models.block_codec``), so a stream that does not flicker is shown as it was, bit for bit.
 """
 
 from __future__ import annotations
@@ -27,42 +27,42 @@ from torch import Tensor
 from .block_codec import READ_EVERY
 from .known_motion import light_change
 
-#: The reading is taken on every ``READ_PAIR_EVERY``-th pair (on every pair once the light flickers, which the
-#: correction reads anyway), and the newest weighs this much in its running mean.
-READ_PAIR_EVERY, READING_WEIGHT = 5, 0.25
+#: The newest pair's reading weighs this much in the running mean (its light is read on every pair: a warp and the
+#: rows' means, a fraction of a millisecond at 160x120 on one CPU thread).
+READING_WEIGHT = 0.25
+#: The host first decides after this many pairs, then every ``READ_EVERY``.
+FIRST_DECISION = 3
 #: A stream flickers where its median row's change of light (``|log gain|``) reads past this on average.
-FLICKERING = 0.05
+FLICKERING = 0.08
 
 
 class StreamFlicker:
     """How much the stream's light changes from frame to frame (module docstring): a running mean of the median row's
     ``|log light_change|`` over its real pairs from none (0-d tensor on their device); ``flickering``, read on the host
-    every ``READ_EVERY`` pairs: whether its pairs are brought to one light (False before the first reading)."""
+    after ``FIRST_DECISION`` pairs and then every ``READ_EVERY``: whether its pairs are brought to one light (False
+    before)."""
 
     def __init__(self) -> None:
         self.reading: Tensor | None = None
         self.pairs = 0
         self.flickering = False
-        self._gain: Tensor | None = None
+        self._gain = torch.ones(())
 
     def observe(self, pair: Tensor, flow: Tensor) -> None:
-        """Read the real ``pair`` (1, 6, H, W) under ``flow`` (1, 2, H, W), the newest flow shown, where its turn came
-        or the light flickers; decide on the host where that turn came."""
+        """Read the real ``pair`` (1, 6, H, W) under ``flow`` (1, 2, H, W), the newest flow shown; decide on the host
+        where its turn came."""
         self.pairs += 1
-        self._gain = None
-        if not self.flickering and self.pairs % READ_PAIR_EVERY:
-            return
         self._gain = light_change(pair, flow)
         reading = self._gain.log().abs().median()
         if self.reading is None or self.reading.device != pair.device:
             self.reading = torch.zeros_like(reading)  # from no flicker, so that one pair alone does not decide
         self.reading = torch.lerp(self.reading, reading, READING_WEIGHT)
-        if self.pairs % READ_EVERY == 0:
+        if self.pairs == FIRST_DECISION or self.pairs % READ_EVERY == 0:
             self.flickering = bool(self.reading > FLICKERING)
 
     def __call__(self, pair: Tensor) -> Tensor:
         """``pair`` as the net is shown it: where the light flickers, its first frame brought to the second one's light
         row by row (clipped as a camera clips), else itself. Its gain is the last ``observe``'s, of this pair."""
-        if not self.flickering or self._gain is None:
+        if not self.flickering:
             return pair
         return torch.cat([(pair[:, :3] * self._gain).clamp(0.0, 1.0), pair[:, 3:]], 1)
