@@ -10,9 +10,10 @@ the first frame no longer differs from it by the band: the frozen net over box.m
 went from 5.5 to 0.04 px, tree.avi's from 4.2 to 0.49, carphone's from 1.08 to 0.33
 (docs/notebook/2026-12-06-real-footage-through-the-camera-shifts.md). Taken where nothing flickers, the same
 correction cost tree.avi as filmed 19 % (its fast hand, where the newest flow is wrong, changes its rows' light), so
-a stream is corrected only where its light reads as flickering: the median row's change of light, a running mean
-over its pairs, past ``FLICKERING``. The benchmark's flickering streams and clips read 0.11-0.43 a pair; every other
-stream and clip at most 0.034 (p90), most under 0.01.
+a stream is corrected only where its light reads as flickering: the median row's change of light, its median over
+the last ``WINDOW`` pairs past ``FLICKERING``. The benchmark's flickering streams and clips read 0.11-0.43 a pair
+(p10-p90); the other streams and clips, as filmed, hand-held, at night, blurred, coded and in false colour, mostly
+under 0.01 a pair, their highest over such a window in the notebook.
 
 Tensor ops on the pair's device; the decision whether to correct at all is read on the host after ``FIRST_DECISION``
 pairs (a flicker's first pairs are its worst: the band reads as motion) and then every ``READ_EVERY``, as a starved
@@ -21,29 +22,32 @@ codec's is (``models.block_codec``), so a stream that does not flicker is shown 
 
 from __future__ import annotations
 
+from collections import deque
+
 import torch
 from torch import Tensor
 
 from .block_codec import READ_EVERY
 from .known_motion import light_change
 
-#: The newest pair's reading weighs this much in the running mean (its light is read on every pair: a warp and the
-#: rows' means, a fraction of a millisecond at 160x120 on one CPU thread).
-READING_WEIGHT = 0.25
+#: The stream's reading is the median of its last this many pairs' (each pair's light is read: a warp and the rows'
+#: means, a fraction of a millisecond at 160x120 on one CPU thread): a flicker reads high on most pairs, a cut the
+#: scene-cut test missed or a burst of fast motion on one or two.
+WINDOW = 9
 #: The host first decides after this many pairs, then every ``READ_EVERY``.
 FIRST_DECISION = 3
-#: A stream flickers where its median row's change of light (``|log gain|``) reads past this on average.
-FLICKERING = 0.08
+#: A stream flickers where its median row's change of light (``|log gain|``) reads past this over that window.
+FLICKERING = 0.12
 
 
 class StreamFlicker:
-    """How much the stream's light changes from frame to frame (module docstring): a running mean of the median row's
-    ``|log light_change|`` over its real pairs from none (0-d tensor on their device); ``flickering``, read on the host
-    after ``FIRST_DECISION`` pairs and then every ``READ_EVERY``: whether its pairs are brought to one light (False
-    before)."""
+    """How much the stream's light changes from frame to frame (module docstring): each real pair's median row's
+    ``|log light_change|`` (0-d tensors on their device), the last ``WINDOW`` of them kept; ``flickering``, read on the
+    host after ``FIRST_DECISION`` pairs and then every ``READ_EVERY``: whether their median passes ``FLICKERING`` and
+    the pairs are brought to one light (False before)."""
 
     def __init__(self) -> None:
-        self.reading: Tensor | None = None
+        self.readings: deque[Tensor] = deque(maxlen=WINDOW)
         self.pairs = 0
         self.flickering = False
         self._gain = torch.ones(())
@@ -53,12 +57,16 @@ class StreamFlicker:
         where its turn came."""
         self.pairs += 1
         self._gain = light_change(pair, flow)
-        reading = self._gain.log().abs().median()
-        if self.reading is None or self.reading.device != pair.device:
-            self.reading = torch.zeros_like(reading)  # from no flicker, so that one pair alone does not decide
-        self.reading = torch.lerp(self.reading, reading, READING_WEIGHT)
+        self.readings.append(self._gain.log().abs().median())
         if self.pairs == FIRST_DECISION or self.pairs % READ_EVERY == 0:
             self.flickering = bool(self.reading > FLICKERING)
+
+    @property
+    def reading(self) -> Tensor:
+        """(0-d) The median of the last ``WINDOW`` pairs' readings (0 before any)."""
+        if not self.readings:
+            return torch.zeros(())
+        return torch.stack([r.to(self.readings[-1].device) for r in self.readings]).median()
 
     def __call__(self, pair: Tensor) -> Tensor:
         """``pair`` as the net is shown it: where the light flickers, its first frame brought to the second one's light
