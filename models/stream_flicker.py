@@ -4,7 +4,7 @@ Why: under a light that flickers against the frame rate the picture's gain swing
 band rolls down it (a rolling shutter). The net brings the second frame to the first one's exposure with one gain
 for the whole picture (``models.exposure.match_exposure``), so the band's rows read as motion: real clips made so
 (``bench.realflow --shift flicker``) cost the net as shipped 1.0-6.5 px over all pixels where as filmed they cost
-0.03-0.29, and far more than Farneback or DIS-fast (bench/results/shifted-clips/). Brought to the second frame's light
+0.01-0.29, and far more than Farneback or DIS-fast (bench/results/shifted-clips/). Brought to the second frame's light
 row by row (``light_change``: the second frame warped back by the newest flow shown, over the first, a gain per row),
 the first frame no longer differs from it by the band: the frozen net over box.mp4's first 150 pairs made to flicker
 went from 5.5 to 0.04 px, tree.avi's from 4.2 to 0.49, carphone's from 1.08 to 0.33
@@ -12,8 +12,8 @@ went from 5.5 to 0.04 px, tree.avi's from 4.2 to 0.49, carphone's from 1.08 to 0
 correction cost tree.avi as filmed 19 % (its fast hand, where the newest flow is wrong, changes its rows' light), so
 a stream is corrected only where its light reads as flickering: the median row's change of light, its median over
 the last ``WINDOW`` pairs past ``FLICKERING``. The benchmark's flickering streams and clips read 0.11-0.43 a pair
-(p10-p90); the other streams and clips, as filmed, hand-held, at night, blurred, coded and in false colour, mostly
-under 0.01 a pair, their highest over such a window in the notebook.
+(p10-p90); over such a window the other streams and clips, as filmed, hand-held, at night, blurred, coded and in false
+colour, at most 0.072 (hand-held bikes.mp4).
 
 Tensor ops on the pair's device; the decision whether to correct at all is read on the host after ``FIRST_DECISION``
 pairs (a flicker's first pairs are its worst: the band reads as motion) and then every ``READ_EVERY``, as a starved
