@@ -228,12 +228,12 @@ def versus_as_shipped(methods: dict[str, dict], window: str) -> dict[str, dict[s
 
 def _versus(methods: dict[str, dict], window: str, baseline: Callable[[str], float]) -> dict[str, dict[str, float]]:
     """Per learner (a method with a pipeline ``balance``), each of its ``RATIOS`` scores over ``baseline(score)``."""
-    ratios = {}
-    for name, m in methods.items():
-        if "balance" in m:
-            bases = {score: baseline(score) for score in RATIOS}
-            ratios[name] = {s: m[window][s] / base if base > 0 else float("nan") for s, base in bases.items()}
-    return ratios
+    learners = {name: m[window] for name, m in methods.items() if "balance" in m}
+    bases = {score: baseline(score) for score in RATIOS} if learners else {}
+    return {
+        name: {s: w[s] / base if base > 0 else float("nan") for s, base in bases.items()}
+        for name, w in learners.items()
+    }
 
 
 def ratio_table(ratios: dict[str, dict[str, float]], against: str) -> list[str]:
