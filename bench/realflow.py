@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
 
     matched = ~clip.unmatched  # the reference's statistics, like the scores, over the pairs with a correspondence
     speeds, consistent = np.linalg.norm(clip.pseudo_gt[matched], axis=-1), clip.consistent[matched]
-    seen_as = (f" as a {args.shift} camera shows it" if args.shift else "") + (
+    seen_as = (f" through the camera shift {args.shift!r}" if args.shift else "") + (
         f" with noise of {args.noise:g} levels" if args.noise else ""
     )
     result = {
