@@ -102,7 +102,7 @@ class KnownMotionFeed(Feed):
         self.stream = StreamMotion()
         self.codec = StreamCodec()
         self.memory = FlowMemory()
-        self.flicker = StreamFlicker()
+        self.flicker = StreamFlicker(stages)
         self.noise = StreamNoise()
         self.prior_options = prior_options
         self.flow: Tensor | None = None

@@ -104,7 +104,12 @@ def light_change(shown: Tensor, flow: Tensor) -> Tensor:
     first frame's rows (not finite) count as no change: the made pair is of the second frame alone."""
     prev = luma(shown[:, :3]).mean(-1, keepdim=True)
     back = luma(warp(shown[:, 3:6], flow)).mean(-1, keepdim=True)
-    gain = back / prev.clamp_min(1e-3)
+    return over_light_rows(back / prev.clamp_min(1e-3))
+
+
+def over_light_rows(gain: Tensor) -> Tensor:
+    """(B, 1, H, 1): a gain per row as a change of light: its running mean over ``LIGHT_ROWS`` rows, clamped to
+    [0.5, 2], a row that is not finite counted as no change."""
     r = LIGHT_ROWS // 2
     return F.avg_pool2d(F.pad(gain, [0, 0, r, r], mode="replicate"), (LIGHT_ROWS, 1), 1).clamp(0.5, 2.0).nan_to_num(1.0)
 

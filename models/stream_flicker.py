@@ -28,7 +28,9 @@ import torch
 from torch import Tensor
 
 from .block_codec import READ_EVERY
-from .known_motion import light_change
+from .flow_loss import warp
+from .known_motion import light_change, over_light_rows
+from .luma import luma
 
 #: The stream's reading is the median of its last this many pairs' (each pair's light is read: a warp and the rows'
 #: means, a fraction of a millisecond at 160x120 on one CPU thread): a flicker reads high on most pairs, a cut the
@@ -40,16 +42,37 @@ FIRST_DECISION = 3
 FLICKERING = 0.12
 
 
+def light_change_or_still(pair: Tensor, flow: Tensor) -> Tensor:
+    """(1, 1, H, 1): each row's change of light as ``light_change`` reads it (the rows' means of the pair's second
+    frame, warped back, over its first), under ``flow`` or under no motion, whichever leaves the row less of a residual
+    once its gain is taken out (the mean of ``|second - gain x first|``).
+
+    Why: a pipeline of two stages hands the feed each pair's flow a step later, so the newest flow is two pairs old
+    where a sequential learner's is one, and wherever the motion changed since, it misaligns the rows: D = 1 with its
+    flow so held back lost as much as D = 2 (colorwheel's flickering stream 1.052, D = 2 1.055). Standing still then
+    aligns some rows better (real clips made to flicker, the frozen net under such a flow: box.mp4's first 30 pairs
+    0.167 px against 0.228, tree.avi 0.620 against 0.650 over the whole clip). Under the newest flow of D = 1 the same
+    choice lost (colorwheel 0.959 against 0.934, carphone 0.325 against 0.318):
+    docs/notebook/2026-12-06-night-leads-and-d-2s-older-flow-under-flicker.md."""
+    prev = luma(pair[:, :3])
+    cur = torch.cat([luma(warp(pair[:, 3:6], flow)), luma(pair[:, 3:6])])
+    gains = cur.mean(-1, keepdim=True) / prev.mean(-1, keepdim=True).clamp_min(1e-3)
+    residuals = (cur - gains * prev).abs().mean(-1, keepdim=True)
+    return over_light_rows(torch.where(residuals[:1] <= residuals[1:], gains[:1], gains[1:]))
+
+
 class StreamFlicker:
     """How much the stream's light changes from frame to frame (module docstring): each real pair's median row's
     ``|log light_change|`` (0-d tensors on their device), the last ``WINDOW`` of them kept; ``flickering``, read on the
     host after ``FIRST_DECISION`` pairs and then every ``READ_EVERY``: whether their median passes ``FLICKERING`` and
-    the pairs are brought to one light (False before)."""
+    the pairs are brought to one light (False before). ``stages``: the learner's pipeline's; where it hands the feed a
+    flow older than the pair before's, the pair is brought to one light by ``light_change_or_still``."""
 
-    def __init__(self) -> None:
+    def __init__(self, stages: int = 1) -> None:
         self.readings: deque[Tensor] = deque(maxlen=WINDOW)
         self.pairs = 0
         self.flickering = False
+        self._older_flow = stages > 1
         self._gain = torch.ones(())
 
     def observe(self, pair: Tensor, flow: Tensor) -> None:
@@ -60,6 +83,8 @@ class StreamFlicker:
         self.readings.append(self._gain.log().abs().median())
         if self.pairs == FIRST_DECISION or self.pairs % READ_EVERY == 0:
             self.flickering = bool(self.reading > FLICKERING)
+        if self.flickering and self._older_flow:
+            self._gain = light_change_or_still(pair, flow)
 
     @property
     def reading(self) -> Tensor:

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from models.block_codec import READ_EVERY
+from models.known_motion import light_change, over_light_rows
 from models.online import KNOWN_MOTION
-from models.stream_flicker import FLICKERING, StreamFlicker
+from models.stream_flicker import FLICKERING, StreamFlicker, light_change_or_still
 from tests.image_support import noisy, textured
 
 PAIRS = 4 * READ_EVERY
@@ -63,3 +64,22 @@ def test_the_feed_shows_and_learns_from_a_flickering_streams_pairs_at_one_light(
     rows = lambda frames: frames.mean((1, 3))  # noqa: E731 - each row's light
     assert float((rows(step_input[:1, :3]) - rows(step_input[:1, 3:])).abs().max()) < 0.01
     assert float((rows(pair[:, :3]) - rows(pair[:, 3:])).abs().max()) > 0.05
+
+
+def test_a_row_is_read_standing_still_where_an_older_flow_misaligns_it_more():
+    """A pipeline of two stages brings a flickering pair to one light under a flow two pairs old: where the picture
+    stood still since that flow's pan, its rows are read without it (the band as the rows' running mean carries it);
+    where the pan goes on, under it, as ``light_change`` reads them."""
+    picture = textured(64, 96, seed=5)
+    rows = torch.linspace(0, 1, 64)[None, None, :, None]
+    band = 1 - 0.3 * torch.cos(np.pi * (rows - 0.5)) ** 8  # the second frame's light, row by row
+    prev = picture[..., 16:80]
+    pan = torch.zeros(1, 2, 64, 64)
+    pan[:, 1] = 3.0  # the older flow: 3 px down
+    stood_still = torch.cat([prev, prev * band], 1)
+    panned = torch.cat([prev, torch.roll(prev, 3, 2) * band], 1)
+    off = lambda gain: float((gain - over_light_rows(band))[..., 8:-8, :].abs().max())  # noqa: E731 - edges padded
+
+    assert off(light_change_or_still(stood_still, pan)) < 0.005 < 0.1 * off(light_change(stood_still, pan))
+    inner = slice(8, -8)
+    assert torch.equal(light_change_or_still(panned, pan)[..., inner, :], light_change(panned, pan)[..., inner, :])
