@@ -13,7 +13,9 @@ correction cost tree.avi as filmed 19 % (its fast hand, where the newest flow is
 a stream is corrected only where its light reads as flickering: the median row's change of light, its median over
 the last ``WINDOW`` pairs past ``FLICKERING``. The benchmark's flickering streams and clips read 0.11-0.43 a pair
 (p10-p90); over such a window the other streams and clips, as filmed, hand-held, at night, blurred, coded and in false
-colour, at most 0.072 (hand-held bikes.mp4).
+colour, at most 0.072 (hand-held bikes.mp4). A learner split into two stages is handed each pair's flow a step later,
+so its newest flow is two pairs old; there each row's light is read under it or standing still, whichever aligns the
+row better (``light_change_or_still``).
 
 Tensor ops on the pair's device; the decision whether to correct at all is read on the host after ``FIRST_DECISION``
 pairs (a flicker's first pairs are its worst: the band reads as motion) and then every ``READ_EVERY``, as a starved
