@@ -102,11 +102,13 @@ def learner_errors(stream: Stream, stages: int, init: str, seed: int = 0) -> np.
     torch.manual_seed(seed)
     learning = learning_for(init)
     x0 = frame_pair(stream.frames[0], stream.frames[1])
-    pipe = online_pipeline(build_flow_net(NET, init=init), x0, stages, learning=learning,
+    net = build_flow_net(NET, init=init)
+    start = learning.frozen_start(net)  # runs the judgments the stream asks for (``Feed.judgment``)
+    pipe = online_pipeline(net, x0, stages, learning=learning,
                            schedule="partime" if stages > 1 else "sequential", devices=["cpu"])  # fmt: skip
     errors = np.full(len(stream.flow), np.nan)
     with pipe:
-        for r in predict_then_learn(pipe, stream_pairs(stream.frames), learning.feed(seed, stages)):
+        for r in predict_then_learn(pipe, stream_pairs(stream.frames), learning.feed(seed, stages), start):
             if r.frame is not None and r.output is not None:
                 errors[r.frame] = scored(r.output, stream.flow[r.frame])
     return errors

@@ -38,6 +38,7 @@ import av
 import cv2
 import numpy as np
 import torch
+from torch import nn
 
 from bench.flow import learner_name, parse_stages, plot
 from bench.realflow_report import (
@@ -134,14 +135,19 @@ def load_clip(path: Path, fps: float, width: int, height: int) -> Clip:
     return Clip(np.stack(frames), np.stack(flows), np.stack(consistent), times, info)
 
 
-def build_learner(init: str, net: str, sample: torch.Tensor, stages: int, lr: float, seed: int) -> Pipeline:
-    """The service's learner from an initial state: ``pretrained`` = the shipped weights, ``scratch`` = random
-    weights drawn with ``seed``, a path = a saved ``state_dict`` of the net (a candidate before it ships)."""
+def initial_net(init: str, net: str, seed: int) -> nn.Sequential:
+    """The net in an initial state: ``pretrained`` = the shipped weights, ``scratch`` = random weights drawn with
+    ``seed``, a path = a saved ``state_dict`` of the net (a candidate before it ships)."""
     torch.manual_seed(seed)
     model = build_flow_net(net, init=init if init in INITS else "scratch")
     if init not in INITS:
         model.load_state_dict(torch.load(init, map_location="cpu", weights_only=True))
-    return online_pipeline(model, sample, stages, lr, learning=learning_for(init))
+    return model
+
+
+def build_learner(init: str, net: str, sample: torch.Tensor, stages: int, lr: float, seed: int) -> Pipeline:
+    """The service's learner from an initial state (``initial_net``)."""
+    return online_pipeline(initial_net(init, net, seed), sample, stages, lr, learning=learning_for(init))
 
 
 def init_label(init: str) -> str:
@@ -168,9 +174,11 @@ def learn(
     the service pairs frames: one that begins a new shot with itself (``stream_pairs``)."""
     pairs = stream_pairs(clip.frames)
     scores = PairScores(clip, shown)
-    lr = learning_for(init).lr if lr is None else lr
+    learning = learning_for(init)
+    lr = learning.lr if lr is None else lr
+    start = learning.frozen_start(initial_net(init, args.net, args.seed))  # the judgments' (``Feed.judgment``)
     with build_learner(init, args.net, frame_pair(clip.frames[0], clip.frames[1]), stages, lr, args.seed) as pipe:
-        for r in predict_then_learn(pipe, pairs, learning_for(init).feed(args.seed, stages)):
+        for r in predict_then_learn(pipe, pairs, learning.feed(args.seed, stages), start):
             scores.seconds.append(r.step_seconds)
             if r.frame is not None:
                 scores.add(r.frame, feeds.shown(r.output)[0].detach().permute(1, 2, 0).cpu().numpy(), r.loss)

@@ -20,6 +20,7 @@ from .known_motion import KnownMotion, StreamMotion
 from .still_gate import CAMERA_READING
 from .stream_flicker import StreamFlicker
 from .stream_noise import StreamNoise
+from .stream_sharpening import StreamSharpening
 
 #: The option that only the priors' optimizer group holds (``models.online.flow_optimizer``), by which the learner
 #: finds it.
@@ -46,6 +47,14 @@ class Feed:
         (``shown``) may be more than the net's alone."""
         return output
 
+    def judgment(self) -> Tensor | None:
+        """Pairs the stream's frozen start (``Learning.frozen_start``, whole) is to run for a judgment of the stream's
+        own, the newest offered and not yet taken; None if none."""
+        return None
+
+    def judged(self, flows: Tensor) -> None:
+        """The frozen start's flows of the pairs ``judgment`` gave (in their order)."""
+
     def tune(self, pipe: Pipeline) -> None:
         """Set what the stream asks of ``pipe``'s optimizers, where that changed (after each step)."""
 
@@ -59,6 +68,7 @@ class Feed:
             "starved_codec": self.starved_codec,
             "noisy_camera": self.noisy_camera,
             "flickering_light": self.flickering_light,
+            "sharpened_frames": self.sharpened_frames,
         }
 
     @property
@@ -74,6 +84,12 @@ class Feed:
     @property
     def flickering_light(self) -> bool:
         """Whether it brings the pairs of a flickering light to one light row by row (``KnownMotionFeed``)."""
+        return False
+
+    @property
+    def sharpened_frames(self) -> bool:
+        """Whether it shows the pairs sharpened, its frozen start's flow agreeing with itself better so
+        (``KnownMotionFeed``)."""
         return False
 
 
@@ -93,7 +109,9 @@ class KnownMotionFeed(Feed):
     flows through a memory of the flows before (``models.flow_memory``), which fills in the blocks the encoder left
     still. A stream whose sensor noise outweighs its picture's detail (a night camera: ``models.stream_noise``) is
     shown, and learns from, its pairs smoothed as much as its noise asks; one whose light flickers
-    (``models.stream_flicker``), its pairs brought to one light row by row first."""
+    (``models.stream_flicker``), its pairs brought to one light row by row first. Any other stream is shown, and learns
+    from, its pairs sharpened where its frozen start's flow agrees with itself better so (``models.stream_sharpening``:
+    the judgments the start runs, ``judgment``)."""
 
     def __init__(
         self, seed: int = 0, stages: int = 1, prior_options: Mapping[bool, Mapping[str, float]] | None = None
@@ -104,6 +122,7 @@ class KnownMotionFeed(Feed):
         self.memory = FlowMemory()
         self.flicker = StreamFlicker(stages)
         self.noise = StreamNoise()
+        self.sharpening = StreamSharpening()
         self.prior_options = prior_options
         self.flow: Tensor | None = None
         self._set: bool | None = False  # the decision whose options the optimizers hold (as built), None: not known
@@ -117,10 +136,17 @@ class KnownMotionFeed(Feed):
         self.flicker.observe(pair, flow)
         pair = self.flicker(pair)
         self.noise.observe(pair, flow)
-        pair = self.noise(pair)
+        self.sharpening.observe(pair)
+        pair = self.noise(pair) if self.noise.noisy else self.sharpening(pair)
         known = self.motion(pair, flow, self.stream, MADE_QUALITY if self.codec.starved else None)
         self.learns = known.known
         return torch.cat([pair, known.pair]), known.target()
+
+    def judgment(self) -> Tensor | None:
+        return self.sharpening.judgment()
+
+    def judged(self, flows: Tensor) -> None:
+        self.sharpening.judged(flows)
 
     def tune(self, pipe: Pipeline) -> None:
         """The priors' options as the stream's codec asks, once its evidence was read and where they differ."""
@@ -142,6 +168,10 @@ class KnownMotionFeed(Feed):
     @property
     def flickering_light(self) -> bool:
         return self.flicker.flickering
+
+    @property
+    def sharpened_frames(self) -> bool:
+        return self.sharpening.sharpens and not self.noise.noisy
 
     def observe(self, output: Tensor, readings: Mapping[str, Tensor] | None = None) -> None:
         """A non-finite flow (a broken frame's) counts as none: it would spoil every pair made after it. The camera's

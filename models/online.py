@@ -11,6 +11,7 @@ must be identical wherever flow is learned, or bench numbers would not describe 
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -222,6 +223,12 @@ class Learning:
         scores that pair too."""
         return learned_part(net, self.shown)
 
+    def frozen_start(self, net: nn.Sequential) -> nn.Sequential:
+        """A frozen copy of ``net``, the weights a stream begins with: whole, it runs the judgments the stream's feed
+        asks for (``Feed.judgment``); its ``learned_part`` scores the pairs learned from now and then (the service's
+        ``versus_start``)."""
+        return copy.deepcopy(net).eval().requires_grad_(False)
+
     def zero_flow_loss(self, step_input: Tensor, target: Tensor) -> Tensor:
         """The loss zero flow would have on a step's input (0-d): the baseline a learned flow must beat."""
         if self.known_motion:
@@ -338,10 +345,13 @@ def online_pipeline(
     return pipe
 
 
-def predict_then_learn(pipe: Pipeline, pairs: Iterable[torch.Tensor], feed: Feed | None = None) -> Iterator[StepResult]:
+def predict_then_learn(
+    pipe: Pipeline, pairs: Iterable[torch.Tensor], feed: Feed | None = None, start: nn.Module | None = None
+) -> Iterator[StepResult]:
     """Feed each frame pair once, in order, as ``feed`` makes it a step's input and target (by default the pair alone,
     its own target); yield every step's result, then the flush's, each output as the stream shows it (``Feed.show``):
-    ``shown(r.output)`` is the pair's flow.
+    ``shown(r.output)`` is the pair's flow. ``start`` (``Learning.frozen_start``) runs each judgment the feed asks for
+    after its step (``Feed.judgment``; the service runs them with its frozen start's scorings).
 
     Scoring ``shown(r.output)`` against pair ``r.frame`` is prequential: no weight that produced the output has
     learned from that pair (nor from a pair made of its frames). A stage records its output when it forwards, before
@@ -359,6 +369,10 @@ def predict_then_learn(pipe: Pipeline, pairs: Iterable[torch.Tensor], feed: Feed
             feed.observe(r.output, r.readings)
             r.output = feed.show(r.output)
         feed.tune(pipe)
+        judgment = feed.judgment() if start is not None else None
+        if judgment is not None:
+            with torch.no_grad():
+                feed.judged(start(judgment))
         yield r
     for r in pipe.flush():
         if r.output is not None:

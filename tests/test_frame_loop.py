@@ -270,7 +270,7 @@ def test_the_frozen_start_scores_now_and_then_and_a_learner_behind_it_goes_back_
     go_back = loop.learner.go_back_to_best
     loop.learner.go_back_to_best = lambda: (go_back(), went_back_to.append(weights(loop.learner)))
     # A start that explains everything, at once (no layers): the learner is behind.
-    loop.learner.start_score = lambda: StartScore(nn.Sequential(), torch.zeros(1), torch.zeros(1), explains_all)
+    loop.learner.start_score = lambda judge: StartScore(nn.Sequential(), torch.zeros(1), torch.zeros(1), explains_all)
     rng = np.random.default_rng(3)
     for i, picture in enumerate(rng.integers(0, 255, (12, DISPLAY[1], DISPLAY[0], 3), np.uint8)):
         loop.on_frame(picture, i / FPS, 0, i, i / FPS)
@@ -299,7 +299,7 @@ def test_the_frozen_starts_layers_run_over_the_frames_after_the_one_it_scores(tm
     loop.start_scorer.versus = VersusStart(every=3, window=10)
     learner, begun = loop.learner, []
     make = learner.start_score
-    learner.start_score = lambda: begun.append((s := make(), s.h.clone(), s.target.clone())) or s
+    learner.start_score = lambda judge: begun.append((s := make(judge), s.x.clone(), s.target.clone())) or s
     rng = np.random.default_rng(4)
     layers = len(learner.start)
     for i, picture in enumerate(rng.integers(0, 255, (layers + 5, DISPLAY[1], DISPLAY[0], 3), np.uint8)):
@@ -317,6 +317,24 @@ def test_the_frozen_starts_layers_run_over_the_frames_after_the_one_it_scores(tm
     learner.pipe.close()
 
 
+def test_the_feeds_judgments_ride_on_the_starts_scorings_through_the_whole_start(tmp_path):
+    """A judgment the feed offers (every fifth pair: ``models.stream_sharpening``) is run by the next scoring, before
+    its pair, through the whole frozen start; the flows the feed gets back are that forward's."""
+    loop = make_loop(tmp_path, 0, auto=False, init="pretrained")
+    loop.start_scorer.versus = VersusStart(every=1, window=50, margin=1e9)  # a scoring due on every pair it may score
+    learner, offered, got = loop.learner, [], []
+    offer, take = learner.feed.judgment, learner.feed.judged
+    learner.feed.judgment = lambda: (j := offer()) is not None and offered.append(j.clone()) or j
+    learner.feed.judged = lambda flows: (got.append(flows.clone()), take(flows))
+    rng = np.random.default_rng(5)
+    for i, picture in enumerate(rng.integers(0, 255, (80, DISPLAY[1], DISPLAY[0], 3), np.uint8)):
+        loop.on_frame(picture, i / FPS, 0, i, i / FPS)
+    assert got and len(got) <= len(offered) and len(learner.feed.sharpening.judgments) == len(got)
+    with torch.no_grad():
+        assert torch.allclose(got[0], learner.start_net(offered[0]), atol=1e-5)
+    learner.pipe.close()
+
+
 def weights(learner: Learner) -> list[torch.Tensor]:
     return [p.detach().clone() for p in learner.pipe.module().parameters()]
 
@@ -329,7 +347,7 @@ def test_a_frame_whose_step_learned_from_a_pair_known_nowhere_has_no_loss_nor_sc
     loop = make_loop(tmp_path, lag, auto=False, init="pretrained")
     loop.start_scorer.versus = VersusStart(every=1, window=50, margin=1e9)  # due on every pair it may score
     # A start scored at once (no layers), never far enough ahead to send the learner back.
-    loop.learner.start_score = lambda: StartScore(nn.Sequential(), torch.zeros(1), torch.zeros(1), explains_all)
+    loop.learner.start_score = lambda judge: StartScore(nn.Sequential(), torch.zeros(1), torch.zeros(1), explains_all)
     rng = np.random.default_rng(4)
     for i, picture in enumerate(rng.integers(0, 255, (16, DISPLAY[1], DISPLAY[0], 3), np.uint8)):
         loop.on_frame(picture, i / FPS, 0, i, i / FPS)

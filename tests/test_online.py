@@ -80,6 +80,39 @@ def test_every_output_the_stream_gets_is_shown_by_the_feed_the_flushs_too():
     assert feed.shows == len(pairs) and [float(o.mean()) for o in outputs] == list(range(1, len(pairs) + 1))
 
 
+class Judging(Feed):
+    """Asks for a judgment of its pair every second pair and keeps what the start gave back."""
+
+    def __init__(self) -> None:
+        self.pairs, self.pending, self.got = 0, None, []
+
+    def __call__(self, pair: torch.Tensor, contiguous: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        self.pairs += 1
+        self.pending = pair.clone() if self.pairs % 2 == 0 else None
+        return pair, pair
+
+    def judgment(self) -> torch.Tensor | None:
+        pending, self.pending = self.pending, None
+        return pending
+
+    def judged(self, flows: torch.Tensor) -> None:
+        self.got.append(flows)
+
+
+def test_the_frozen_start_runs_each_judgment_the_feed_asks_for_and_learns_nothing():
+    stream = generate(size=32, frames=6, seed=2)
+    pairs = [frame_pair(stream.frames[t], stream.frames[t + 1]) for t in range(len(stream.flow))]
+    torch.manual_seed(0)
+    net, feed = build_flow_net("fast", init="scratch"), Judging()
+    start = PHOTOMETRIC.frozen_start(net)
+    with torch.no_grad():
+        expected = [start(pairs[t]) for t in (1, 3)]
+    with online_pipeline(net, pairs[0], 1, layers=SPLITS[1]) as pipe:
+        list(predict_then_learn(pipe, iter(pairs), feed, start))
+    assert len(feed.got) == 2 and all(torch.equal(a, b) for a, b in zip(feed.got, expected, strict=True))
+    assert not any(p.requires_grad for p in start.parameters())
+
+
 def test_the_learner_moves_stale_gradients_with_the_flow_unless_told_not_to():
     sample = torch.zeros(1, 6, 16, 16)
     with online_pipeline(build_flow_net("fast", init="scratch"), sample, 2, layers=SPLITS[2]) as pipe:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 import torch
 from torch import nn
 
-from server.stream.learner.start_score import StartScore, StartScorer
+from server.stream.learner.start_score import Judging, StartScore, StartScorer
 from server.stream.learner.versus_start import VersusStart
 
 
@@ -41,6 +42,21 @@ def test_its_layers_run_in_turn_one_at_least_each_time_and_its_loss_is_the_whole
     assert score.seconds > 0
 
 
+def test_a_judging_runs_first_through_its_own_net_in_the_same_turns_and_leaves_the_loss_as_it_was():
+    """The feed's judgment (``Feed.judgment``) runs through the whole start before the scoring's layers, a layer at
+    least a turn as they do; its flows go to ``judged`` once its last layer has run, and the loss is the pair's."""
+    ran: list[int] = []
+    whole = nn.Sequential(*(Slow(ran, i) for i in range(10, 12)))
+    judged: list[torch.Tensor] = []
+    judging = Judging(whole, torch.arange(4.0), judged.append)
+    score = StartScore(nn.Sequential(*(Slow(ran, i) for i in range(3))), torch.zeros(3), torch.full((3,), 10.0), mse,
+                       judging)  # fmt: skip
+    assert score.advance(0.0) is None and ran == [10] and not judged
+    assert score.advance(0.0) is None and ran == [10, 11] and torch.equal(judged[0], torch.arange(4.0) + 2)
+    loss = score.advance(math.inf)
+    assert ran == [10, 11, 0, 1, 2] and loss is not None and float(loss) == pytest.approx(49.0) and len(judged) == 1
+
+
 def test_given_time_enough_it_runs_whole():
     ran: list[int] = []
     score = StartScore(nn.Sequential(*(Slow(ran, i) for i in range(5))), torch.zeros(2), torch.zeros(2), mse)
@@ -53,7 +69,7 @@ class Learner:
     def __init__(self) -> None:
         self.ran: list[int] = []
 
-    def start_score(self) -> StartScore:
+    def start_score(self, judge: bool) -> StartScore:
         return StartScore(nn.Sequential(*(Slow(self.ran, i) for i in range(3))), torch.zeros(1), torch.zeros(1), mse)
 
 
@@ -68,6 +84,47 @@ def test_a_scoring_begins_when_due_runs_over_the_frames_after_it_and_the_next_wa
     assert steps[3][1] is steps[1][0] and steps[3][1].fed == 2
     assert all(b is None for b, _, _ in steps[2:4])  # none begins while one is under way
     assert scorer.share_s > 0 and steps[0] == (None, None, 0.0)
+
+
+class SlowLayer(nn.Module):
+    """A layer that takes ``seconds``."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        time.sleep(self.seconds)
+        return x
+
+
+class Judged(Learner):
+    """A learner whose feed always has a judgment to offer, ten times a scoring's cost."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[bool] = []
+        self.judged: list[torch.Tensor] = []
+
+    def start_score(self, judge: bool) -> StartScore:
+        self.asked.append(judge)
+        judging = Judging(nn.Sequential(SlowLayer(0.02)), torch.zeros(1), self.judged.append) if judge else None
+        return StartScore(nn.Sequential(SlowLayer(0.002)), torch.zeros(1), torch.zeros(1), mse, judging)
+
+
+def test_judgments_keep_a_budget_share_of_their_own_and_so_ride_on_fewer_scorings():
+    """A frame of 0.1 s: a judgment of 0.02 s may ride again only 0.02 / (2 % of 0.1 s) = 10 pairs later, while the
+    scorings keep their own spacing (every 2 here); both shares are counted in the steady share."""
+    learner, scorer = Judged(), StartScorer(VersusStart(every=2), frame_s=lambda: 0.1)
+    for _ in range(11):
+        scorer.after_step(learner.start_score)
+    assert learner.asked == [True, False, False, False, False] and len(learner.judged) == 1  # pairs 2, 4, ..., 10
+    every = scorer.judge_from - 2  # ten pairs, more where the sleep ran over
+    assert 10 <= every <= 12 and scorer.judging_share_s == pytest.approx(0.02 / every, rel=0.5)
+    assert scorer.share_s > scorer.judging_share_s
+    for _ in range(4):
+        scorer.after_step(learner.start_score)
+    assert learner.asked[-1]  # a scoring from then on may judge again
 
 
 def test_a_cancelled_scoring_never_comes_out():

@@ -287,6 +287,8 @@ def test_what_learning_bought_is_shown_and_going_back_to_the_best_weights_is_sai
     )
     d.handle(protocol.FeedRead(16.0, "flickering_light", True))
     assert "at 16.0 s the light flickers" in status.notes[-1] and "one light row by row" in status.notes[-1]
+    d.handle(protocol.FeedRead(20.0, "sharpened_frames", True))
+    assert "at 20.0 s the net's flow agrees with itself better on sharpened" in status.notes[-1]
     assert set(dispatch.FEED_NOTES) == set(KNOWN_MOTION.feed(seed=0).reads)  # every reading has its words
 
 

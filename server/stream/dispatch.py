@@ -55,6 +55,11 @@ FEED_NOTES: dict[str, dict[bool, str]] = {
         "shown, and learns from, its pairs brought to one light row by row",
         False: "the light no longer flickers: pairs shown as they come",
     },
+    "sharpened_frames": {
+        True: "the net's flow agrees with itself better on sharpened frames (a soft or blurred picture): the net is "
+        "shown, and learns from, its pairs sharpened",
+        False: "the net's flow no longer agrees with itself better on sharpened frames: pairs shown as they come",
+    },
 }
 
 

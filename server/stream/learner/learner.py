@@ -32,7 +32,7 @@ from .. import checkpoints
 from ..sizing import Size
 from .compiled_twin import CompiledTwin
 from .profile_cache import JsonCache, key
-from .start_score import StartScore
+from .start_score import Judging, StartScore
 
 #: Checkpoints made before ``init`` was recorded were all learned from scratch.
 LEGACY_INIT = "scratch"
@@ -124,8 +124,9 @@ class Learner:
         net = build_flow_net(cfg.model, init=cfg.init)
         # The stream's frozen start, the weights it began with (a resumed stream's too: they depend on the name and
         # the init only): it scores a frame's learned pair now and then (``start_score``), through the layers that
-        # pair passes (``Learning.learned_part``).
-        self.start = self.learning.learned_part(copy.deepcopy(net)).eval().requires_grad_(False)
+        # pair passes (``Learning.learned_part``), and whole it runs the feed's judgments (``Feed.judgment``).
+        self.start_net = self.learning.frozen_start(net)
+        self.start = self.learning.learned_part(self.start_net)
         cached = splits.get(split_key) if splits is not None and not saved else None
         layers = saved["pipeline"]["balance"] if saved else (cached if cached and sum(cached) == len(net) else None)
         if saved and sum(layers) != len(net):
@@ -143,7 +144,7 @@ class Learner:
             self.resumed_from = int(saved["pipeline"]["frames"])
         self._apply_lr()  # after the load: optimizer states carry lrs
         self._initial = None if saved else copy.deepcopy(self.pipe.state_dict())
-        self.start.to(self.device)
+        self.start_net.to(self.device)  # its learned part, ``start``, with it
         self._fed: tuple[torch.Tensor, torch.Tensor] | None = None  # the last step's input and target
         self._best = copy.deepcopy(self.pipe.state_dict())  # the best weights so far (``keep_best``)
         self.nonfinite = 0
@@ -291,12 +292,16 @@ class Learner:
                 r.output = self.feed.show(r.output)
             yield r
 
-    def start_score(self) -> StartScore:
+    def start_score(self, judge: bool = False) -> StartScore:
         """The frozen start's scoring of what the last step learned from, to run a few layers at a time
-        (``StartScore.advance``); its loss, beside the learner's own on the same pair, is what learning bought."""
+        (``StartScore.advance``); its loss, beside the learner's own on the same pair, is what learning bought. Where
+        it may ``judge``, the feed's newest judgment (``Feed.judgment``) runs first, through the whole start, in the
+        same turns."""
         assert self._fed is not None, "the start scores the last step's input: step first"
         step_input, target = self._fed
-        return StartScore(self.start, step_input[-1:], target, self.learning.loss_fn)
+        judgment = self.feed.judgment() if judge else None
+        judging = None if judgment is None else Judging(self.start_net, judgment, self.feed.judged)
+        return StartScore(self.start, step_input[-1:], target, self.learning.loss_fn, judging)
 
     def keep_best(self) -> None:
         """Keep the current weights (and optimizer states) as the best so far (``go_back_to_best``)."""
