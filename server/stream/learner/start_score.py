@@ -53,7 +53,7 @@ class StartScore:
         if judging is not None:
             self.runs.append((list(judging.net), judging.pairs.detach().clone(), judging.judged))
         self.runs.append((list(layers), self.x, lambda h: setattr(self, "loss", loss_fn(h, self.target))))
-        self.judging = judging is not None  # whether the first run is a judgment, still to come or under way
+        self._in_judgment = judging is not None  # whether the run under way is the judgment
         self.seconds = 0.0
         self.judging_s = 0.0  # of ``seconds``, the judgment's
         self.loss: Tensor | None = None
@@ -72,9 +72,9 @@ class StartScore:
                 if not todo:
                     then(h)
                     self.runs.pop(0)
-                if self.judging:
+                if self._in_judgment:
                     self.judging_s += time.perf_counter() - layer_began
-                    self.judging = bool(todo)
+                    self._in_judgment = bool(todo)
                 if self.loss is None and time.perf_counter() - began >= share_s:
                     break
         self.seconds += time.perf_counter() - began
