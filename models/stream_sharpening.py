@@ -28,7 +28,7 @@ from collections import deque
 import torch
 from torch import Tensor
 
-from .flow_loss import flow_lengths, warp
+from .flow_loss import flow_lengths, in_frame_mask, warp
 from .stream_noise import gaussian
 
 #: The unsharp mask: ``frame + AMOUNT (frame - Gaussian(frame, SIGMA px))``; of the four tried (σ 1 and 2, amounts
@@ -59,15 +59,11 @@ def reversed_pair(pair: Tensor) -> Tensor:
 
 
 def disagreement(forward: Tensor, backward: Tensor) -> Tensor:
-    """(0-d) The mean length of ``forward`` (1, 2, H, W) plus ``backward`` read where it lands, over the pixels that
-    land inside the picture: 0 where the two flows agree."""
-    _, _, h, w = forward.shape
-    xs = torch.arange(w, device=forward.device, dtype=forward.dtype).view(1, 1, 1, w)
-    ys = torch.arange(h, device=forward.device, dtype=forward.dtype).view(1, 1, h, 1)
-    x, y = xs + forward[:, :1], ys + forward[:, 1:2]
-    inside = ((x >= 0) & (x <= w - 1) & (y >= 0) & (y <= h - 1)).to(forward.dtype)
+    """(B,) The mean length of each ``forward`` flow (B, 2, H, W) plus its ``backward`` one read where it lands, over
+    the pixels that land inside the picture: 0 where the two flows agree."""
+    inside = in_frame_mask(forward)
     error = flow_lengths(forward + warp(backward, forward))
-    return (error * inside).sum() / inside.sum().clamp_min(1.0)
+    return (error * inside).sum((1, 2, 3)) / inside.sum((1, 2, 3)).clamp_min(1.0)
 
 
 class StreamSharpening:
@@ -76,30 +72,33 @@ class StreamSharpening:
 
     def __init__(self) -> None:
         self.pairs = 0
-        self.pending: Tensor | None = None
-        self.judgments: deque[tuple[Tensor, Tensor]] = deque(maxlen=JUDGMENTS)
+        self.offered: Tensor | None = None  # the pair of the newest judgment offered and not yet taken
+        self.judgments: deque[Tensor] = deque(maxlen=JUDGMENTS)  # each (2,): as they come, sharpened
         self.sharpens = False
 
     def observe(self, pair: Tensor) -> None:
-        """A real ``pair`` (1, 6, H, W) as it comes: the newest judgment offered where its turn came."""
+        """A real ``pair`` (1, 6, H, W) as it comes: the newest judgment offered where its turn came (the pair kept;
+        the judgment is made when taken, as most offered in the service never are)."""
         self.pairs += 1
         if self.pairs % (JUDGE_EVERY if len(self.judgments) < JUDGMENTS else JUDGE_LATER) == 0:
-            sharp = sharpened(pair)
-            self.pending = torch.cat([pair, reversed_pair(pair), sharp, reversed_pair(sharp)])
+            self.offered = pair
 
     def judgment(self) -> Tensor | None:
         """The newest judgment offered and not yet taken (4, 6, H, W: as it came forward and backward, sharpened
         forward and backward), for the frozen start to run; None if none is."""
-        pending, self.pending = self.pending, None
-        return pending
+        pair, self.offered = self.offered, None
+        if pair is None:
+            return None
+        sharp = sharpened(pair)
+        return torch.cat([pair, reversed_pair(pair), sharp, reversed_pair(sharp)])
 
     def judged(self, flows: Tensor) -> None:
         """The frozen start's flows (4, 2 or more, H, W) of a judgment: decide again."""
         flows = flows[:, :2].float()
-        self.judgments.append((disagreement(flows[0:1], flows[1:2]), disagreement(flows[2:3], flows[3:4])))
+        self.judgments.append(disagreement(flows[0::2], flows[1::2]))
         if len(self.judgments) < JUDGMENTS:
             return
-        as_is, sharp = (float(v) for v in torch.stack([torch.stack(j) for j in self.judgments]).sum(0))
+        as_is, sharp = (float(v) for v in torch.stack(list(self.judgments)).sum(0))
         ratio = sharp / max(as_is, 1e-9)
         moves = as_is / len(self.judgments) >= LEAST_DISAGREEMENT
         self.sharpens = moves and (ratio < STARTS_BELOW if not self.sharpens else ratio <= STOPS_ABOVE)
