@@ -31,6 +31,7 @@ import torch
 from bench.realflow import (
     MAX_FPS,
     build_learner,
+    initial_net,
     load_clip,
     parse_size,
     probe,
@@ -64,7 +65,8 @@ def learn(
     height, width = clip.frames.shape[1:3]
     scores = PairScores(clip, set())
     size = size_of(0)
-    pipe = build_learner("pretrained", "fast", scaled(clip.frames, 0, size), 1, default_lr("pretrained"), 0)
+    model, sample = initial_net("pretrained", "fast", 0), scaled(clip.frames, 0, size)
+    pipe = build_learner(model, "pretrained", sample, 1, default_lr("pretrained"))
     feed = learning_for("pretrained").feed()
     cuts = SceneCuts()
     cuts(clip.frames[0])

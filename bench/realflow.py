@@ -145,9 +145,10 @@ def initial_net(init: str, net: str, seed: int) -> nn.Sequential:
     return model
 
 
-def build_learner(init: str, net: str, sample: torch.Tensor, stages: int, lr: float, seed: int) -> Pipeline:
-    """The service's learner from an initial state (``initial_net``)."""
-    return online_pipeline(initial_net(init, net, seed), sample, stages, lr, learning=learning_for(init))
+def build_learner(model: nn.Sequential, init: str, sample: torch.Tensor, stages: int, lr: float) -> Pipeline:
+    """The service's learner of ``model``, the net in the initial state ``init`` (``initial_net``), learning as a
+    learner that starts there does."""
+    return online_pipeline(model, sample, stages, lr, learning=learning_for(init))
 
 
 def init_label(init: str) -> str:
@@ -176,8 +177,9 @@ def learn(
     scores = PairScores(clip, shown)
     learning = learning_for(init)
     lr = learning.lr if lr is None else lr
-    start = learning.frozen_start(initial_net(init, args.net, args.seed))  # the judgments' (``Feed.judgment``)
-    with build_learner(init, args.net, frame_pair(clip.frames[0], clip.frames[1]), stages, lr, args.seed) as pipe:
+    model = initial_net(init, args.net, args.seed)
+    start = learning.frozen_start(model)  # the judgments' (``Feed.judgment``), taken before any learning
+    with build_learner(model, init, frame_pair(clip.frames[0], clip.frames[1]), stages, lr) as pipe:
         for r in predict_then_learn(pipe, pairs, learning.feed(args.seed, stages), start):
             scores.seconds.append(r.step_seconds)
             if r.frame is not None:

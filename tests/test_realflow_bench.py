@@ -207,7 +207,7 @@ def test_a_saved_state_dict_initialises_the_learner(tmp_path):
     torch.save(saved, tmp_path / "weights.pt")
     sample = torch.zeros(1, 6, 32, 32)
     for init, same in ((str(tmp_path / "weights.pt"), True), ("scratch", False)):
-        with realflow.build_learner(init, "fast", sample, 1, 1e-3, seed=0) as pipe:
+        with realflow.build_learner(realflow.initial_net(init, "fast", 0), init, sample, 1, 1e-3) as pipe:
             weights = pipe.module().state_dict()
         assert all(torch.equal(weights[k], v) for k, v in saved.items()) is same, init
 
