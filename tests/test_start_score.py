@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from server.stream.learner.start_score import Judging, StartScore, StartScorer
-from server.stream.learner.versus_start import VersusStart
+from server.stream.learner.versus_start import BUDGET_SHARE, VersusStart
 
 
 class Slow(nn.Module):
@@ -113,18 +113,20 @@ class Judged(Learner):
 
 
 def test_judgments_keep_a_budget_share_of_their_own_and_so_ride_on_fewer_scorings():
-    """A frame of 0.1 s: a judgment of 0.02 s may ride again only 0.02 / (2 % of 0.1 s) = 10 pairs later, while the
-    scorings keep their own spacing (every 2 here); both shares are counted in the steady share."""
+    """A frame of 0.1 s: a judgment of 0.02 s (more where the sleep runs over, on a loaded machine) may ride again only
+    as many pairs later as keep it at 2 % of the frames' time (10 at 0.02 s), while the scorings keep their own spacing
+    (every 2 here); both shares are counted in the steady share."""
     learner, scorer = Judged(), StartScorer(VersusStart(every=2), frame_s=lambda: 0.1)
     for _ in range(11):
         scorer.after_step(learner.start_score)
-    assert learner.asked == [True, False, False, False, False] and len(learner.judged) == 1  # pairs 2, 4, ..., 10
-    every = scorer.judge_from - 2  # ten pairs, more where the sleep ran over
-    assert 10 <= every <= 12 and scorer.judging_share_s == pytest.approx(0.02 / every, rel=0.5)
+    assert learner.asked[:5] == [True, False, False, False, False] and len(learner.judged) == 1  # pairs 2, 4, ..., 10
+    every = scorer.judge_from - 2
+    judging_s = scorer.judging_share_s * every  # the judgment's own time, as the scorer measured it
+    assert judging_s >= 0.02 and every == math.ceil(judging_s / (BUDGET_SHARE * 0.1)) >= 10
     assert scorer.share_s > scorer.judging_share_s
-    for _ in range(4):
+    while scorer.fed < scorer.judge_from + 1:
         scorer.after_step(learner.start_score)
-    assert learner.asked[-1]  # a scoring from then on may judge again
+    assert True in learner.asked[5:]  # a scoring from then on may judge again
 
 
 def test_a_cancelled_scoring_never_comes_out():
