@@ -11,7 +11,9 @@ stream's best width, where on the clean and blurred streams it cost 1.5-73 %
 one frame's noise off the real pair's residual under the newest flow, as the still gate reads it, once the pair's
 change of light and its coarse picture are taken out, so that a flicker does not count) against its picture's detail
 (``detail``: the mean gradient of its smoothed grey picture), and smooths only where the noise is the larger: there
-the benchmark's night streams read 1.3-4.0 times their detail, its other streams and real clips at most 0.23.
+the benchmark's night streams read 1.3-4.0 times their detail, its other streams and real clips at most 0.23. The
+smoothing keeps the edges that stand clear of the noise (``edge_keeping``): a Gaussian carried a mover's edge onto the
+still ground beside it, and the net its motion with it.
 
 Tensor ops on the pair's device; the decision whether to smooth at all is read on the host every ``READ_EVERY``
 pairs, as a starved codec's is (``models.block_codec``), so a stream that is not noisy is shown as it was, bit for
@@ -36,6 +38,12 @@ READ_PAIR_EVERY, READING_WEIGHT = 5, 0.25
 NOISY, SMOOTHING_PER_READING, MAX_SMOOTHING = 0.5, 0.4, 1.5
 #: The Gaussian's half-width (px): 2.7 standard deviations at ``MAX_SMOOTHING``.
 RADIUS = 4
+#: The smoothing keeps edges: a neighbour counts less the further its colour lies from the pixel's, by a Gaussian of
+#: this many of one frame's noise standard deviations (``edge_keeping``). Within the noise it averages as the plain
+#: Gaussian does; across a mover's edge it does not, where the Gaussian spread the mover's motion onto the still ground
+#: beside it (tree.avi made a night camera's: its loss against the net as shipped lay within 12 px of the movers;
+#: docs/notebook/2026-12-07-a-night-cameras-edges-kept.md).
+EDGE_NOISE = 3.0
 #: The noise is read on the pair less its picture smoothed by this much (px): the fine grain alone.
 COARSE = 2.0
 #: The detail is read on the grey picture smoothed by this much (px), so that its own noise does not count as detail.
@@ -55,6 +63,26 @@ def gaussian(images: Tensor, sigma: Tensor | float) -> Tensor:
     return F.conv2d(F.pad(rows, (0, 0, RADIUS, RADIUS), mode="replicate"), down, groups=c)
 
 
+def edge_keeping(images: Tensor, sigma: Tensor, noise: Tensor) -> Tensor:
+    """``images`` (B, C, H, W) smoothed by a bilateral filter, along the rows and then down the columns (a separable
+    approximation: 18 taps, not 81): each neighbour within ``RADIUS`` px weighs as the Gaussian of ``sigma`` px
+    would weigh it, times a Gaussian of its mean squared colour difference from the pixel with standard deviation
+    ``EDGE_NOISE`` times ``noise`` (one frame's noise; 0-d tensors: no host read); edges replicated."""
+    taps = torch.arange(-RADIUS, RADIUS + 1, dtype=images.dtype, device=images.device)
+    spatial = -(taps**2) / (2 * sigma.to(images).clamp_min(1e-3) ** 2)
+    tolerance = 2 * (EDGE_NOISE * noise.to(images)).clamp_min(1e-4) ** 2
+    for dim in (-1, -2):
+        size = images.shape[dim]
+        padded = F.pad(images, (RADIUS, RADIUS, 0, 0) if dim == -1 else (0, 0, RADIUS, RADIUS), mode="replicate")
+        total, weights = torch.zeros_like(images), torch.zeros_like(images[:, :1])
+        for k in range(2 * RADIUS + 1):
+            tap = padded.narrow(dim, k, size)
+            weight = torch.exp(spatial[k] - (tap - images).square().mean(1, keepdim=True) / tolerance)
+            total, weights = total.addcmul(tap, weight), weights + weight
+        images = total / weights
+    return images
+
+
 def detail(picture: Tensor) -> Tensor:
     """(0-d) How much detail ``picture`` (1, 3, H, W) in [0, 1] holds: the mean length of its grey picture's gradient,
     smoothed first by ``DETAIL_SMOOTHING``."""
@@ -66,10 +94,12 @@ class StreamNoise:
     """How noisy the stream is against its picture's detail (module docstring): a running mean of the reading over
     its real pairs from none (0-d tensor on their device), and ``smoothing``, the Gaussian (px) it asks for;
     ``noisy``, read on the host every ``READ_EVERY`` pairs: whether it smooths at all (False before the first).
-    ``smoothing`` is asked for only once ``noisy``, so a reading has been taken."""
+    ``smoothing`` is asked for only once ``noisy``, so a reading has been taken. ``level``: a running mean of one
+    frame's noise itself, as the smoothing's edges are told from it (``edge_keeping``)."""
 
     def __init__(self) -> None:
         self.reading: Tensor | None = None
+        self.level: Tensor | None = None
         self.pairs = 0
         self.noisy = False
 
@@ -81,10 +111,13 @@ class StreamNoise:
             return
         lit = torch.cat([pair[:, :3] * light_change(pair, flow), pair[:, 3:6]], 1)  # a flicker's change is no noise
         lit = lit - gaussian(lit, COARSE)  # nor is what is left of it over the rows: the band's edges
-        reading = (sensor_noise(lit, flow).reshape(()) / detail(pair[:, 3:6]).clamp_min(1e-4)).nan_to_num(0.0)
+        level = sensor_noise(lit, flow).reshape(()).nan_to_num(0.0)
+        reading = (level / detail(pair[:, 3:6]).clamp_min(1e-4)).nan_to_num(0.0)
         if self.reading is None or self.reading.device != pair.device:
-            self.reading = torch.zeros_like(reading)  # from no noise, so that one pair alone does not decide
+            # From no noise, so that one pair alone does not decide.
+            self.reading, self.level = torch.zeros_like(reading), torch.zeros_like(level)
         self.reading = torch.lerp(self.reading, reading, READING_WEIGHT)
+        self.level = torch.lerp(self.level, level, READING_WEIGHT)
         if self.pairs % READ_EVERY == 0:
             self.noisy = bool(self.reading > NOISY)
 
@@ -95,5 +128,10 @@ class StreamNoise:
         return (self.reading * SMOOTHING_PER_READING).clamp(max=MAX_SMOOTHING)
 
     def __call__(self, pair: Tensor) -> Tensor:
-        """``pair`` as the net is shown it: smoothed where the stream is noisy, else itself."""
-        return gaussian(pair, self.smoothing) if self.noisy else pair
+        """``pair`` (B, 6, H, W) as the net is shown it: each frame smoothed, its edges kept (``edge_keeping``), where
+        the stream is noisy, else itself."""
+        if not self.noisy:
+            return pair
+        assert self.level is not None, "observe a pair first"
+        frames = pair.reshape(-1, 3, *pair.shape[-2:])
+        return edge_keeping(frames, self.smoothing, self.level).reshape(pair.shape)
