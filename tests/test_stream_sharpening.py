@@ -101,6 +101,6 @@ def test_the_feed_shows_its_pairs_sharpened_only_once_it_sharpens_and_never_a_ni
     feed.sharpening.sharpens = True
     step_input, _ = feed(pair)
     assert torch.equal(step_input[:1], sharpened(pair)) and feed.reads["sharpened_frames"]
-    feed.noise.noisy, feed.noise.reading = True, torch.tensor(1.0)
+    feed.noise.noisy, feed.noise.reading, feed.noise.level = True, torch.tensor(1.0), torch.tensor(0.02)
     step_input, _ = feed(pair)
     assert not torch.equal(step_input[:1], sharpened(pair)) and not feed.reads["sharpened_frames"]
