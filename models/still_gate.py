@@ -92,6 +92,11 @@ CAMERA_EVIDENCE = 0.02
 #: wins the translation's phase correlation, and its motion explained a night stream's frames 0.5-6 % better than the
 #: background's, which the net had right (the frozen net 1.13x its error over the stream); a pan down a flat bus roof
 #: explained them 4-66 % better, most pairs over 12 % (docs/notebook/2026-11-30-where-hand-held-footage-is-lost.md).
+#: Nor is it taken where more than ``STANDING_SHARE`` of the texture (``HELD_SHARE`` where it was read so on the pair
+#: before) is explained by the most common flow, and better than by it, as a door frame standing still speaks against
+#: a pan: on a smoothed night a textured patch's motion won the translation by the margin and was followed as a pan on
+#: four pairs in a row (1.4-1.9 px of error where the frozen start had 0.5-0.6), while 5-10 % of the texture moved as
+#: the most common flow did (docs/notebook/2026-12-07-the-translation-against-the-backgrounds-texture.md).
 TRANSLATION_EVIDENCE = 0.1
 
 #: By how much less (a share of it) a pan's affine map (``affine_motion``: a rolling shutter's shear) must leave of the
@@ -256,7 +261,7 @@ class StillGate(nn.Module):
             return None, unwarped
         scale = scene_scale(*flow.shape[-2:])
         continues = self._continues(prev)
-        camera, along, read_translation = self._camera(flow, prev, cur, noise, correlation, scale, continues)
+        camera, along, read_translation = self._camera(flow, prev, cur, noise, correlation, sure, scale, continues)
         confirmed = _explains_better(along, unwarped, noise)
         shake = camera[..., :1, :1].norm(dim=1, keepdim=True) <= CAMERA_SHAKE_PX * scale
         # The texture where the camera's warp lands in the frame (beyond, its residual is the padding's).
@@ -294,6 +299,7 @@ class StillGate(nn.Module):
         cur: Tensor,
         noise: Tensor,
         correlation: Tensor,
+        sure: Tensor,
         scale: float,
         continues: Tensor | None,
     ) -> tuple[Tensor, Tensor, Tensor]:
@@ -301,7 +307,8 @@ class StillGate(nn.Module):
         whether it was read near the picture's translation: the flow's most common value, or, where the picture's
         translation (``picture_translation``) is larger than a shake and the most common flow near it explains the
         frames better on average where each lands in them, at the same noise and by ``TRANSLATION_EVIDENCE`` (at all,
-        where it was read so on the pair before: ``_held``), that one. A pan across a flat surface leaves the
+        where it was read so on the pair before: ``_held``), that one, unless the texture ``sure`` that the most common
+        flow explains better speaks against it (``TRANSLATION_EVIDENCE``). A pan across a flat surface leaves the
         net's flow near zero there, which can be the most common; the whole picture's edges still show the pan (a
         hand-held tilt down a bus roof, its first 30 pairs: 1.41 times the better classical method's error over all
         pixels, 1.20 with the translation; docs/notebook/2026-11-30-what-leaves-the-picture.md). At the same noise: a
@@ -317,7 +324,10 @@ class StillGate(nn.Module):
         held = self._held(self.read_translation, continues, seen[:, :, :1, :1] / scale)
         margin = torch.where(held, 0.0, TRANSLATION_EVIDENCE)
         better = _mean_where(seen_along, in_frame_mask(seen)) < (1 - margin) * common_mean
-        takes = (seen[:, :, :1, :1].norm(dim=1, keepdim=True) > CAMERA_SHAKE_PX * scale) & better
+        # The texture the most common flow explains better speaks against it: a textured mover's won the translation.
+        against = self._standing_share(seen_along, common_along, noise, sure * in_frame_mask(seen))
+        few = against < torch.where(held, HELD_SHARE, STANDING_SHARE)
+        takes = (seen[:, :, :1, :1].norm(dim=1, keepdim=True) > CAMERA_SHAKE_PX * scale) & better & few
         return torch.where(takes, seen, common), torch.where(takes, seen_along, common_along), takes
 
     def _continues(self, prev: Tensor) -> Tensor | None:
@@ -352,10 +362,11 @@ class StillGate(nn.Module):
         self.followed_motion.copy_(motion)
         self.last_frame.copy_(cur.detach())
 
-    def _standing_share(self, along: Tensor, unwarped: Tensor, noise: Tensor, counted: Tensor) -> Tensor:
-        """(B, 1, 1, 1): the share of the texture ``counted`` that standing still explains, and explains better than
-        the camera's motion (``along``), by ``STANDING_MARGIN`` noise floors over the gate's window: a door frame
-        behind a mover, not a pan, nor a mover in a pan."""
-        still = box_mean(unwarped, self.window)
+    def _standing_share(self, along: Tensor, behind: Tensor, noise: Tensor, counted: Tensor) -> Tensor:
+        """(B, 1, 1, 1): the share of the texture ``counted`` that the motion that left ``behind`` (standing still's
+        residual, or another reading of the background's) explains, and explains better than the camera's motion
+        (``along``), by ``STANDING_MARGIN`` noise floors over the gate's window: a door frame behind a mover, not a
+        pan, nor a mover in a pan."""
+        still = box_mean(behind, self.window)
         stands = (still < STANDING_MARGIN * noise) & (box_mean(along, self.window) > still + STANDING_MARGIN * noise)
         return (counted * stands).mean((2, 3), keepdim=True) / counted.mean((2, 3), keepdim=True).clamp_min(1e-6)

@@ -303,6 +303,27 @@ def test_a_textured_patch_over_a_smooth_noisy_picture_is_not_taken_for_the_camer
     assert torch.allclose(square, torch.tensor([-3.0, 2.0]), atol=0.05), square
 
 
+def test_a_textured_mover_that_wins_the_translation_does_not_take_the_pan_s_place():
+    """A pan of 1.5 px a frame over a dim, smooth picture with a textured band along its top, and a textured square
+    filling a quarter of it moving (-3, 2) px, with noise of 6 levels: the square's texture wins the picture's
+    translation and its motion explains the frames better on average, by more than ``TRANSLATION_EVIDENCE``, but the
+    band's texture is explained by the flow's most common value (the pan) and not by the square's motion: the camera
+    is the pan, the background follows it and the square keeps its own motion."""
+    size, band = 96, 12
+    smooth = F.interpolate(textured(6, 6, seed=1), size=(size, size), mode="bicubic", align_corners=False)
+    canvas = 0.5 + 0.2 * (smooth - 0.5)
+    canvas[..., :band, :] = 0.5 + 0.6 * (textured(band, size, seed=3) - 0.5)
+    canvas[..., 24:72, 24:72] = textured(48, 48, seed=2)
+    flow = torch.zeros(1, 2, size, size)
+    flow[:, 0] = 1.5
+    flow[:, 0, 24:72, 24:72], flow[:, 1, 24:72, 24:72] = -3.0, 2.0
+    prev, cur = noisy(canvas, 6, 1), noisy(warp(canvas, -flow), 6, 2)
+    out = StillGate(follows_camera=True)(with_flow(flow, prev, cur))[:, :2].detach()
+    background, square = out[:, :, band:20, :].mean((2, 3)).flatten(), out[:, :, 30:66, 30:66].mean((2, 3)).flatten()
+    assert torch.allclose(background, torch.tensor([1.5, 0.0]), atol=0.05), background  # not the square's (-3, 2)
+    assert torch.allclose(square, torch.tensor([-3.0, 2.0]), atol=0.05), square
+
+
 def panned_frames() -> list[torch.Tensor]:
     """Three frames of a pan of 6 px a frame over texture with a flat square the match cannot see into, and a textured
     18x18 patch standing still in the last two (a slow mover, a logo); noise of 2 levels."""
