@@ -115,18 +115,21 @@ class Judged(Learner):
 def test_judgments_keep_a_budget_share_of_their_own_and_so_ride_on_fewer_scorings():
     """A frame of 0.1 s: a judgment of 0.02 s (more where the sleep runs over, on a loaded machine) may ride again only
     as many pairs later as keep it at 2 % of the frames' time (10 at 0.02 s), while the scorings keep their own spacing
-    (every 2 here); both shares are counted in the steady share."""
+    (every 2 here, further where a loaded machine's sleeps run over); both shares are counted in the steady share."""
     learner, scorer = Judged(), StartScorer(VersusStart(every=2), frame_s=lambda: 0.1)
-    for _ in range(11):
+    for _ in range(200):  # up to five scorings (pairs 2, 4, ..., 10 unloaded), none where a judgment may ride again
+        if len(learner.asked) >= 5 or 0 < scorer.judge_from <= scorer.fed + 1:
+            break
         scorer.after_step(learner.start_score)
-    assert learner.asked[:5] == [True, False, False, False, False] and len(learner.judged) == 1  # pairs 2, 4, ..., 10
+    assert learner.asked[0] and not any(learner.asked[1:]) and len(learner.asked) >= 2 and len(learner.judged) == 1
+    scorings = len(learner.asked)
     every = scorer.judge_from - 2
     judging_s = scorer.judging_share_s * every  # the judgment's own time, as the scorer measured it
     assert judging_s >= 0.02 and every == math.ceil(judging_s / (BUDGET_SHARE * 0.1)) >= 10
     assert scorer.share_s > scorer.judging_share_s
     while scorer.fed < scorer.judge_from + 1:
         scorer.after_step(learner.start_score)
-    assert True in learner.asked[5:]  # a scoring from then on may judge again
+    assert True in learner.asked[scorings:]  # a scoring from then on may judge again
 
 
 def test_a_cancelled_scoring_never_comes_out():
