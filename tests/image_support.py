@@ -1,4 +1,4 @@
-"""Small pictures and frame pairs for the flow-cleanup tests (``test_flow_cleanup``, ``test_still_gate``)."""
+"""Small pictures and frame pairs for the flow-cleanup tests (``test_flow_cleanup``, the ``test_still_gate`` files)."""
 
 from __future__ import annotations
 
