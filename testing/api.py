@@ -67,7 +67,8 @@ class Api(StreamApi):
             return until(poll, timeout_s, what, 0.2)
         except TimeoutError:
             s = last[0]
-            brief = {k: s.get(k) for k in ("state", "error", "counters", "pids", "resumed_from", "checkpoint_frames")}
+            keys = ("state", "error", "counters", "budget_note", "learning_size", "pids", "resumed_from")
+            brief = {k: s.get(k) for k in (*keys, "checkpoint_frames")}
             raise TimeoutError(
                 f"stream {sid}: {what}: not within {timeout_s:g} s; last {brief}\n"
                 f"server log tail:\n{self.server.log_tail(1500)}"

@@ -143,9 +143,11 @@ def test_sizes_and_rate_follow_a_4_3_source_and_history_survives_a_reconnect(ser
     assert info["auto"] and info["width"] is None  # the picture's size is known once the source opened
     sid = info["id"]
     first = watch(server, sid, 12)
-    info = server.wait_for(sid, lambda i: "to keep" in (i["budget_note"] or ""), what="a budget decision")
+    # A budget decision at the source's rate. Whether two cores keep 12 fps at 64x48 is the machine's: a frame's work
+    # read 74-99 ms of the 83 here (2026-12-07), over the 85 % a stream may take as often as under it.
+    info = server.wait_for(sid, lambda i: "12 fps" in (i["budget_note"] or ""), what="a budget decision at its rate")
     assert info["fps"] == pytest.approx(12) and (info["width"], info["height"]) == (160, 120)  # the source's own
-    assert info["learning_size"] == {"width": 64, "height": 48} and "to keep 12 fps" in info["budget_note"]
+    assert info["learning_size"] == {"width": 64, "height": 48} and "64×48" in info["budget_note"]
     assert info["phase"] is None and info["init"] == "scratch"
     assert first[-1][0]["ds_s"] == pytest.approx(1 / 12) and decode(first[-1][1]).shape == (120, 160, 3)
     # A page that reconnects (or reloads) gets the charts' points back, those it saw included.
