@@ -20,7 +20,9 @@ Every pair is scored before it is learned from, for
   whole clip, beside Farneback and DIS-fast.
 
 A set run with ``--only`` rewrites the files of the streams and clips it runs, and its summary reads the set's other
-streams and clips from the files an earlier run left in the folder (each row says when its file was written).
+streams and clips from the files an earlier run left in the folder (each row says when its file was written); with
+``--summary`` it runs none and sums up those files alone (after ``--stream`` runs into the set's folder: a clean
+stream's name is in each of its shifted streams' names, so ``--only`` cannot pick it alone).
 
 ``python -m bench.adaptation --heldout`` runs the photographs' streams no setting of the adapting learner was chosen
 on (``HELDOUT_STREAMS``, clean and shifted) into ``bench/results/adaptation-heldout/``; ``--size 256`` makes them at
@@ -235,7 +237,9 @@ def run_set(args: argparse.Namespace, command: str) -> int:
     folders = [] if args.no_clips else [d for d in (args.clips, Path(".clips-heldout")) if d.is_dir()]
     videos = sorted(p for d in folders for p in d.iterdir() if p.suffix in (".mp4", ".avi", ".mkv", ".mov")
                     and (not args.only or any(o in p.stem for o in args.only)))  # fmt: skip
-    if not (args.clips.is_dir() or args.no_clips):
+    if args.summary:
+        jobs, videos = [], []
+    elif not (args.clips.is_dir() or args.no_clips):
         print(f"bench.adaptation: no clips folder {args.clips}: real clips skipped", file=sys.stderr)
     run = Run(command=command, directory=out)
     with ProcessPoolExecutor(args.jobs) as pool:
@@ -263,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=STREAM_SIZE, help="--heldout: the streams' side, px")
     parser.add_argument("--only", action="append", help="the set's streams and clips whose name holds this")
     parser.add_argument("--jobs", type=int, default=2, help="the set: streams scored at once, one torch thread each")
+    parser.add_argument("--summary", action="store_true", help="the set: its summary from its folder's files alone")
     parser.add_argument("--threads", type=int, default=0, help="--stream: torch threads (0: torch's default)")
     args = parser.parse_args(argv)
     command = command_line("bench.adaptation", argv)
@@ -270,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.stream is None:
         if args.shift or args.scratch:
             parser.error("--shift and --scratch go with --stream")
+        if args.summary and args.only:
+            parser.error("--summary runs no stream: not with --only")
         if args.size != STREAM_SIZE and not args.heldout:
             parser.error("--size goes with --heldout")
         if args.size % multiple:
@@ -278,8 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         args.out = args.out or str(OUT.with_name(held) if args.heldout else OUT)
         args.no_clips = args.no_clips or args.heldout  # the held-out set is photographs' streams alone
         return run_set(args, command)
-    if args.heldout:
-        parser.error("--heldout is a set of its own: not with --stream")
+    if args.heldout or args.summary:
+        parser.error("--heldout and --summary are a set's: not with --stream")
     try:
         stream = load_npz(args.stream)
     except (OSError, ValueError) as exc:

@@ -89,6 +89,23 @@ def test_a_set_run_in_parts_sums_up_whole(tmp_path):
     assert got["a"] == {"started": "earlier", "frozen": 1} and got["b"] == got["d"] == {"started": "now"}
 
 
+def test_a_summary_alone_runs_no_stream_and_reads_the_folder_s_files(tmp_path, monkeypatch):
+    """After ``--stream`` runs into a set's folder (a clean stream alone: ``--only`` picks its shifted ones too)."""
+    monkeypatch.setattr(adaptation, "run_stream_job", lambda *a: pytest.fail("a summary alone ran a stream"))
+    pairs = np.linspace(1.0, 0.5, 300)
+    frozen = {**adaptation.windows(np.ones(300)), "pairs": np.ones(300).tolist()}
+    learner = {**adaptation.windows(pairs), "pairs": pairs.tolist()}
+    for name in ("rocket-11", "rocket-11-night"):
+        run = {"frozen": frozen, "adapting": learner, "adapting_d2": learner, "started": "2026-12-07 17:00 UTC"}
+        (tmp_path / f"{name}.json").write_text(json.dumps(run))
+    assert adaptation.main(["--heldout", "--summary", "--out", str(tmp_path)]) == 0
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["targets"]["shifted_last100"] == {"rocket-11-night": pytest.approx(pairs[-100:].mean())}
+    assert "rocket-11" in (tmp_path / "summary.md").read_text()
+    with pytest.raises(SystemExit):
+        adaptation.main(["--heldout", "--summary", "--only", "rocket"])
+
+
 def test_the_held_out_set_shares_no_photograph_or_seed_with_the_set_the_learner_was_chosen_on():
     chosen_on = adaptation.stream_set()
     held_out = adaptation.stream_set(heldout=True)
