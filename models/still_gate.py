@@ -323,9 +323,10 @@ class StillGate(nn.Module):
         common_mean = _mean_where(common_along, in_frame_mask(common))
         held = self._held(self.read_translation, continues, seen[:, :, :1, :1] / scale)
         margin = torch.where(held, 0.0, TRANSLATION_EVIDENCE)
-        better = _mean_where(seen_along, in_frame_mask(seen)) < (1 - margin) * common_mean
+        lands = in_frame_mask(seen)
+        better = _mean_where(seen_along, lands) < (1 - margin) * common_mean
         # The texture the most common flow explains better speaks against it: a textured mover's won the translation.
-        against = self._standing_share(seen_along, common_along, noise, sure * in_frame_mask(seen))
+        against = self._standing_share(seen_along, common_along, noise, sure * lands)
         few = against < torch.where(held, HELD_SHARE, STANDING_SHARE)
         takes = (seen[:, :, :1, :1].norm(dim=1, keepdim=True) > CAMERA_SHAKE_PX * scale) & better & few
         return torch.where(takes, seen, common), torch.where(takes, seen_along, common_along), takes

@@ -19,6 +19,9 @@ from testing.metrics import Scrape
 from testing.net import http_client
 from testing.poll import until
 
+#: What a stream's wait that timed out says of its last state: where it was, what it counted, its budget.
+BRIEF = ("state", "error", "counters", "budget_note", "learning_size", "pids", "resumed_from", "checkpoint_frames")
+
 
 class Served(Protocol):
     """What the client needs of the server it talks to: where it answers, where its checkpoints land, and its log
@@ -67,8 +70,7 @@ class Api(StreamApi):
             return until(poll, timeout_s, what, 0.2)
         except TimeoutError:
             s = last[0]
-            keys = ("state", "error", "counters", "budget_note", "learning_size", "pids", "resumed_from")
-            brief = {k: s.get(k) for k in (*keys, "checkpoint_frames")}
+            brief = {k: s.get(k) for k in BRIEF}
             raise TimeoutError(
                 f"stream {sid}: {what}: not within {timeout_s:g} s; last {brief}\n"
                 f"server log tail:\n{self.server.log_tail(1500)}"
