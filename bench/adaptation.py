@@ -233,14 +233,14 @@ def run_clip(video: Path, out: Path, command: str) -> tuple[str, dict]:
 
 def run_set(args: argparse.Namespace, command: str) -> int:
     out = Path(args.out)
-    jobs = [j for j in stream_set(args.heldout, args.size) if not args.only or any(p in j.name for p in args.only)]
-    folders = [] if args.no_clips else [d for d in (args.clips, Path(".clips-heldout")) if d.is_dir()]
-    videos = sorted(p for d in folders for p in d.iterdir() if p.suffix in (".mp4", ".avi", ".mkv", ".mov")
-                    and (not args.only or any(o in p.stem for o in args.only)))  # fmt: skip
-    if args.summary:
-        jobs, videos = [], []
-    elif not (args.clips.is_dir() or args.no_clips):
-        print(f"bench.adaptation: no clips folder {args.clips}: real clips skipped", file=sys.stderr)
+    jobs, videos = [], []  # ``--summary``: none run, the summary reads the folder's files alone
+    if not args.summary:
+        jobs = [j for j in stream_set(args.heldout, args.size) if not args.only or any(p in j.name for p in args.only)]
+        folders = [] if args.no_clips else [d for d in (args.clips, Path(".clips-heldout")) if d.is_dir()]
+        videos = sorted(p for d in folders for p in d.iterdir() if p.suffix in (".mp4", ".avi", ".mkv", ".mov")
+                        and (not args.only or any(o in p.stem for o in args.only)))  # fmt: skip
+        if not (args.clips.is_dir() or args.no_clips):
+            print(f"bench.adaptation: no clips folder {args.clips}: real clips skipped", file=sys.stderr)
     run = Run(command=command, directory=out)
     with ProcessPoolExecutor(args.jobs) as pool:
         stream_futures = [pool.submit(run_stream_job, j, out, command) for j in jobs]
